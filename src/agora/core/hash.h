@@ -1,0 +1,19 @@
+// Stable hashes: the same bytes give the same value on every machine, build and run.
+//
+// std::hash promises none of that, so anything that must agree across peers or runs (the
+// validation split, sampler keys, later payload ids) hashes through here. BLAKE2b from libsodium.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace agora {
+
+// The first 8 bytes of BLAKE2b-256 of `bytes`, little-endian.
+uint64_t stable_hash64(std::string_view bytes);
+
+// BLAKE2b-256 of `bytes`.
+std::array<uint8_t, 32> blake2b256(std::string_view bytes);
+
+}  // namespace agora
