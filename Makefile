@@ -1,0 +1,61 @@
+# The README's two commands:
+#   make demo   set up, build, and run the main job on the bundled corpus
+#   make test   set up, build, and run every test (unit, CLI, parity, short fuzz runs)
+# Other targets: setup, build, data, fuzz-build, bench, clean.
+
+BUILD      ?= build
+FUZZ_BUILD ?= build-fuzz
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+AGORA      := $(BUILD)/apps/agora/agora
+DATA       := data
+SP_MODEL   := $(DATA)/tokenizer/agora-8k.model
+
+.PHONY: all setup build fuzz-build data demo test bench clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_ARGS)
+
+build: setup $(BUILD)/build.ninja
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# The fuzz targets (and the unit tests again, under AddressSanitizer and UBSan) build with clang.
+$(FUZZ_BUILD)/build.ninja:
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DAGORA_FUZZ=ON -DAGORA_WITH_TORCH=OFF
+
+fuzz-build: setup $(FUZZ_BUILD)/build.ninja
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+# The demo data: a SentencePiece vocabulary of 8192 trained on the bundled corpus, and the
+# corpus tokenized with it and with GPT-2.
+$(SP_MODEL): | build
+	$(AGORA) tokenizer train --input $(DATA)/corpus --vocab-size 8192 --out $@
+
+$(DATA)/tokens/sp8k/meta.json: $(SP_MODEL) | build
+	$(AGORA) tokenize --tokenizer $(SP_MODEL) --input $(DATA)/corpus --out $(DATA)/tokens/sp8k --val-fraction 0.02 --force
+
+$(DATA)/tokens/gpt2/meta.json: | build
+	$(AGORA) tokenize --tokenizer gpt2 --input $(DATA)/corpus --out $(DATA)/tokens/gpt2 --val-fraction 0.02 --force
+
+data: build $(DATA)/tokens/sp8k/meta.json $(DATA)/tokens/gpt2/meta.json
+
+demo: data
+	@echo
+	$(AGORA) stats $(DATA)/tokens/sp8k
+	@echo
+	$(AGORA) stats $(DATA)/tokens/gpt2
+
+test: build fuzz-build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(FUZZ_BUILD) --output-on-failure -j $(JOBS)
+
+bench: build
+	$(BUILD)/bench/tokenize/bench_tokenize --json out/bench/tokenize.json
+
+clean:
+	rm -rf $(BUILD) $(FUZZ_BUILD)

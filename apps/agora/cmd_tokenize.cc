@@ -1,0 +1,57 @@
+// agora tokenize: text documents -> llm.c token shards (train and validation splits).
+#include <fmt/format.h>
+
+#include "agora/data/corpus_tokenizer.h"
+#include "commands.h"
+
+namespace agora::cli {
+
+void add_tokenize_command(CLI::App& app) {
+  struct Args {
+    std::string tokenizer = "gpt2";
+    std::vector<std::string> inputs;
+    std::string out;
+    double val_fraction = 0.01;
+    uint64_t shard_tokens = 100'000'000;
+    int threads = 0;
+    bool force = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "tokenize", "Tokenize text documents (one file = one document) into llm.c token shards");
+  cmd->add_option("--tokenizer", args->tokenizer, "'gpt2' or the path of a SentencePiece .model")
+      ->capture_default_str();
+  cmd->add_option("--input", args->inputs, "Text files or folders of them")->required();
+  cmd->add_option("--out", args->out, "Output folder (train_*.bin, val_*.bin, meta.json)")
+      ->required();
+  cmd->add_option("--val-fraction", args->val_fraction,
+                  "Fraction of documents for validation, chosen by content hash")
+      ->capture_default_str();
+  cmd->add_option("--shard-tokens", args->shard_tokens, "Tokens per shard")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Worker threads (0: every core)")
+      ->capture_default_str();
+  cmd->add_flag("--force", args->force, "Replace the output folder if it exists");
+  cmd->callback([args] {
+    const auto tokenizer = load_tokenizer(args->tokenizer);
+    CorpusTokenizeOptions options;
+    options.inputs.assign(args->inputs.begin(), args->inputs.end());
+    options.out_dir = args->out;
+    options.tokenizer_spec = args->tokenizer;
+    options.val_fraction = args->val_fraction;
+    options.shard_tokens = args->shard_tokens;
+    options.threads = args->threads;
+    options.force = args->force;
+    const auto summary = tokenize_corpus(*tokenizer, options);
+    const double mb = (summary.train.bytes + summary.val.bytes) / 1e6;
+    fmt::print("tokenized {} documents ({:.1f} MB) with {} in {:.1f} s ({:.1f} MB/s)\n",
+               summary.train.documents + summary.val.documents, mb, tokenizer->name(),
+               summary.seconds, summary.seconds > 0 ? mb / summary.seconds : 0.0);
+    fmt::print("  train: {} documents, {} tokens, {} shard(s)\n", summary.train.documents,
+               summary.train.tokens, summary.train.shards.size());
+    fmt::print("  val:   {} documents, {} tokens, {} shard(s)\n", summary.val.documents,
+               summary.val.tokens, summary.val.shards.size());
+    fmt::print("  wrote {}\n", args->out);
+  });
+}
+
+}  // namespace agora::cli

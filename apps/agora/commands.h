@@ -1,0 +1,18 @@
+// The agora command's subcommands. Each add_*_command registers one subcommand (its options and
+// its callback) on the top-level CLI11 app; its implementation lives in cmd_<name>.cc.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace agora::cli {
+
+void add_tokenize_command(CLI::App& app);
+void add_tokenizer_command(CLI::App& app);
+void add_stats_command(CLI::App& app);
+
+// "agora 0.1.0 (libtorch 1.13.0, CPU)".
+std::string version_string();
+
+}  // namespace agora::cli

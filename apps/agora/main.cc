@@ -1,0 +1,29 @@
+// agora: decentralized pretraining of language models. One binary, one subcommand per job.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "agora/core/error.h"
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"agora: pretrain language models on compute that nobody owns together"};
+  app.set_version_flag("--version", agora::cli::version_string());
+  app.require_subcommand(1);
+  agora::cli::add_tokenize_command(app);
+  agora::cli::add_tokenizer_command(app);
+  agora::cli::add_stats_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const agora::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

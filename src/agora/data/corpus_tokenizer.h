@@ -1,0 +1,61 @@
+// Turns a set of text documents into llm.c token shards, split into train and validation.
+//
+// Promises:
+// - Each input file is one document; a folder stands for every file below it (hidden files
+//   skipped), in sorted path order. Each document is written as <end-of-text> followed by its
+//   tokens (llm.c's convention), in input order, so the output is the same on every run.
+// - A document goes to the validation split when the BLAKE2b hash of its bytes, read as a
+//   fraction of 2^64, is below `val_fraction`: the split depends on content alone, not on paths,
+//   order or machine, and duplicate documents land in the same split. With a fraction > 0 and at
+//   least two documents, both splits get at least one document.
+// - Shards hold exactly `shard_tokens` tokens except the last of each split (documents may span
+//   two shards, as in llm.c): DIR/train_000000.bin ..., DIR/val_000000.bin ..., plus
+//   DIR/meta.json describing the tokenizer and the counts.
+// - The folder appears whole or not at all: everything is written to DIR.tmp and renamed. An
+//   existing DIR is an error unless `force` is set, in which case it is replaced.
+// - Documents are tokenized on `threads` threads; a progress line shows MB/s and ETA.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "agora/data/tokenizer.h"
+
+namespace agora {
+
+struct CorpusTokenizeOptions {
+  std::vector<std::filesystem::path> inputs;
+  std::filesystem::path out_dir;
+  std::string tokenizer_spec;  // recorded in meta.json
+  double val_fraction = 0.01;
+  uint64_t shard_tokens = 100'000'000;
+  bool force = false;
+  int threads = 0;  // 0: every core
+  bool progress = true;
+};
+
+struct SplitSummary {
+  uint64_t documents = 0;
+  uint64_t tokens = 0;  // including one end-of-text per document
+  uint64_t bytes = 0;   // of text
+  std::vector<std::string> shards;
+};
+
+struct CorpusTokenizeSummary {
+  SplitSummary train;
+  SplitSummary val;
+  double seconds = 0;
+};
+
+// Expands folders into their files (sorted); throws Error for a path that does not exist.
+std::vector<std::filesystem::path> list_documents(const std::vector<std::filesystem::path>& inputs);
+
+// True when the document with these bytes belongs to the validation split (see above).
+bool is_validation_document(std::string_view bytes, double val_fraction);
+
+CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
+                                      const CorpusTokenizeOptions& options);
+
+}  // namespace agora

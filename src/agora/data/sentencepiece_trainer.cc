@@ -1,0 +1,104 @@
+#include "agora/data/sentencepiece_trainer.h"
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "agora/core/error.h"
+#include "agora/core/file.h"
+#include "agora/data/spm_library.h"
+#include "agora/data/utf8.h"
+
+namespace agora {
+namespace {
+
+// The non-empty lines of every input file in order, repaired to valid UTF-8 (tokenizer.h's
+// rule). A file that cannot be read ends the stream and is reported after training returns:
+// exceptions must not cross SentencePiece's frames.
+class FileLines final : public spm::LineSource {
+ public:
+  explicit FileLines(const std::vector<std::filesystem::path>& files) : files_(files) {}
+
+  bool next(std::string& line) override {
+    while (true) {
+      if (in_.is_open() && std::getline(in_, line)) {
+        if (line.empty()) continue;
+        if (!is_valid_utf8(line)) line = repair_utf8(line);
+        ++summary.lines;
+        summary.bytes += line.size() + 1;
+        return true;
+      }
+      if (next_file_ == files_.size() || !unreadable.empty()) return false;
+      in_ = std::ifstream(files_[next_file_]);
+      if (!in_) {
+        unreadable = files_[next_file_].string();
+        return false;
+      }
+      ++next_file_;
+    }
+  }
+
+  SentencePieceTrainSummary summary;
+  std::string unreadable;
+
+ private:
+  const std::vector<std::filesystem::path>& files_;
+  size_t next_file_ = 0;
+  std::ifstream in_;
+};
+
+}  // namespace
+
+SentencePieceTrainSummary train_sentencepiece(const SentencePieceTrainOptions& options,
+                                              const std::filesystem::path& model_file) {
+  if (options.inputs.empty()) fail("tokenizer training: no --input files given");
+  // 3 special pieces + 256 byte-fallback pieces must fit, with room for real merges.
+  if (options.vocab_size < 300 || options.vocab_size > 1'000'000) {
+    fail("tokenizer training: --vocab-size {} is out of range (allowed: 300 to 1000000)",
+         options.vocab_size);
+  }
+  if (options.max_sentences == 0) fail("tokenizer training: --max-sentences must be at least 1");
+  for (const auto& input : options.inputs) {
+    if (!std::filesystem::is_regular_file(input)) {
+      fail("tokenizer training: input {} is not a readable file", input.string());
+    }
+  }
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  const spm::TrainSpec spec = {
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(options.vocab_size)},
+      {"character_coverage", "0.99995"},
+      {"byte_fallback", "true"},
+      {"split_digits", "true"},
+      {"allow_whitespace_only_pieces", "true"},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "true"},
+      {"unk_id", "0"},
+      {"bos_id", "1"},
+      {"eos_id", "2"},
+      {"pad_id", "-1"},
+      {"input_sentence_size", std::to_string(options.max_sentences)},
+      {"shuffle_input_sentence", "true"},
+      {"max_sentence_length", "16384"},
+      {"num_threads", std::to_string(threads)},
+      {"minloglevel", "1"},
+  };
+  FileLines lines(options.inputs);
+  std::string model, error;
+  // Sentence sampling is the trainer's only randomness; a fixed seed makes it repeatable.
+  const bool ok = spm::library().train(&spec, &lines, 20240520u, &model, &error);
+  if (!lines.unreadable.empty()) fail("tokenizer training: cannot read {}", lines.unreadable);
+  if (lines.summary.lines == 0) fail("tokenizer training: the inputs hold no text");
+  if (!ok) fail("tokenizer training failed: {}", error);
+
+  if (model_file.has_parent_path()) std::filesystem::create_directories(model_file.parent_path());
+  write_file_atomic(model_file, model);
+  return lines.summary;
+}
+
+}  // namespace agora
