@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The agora command end to end, as a user runs it: help, version, tokenizer training, tokenize,
+# stats, and the errors a user sees. Usage: agora_cli_test.sh PATH/TO/agora
+set -uo pipefail
+agora="$1"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+check() {  # check NAME COMMAND...: the command must succeed
+  local name="$1"; shift
+  if "$@" >"$work/out" 2>&1; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: $name"; sed 's/^/  /' "$work/out"; fi
+}
+expect_error() {  # expect_error NAME PATTERN COMMAND...: must fail and print PATTERN
+  local name="$1" pattern="$2"; shift 2
+  if "$@" >"$work/out" 2>&1; then failed=$((failed + 1)); echo "FAIL: $name (succeeded)"
+  elif grep -q -- "$pattern" "$work/out"; then passed=$((passed + 1))
+  else failed=$((failed + 1)); echo "FAIL: $name (no '$pattern')"; sed 's/^/  /' "$work/out"; fi
+}
+
+mkdir -p "$work/docs"
+for i in $(seq 1 30); do
+  for j in $(seq 1 20); do echo "Line $j of document $i: it's a test, isn't it? Ünïcödé ✓"; done \
+    > "$work/docs/doc$i.txt"
+done
+
+check "help lists subcommands" bash -c "'$agora' --help | grep -q tokenize && '$agora' --help | grep -q stats"
+check "version names libtorch" bash -c "'$agora' --version | grep -q 'libtorch'"
+check "train a tokenizer" "$agora" tokenizer train --input "$work/docs" --vocab-size 320 --out "$work/t.model"
+check "tokenize with it" "$agora" tokenize --tokenizer "$work/t.model" --input "$work/docs" --out "$work/sp" --val-fraction 0.1
+check "train and val shards exist" test -s "$work/sp/train_000000.bin" -a -s "$work/sp/val_000000.bin"
+check "stats" bash -c "'$agora' stats '$work/sp' | grep -q 'distinct tokens'"
+check "tokenize with gpt2" "$agora" tokenize --tokenizer gpt2 --input "$work/docs" --out "$work/g"
+check "encode/decode round trip" bash -c \
+  "[ \"\$('$agora' tokenizer encode --text 'Hello world' | '$agora' tokenizer decode)\" = 'Hello world' ]"
+check "gpt2 ids" bash -c "[ \"\$('$agora' tokenizer encode --text 'Hello world')\" = '15496 995' ]"
+expect_error "refuses to overwrite" "pass --force" "$agora" tokenize --input "$work/docs" --out "$work/g"
+check "overwrites with --force" "$agora" tokenize --input "$work/docs" --out "$work/g" --force
+expect_error "missing input" "does not exist" "$agora" tokenize --input "$work/nope" --out "$work/x"
+expect_error "bad fraction" "out of range" "$agora" tokenize --input "$work/docs" --out "$work/x" --val-fraction 2
+expect_error "bad tokenizer" "no such file" "$agora" tokenize --tokenizer "$work/none.model" --input "$work/docs" --out "$work/x"
+expect_error "bad vocab size" "out of range" "$agora" tokenizer train --input "$work/docs" --vocab-size 5 --out "$work/y.model"
+expect_error "bad token id" "out of range" "$agora" tokenizer decode 99999999
+expect_error "not a token id" "is not a token id" "$agora" tokenizer decode abc
+printf 'garbage' > "$work/g/train_000000.bin"
+expect_error "corrupt shard" "train_000000.bin" "$agora" stats "$work/g"
+expect_error "unknown subcommand" "" "$agora" frobnicate
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
