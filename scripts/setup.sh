@@ -8,7 +8,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-# System packages. libopenblas0-openmp gives libtorch a fast BLAS (never libopenblas0-pthread,
+# System packages. python3-numpy runs the independent llm.c-style shard reader in the tests.
+# libopenblas0-openmp gives libtorch a fast BLAS (never libopenblas0-pthread,
 # which oversubscribes cores when libtorch's OpenMP threads call into it).
 packages=(
   build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
@@ -16,8 +17,14 @@ packages=(
   libpcre2-dev libsentencepiece-dev sentencepiece libsodium-dev
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nodejs npm bible-kjv fortunes fortunes-min
+  bible-kjv fortunes fortunes-min
+  python3-numpy
 )
+# Node.js (for the npm data packages and the tiktoken reference) may come from elsewhere than
+# Debian (the image's is NodeSource's, which bundles npm); only install it when the commands lack.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
