@@ -2,8 +2,10 @@
 // train` made) behind agora's Tokenizer interface.
 //
 // The end-of-text id is the model's </s> (eos_id); a model without one is rejected at load,
-// since documents could not be separated in token shards. SentencePiece itself is reached through
-// the bridge module (spm_bridge/spm_bridge.h explains why).
+// since documents could not be separated in token shards. Decoding is lossless for models trained
+// by agora (identity normalisation, byte fallback) except for one character: U+2581 "▁" is
+// SentencePiece's whitespace marker, so a literal U+2581 in the text decodes as a space.
+// SentencePiece itself is reached through the bridge module (spm_bridge/spm_bridge.h says why).
 #pragma once
 
 #include <filesystem>
