@@ -49,9 +49,12 @@ SplitStats scan_split(const fs::path& dir, const std::string& prefix, TokenId eo
 std::string printable(std::string text) {
   std::string out;
   for (const char c : text) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else out += c;
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else
+      out += c;
   }
   return "'" + out + "'";
 }
@@ -80,7 +83,8 @@ void add_stats_command(CLI::App& app) {
       }
     }
     std::string spec = *tokenizer_spec;
-    if (spec.empty() && meta.contains("tokenizer_spec")) spec = meta["tokenizer_spec"].get<std::string>();
+    if (spec.empty() && meta.contains("tokenizer_spec"))
+      spec = meta["tokenizer_spec"].get<std::string>();
     if (spec.empty()) fail("{} has no meta.json naming its tokenizer; pass --tokenizer", *dir);
     const auto tokenizer = load_tokenizer(spec);
     const TokenId eot = tokenizer->eot_id();
@@ -101,7 +105,8 @@ void add_stats_command(CLI::App& app) {
     std::vector<std::pair<uint64_t, TokenId>> ranked;
     for (const auto& [id, count] : train.counts) ranked.emplace_back(count, id);
     std::sort(ranked.rbegin(), ranked.rend());
-    fmt::print("distinct tokens in train: {} of {}\n", train.counts.size(), tokenizer->vocab_size());
+    fmt::print("distinct tokens in train: {} of {}\n", train.counts.size(),
+               tokenizer->vocab_size());
     fmt::print("most frequent in train:\n");
     for (int i = 0; i < *top && i < static_cast<int>(ranked.size()); ++i) {
       const auto [count, id] = ranked[i];

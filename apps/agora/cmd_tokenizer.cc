@@ -35,8 +35,7 @@ void add_train(CLI::App& parent) {
   cmd->add_option("--input", *inputs, "Text files or folders of them")->required();
   cmd->add_option("--vocab-size", options->vocab_size, "Vocabulary size")->capture_default_str();
   cmd->add_option("--out", *out, "The .model file to write")->required();
-  cmd->add_option("--max-sentences", options->max_sentences,
-                  "Lines sampled for training at most")
+  cmd->add_option("--max-sentences", options->max_sentences, "Lines sampled for training at most")
       ->capture_default_str();
   cmd->add_option("--threads", options->threads, "Threads (0: every core)")->capture_default_str();
   cmd->callback([options, inputs, out] {
@@ -46,9 +45,8 @@ void add_train(CLI::App& parent) {
     const auto start = std::chrono::steady_clock::now();
     const auto summary = train_sentencepiece(*options, *out);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    fmt::print("trained a {}-piece vocabulary on {} lines ({}) in {} -> {}\n",
-               options->vocab_size, summary.lines, format_bytes(summary.bytes),
-               format_duration(took.count()), *out);
+    fmt::print("trained a {}-piece vocabulary on {} lines ({}) in {} -> {}\n", options->vocab_size,
+               summary.lines, format_bytes(summary.bytes), format_duration(took.count()), *out);
   });
 }
 

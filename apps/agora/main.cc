@@ -1,6 +1,5 @@
 // agora: decentralized pretraining of language models. One binary, one subcommand per job.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <exception>
 

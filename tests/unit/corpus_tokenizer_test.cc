@@ -88,8 +88,10 @@ TEST_F(CorpusTokenizerTest, ShardsAreFullExceptTheLast) {
   for (size_t i = 0; i < summary.train.shards.size(); ++i) {
     const auto shard = ShardReader::open(root_ / "out" / summary.train.shards[i]);
     EXPECT_EQ(shard.version(), 1);  // GPT-2 ids fit in uint16
-    if (i + 1 < summary.train.shards.size()) EXPECT_EQ(shard.num_tokens(), 1024u);
-    else EXPECT_LE(shard.num_tokens(), 1024u);
+    if (i + 1 < summary.train.shards.size())
+      EXPECT_EQ(shard.num_tokens(), 1024u);
+    else
+      EXPECT_LE(shard.num_tokens(), 1024u);
   }
 }
 

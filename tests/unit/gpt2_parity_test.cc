@@ -20,29 +20,12 @@
 
 #include "agora/core/file.h"
 #include "agora/data/gpt2_tokenizer.h"
+#include "agora/data/utf8.h"
 
 namespace agora {
 namespace {
 
 namespace fs = std::filesystem;
-
-void append_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // Seeded generator of valid UTF-8 that exercises every branch of the pre-tokenizer and long BPE
 // merges. Code points are limited to those assigned in Unicode 13 or earlier: PCRE2's tables

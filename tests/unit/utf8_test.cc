@@ -103,21 +103,7 @@ class Reference {
  private:
   static std::string encode(uint32_t cp) {
     std::string s;
-    if (cp < 0x80) {
-      s += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      s += static_cast<char>(0xE0 | (cp >> 12));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      s += static_cast<char>(0xF0 | (cp >> 18));
-      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
+    append_utf8(s, cp);
     return s;
   }
   static uint32_t key(const std::string& s, size_t n) {
@@ -168,6 +154,19 @@ TEST(Utf8, LargeInputsStayLinear) {
   const std::string repaired = repair_utf8(text);
   EXPECT_TRUE(is_valid_utf8(repaired));
   EXPECT_EQ(repaired.size(), text.size() + 2 * 200000);
+}
+
+}  // namespace
+}  // namespace agora
+
+namespace agora {
+namespace {
+
+TEST(Utf8, AppendEncodesEachLength) {
+  std::string s;
+  for (const char32_t cp : {U'\x24', U'\xA2', U'\x20AC', U'\x10348'}) append_utf8(s, cp);
+  EXPECT_EQ(s, "\x24\xC2\xA2\xE2\x82\xAC\xF0\x90\x8D\x88");
+  EXPECT_TRUE(is_valid_utf8(s));
 }
 
 }  // namespace

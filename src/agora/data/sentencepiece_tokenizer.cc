@@ -20,9 +20,10 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(
   std::unique_ptr<SentencePieceTokenizer> tokenizer(
       new SentencePieceTokenizer(model, model_file.filename().string()));
   if (spm.eos_id(model) < 0) {
-    fail("tokenizer {}: the model has no end-of-sentence piece (</s>), which agora needs to "
-         "separate documents; train it with eos_id >= 0",
-         model_file.string());
+    fail(
+        "tokenizer {}: the model has no end-of-sentence piece (</s>), which agora needs to "
+        "separate documents; train it with eos_id >= 0",
+        model_file.string());
   }
   return tokenizer;
 }
@@ -33,7 +34,9 @@ SentencePieceTokenizer::SentencePieceTokenizer(void* model, std::string name)
       vocab_size_(static_cast<uint32_t>(spm::library().piece_size(model))),
       eot_id_(static_cast<TokenId>(spm::library().eos_id(model))) {}
 
-SentencePieceTokenizer::~SentencePieceTokenizer() { spm::library().release(model_); }
+SentencePieceTokenizer::~SentencePieceTokenizer() {
+  spm::library().release(model_);
+}
 
 void SentencePieceTokenizer::encode(std::string_view text, std::vector<TokenId>& out) const {
   // SentencePiece would map invalid bytes its own way; repairing first gives every tokenizer
@@ -68,8 +71,12 @@ std::string SentencePieceTokenizer::decode(std::span<const TokenId> ids) const {
   return text;
 }
 
-uint32_t SentencePieceTokenizer::vocab_size() const { return vocab_size_; }
+uint32_t SentencePieceTokenizer::vocab_size() const {
+  return vocab_size_;
+}
 
-TokenId SentencePieceTokenizer::eot_id() const { return eot_id_; }
+TokenId SentencePieceTokenizer::eot_id() const {
+  return eot_id_;
+}
 
 }  // namespace agora

@@ -64,9 +64,10 @@ Library load_library() {
     lib.train = reinterpret_cast<decltype(lib.train)>(symbol("agora_spm_train"));
     return lib;  // the handle stays open for the life of the process
   }
-  fail("cannot load the SentencePiece bridge libagora_spm.so; tried:{}\n"
-       "build it (make build) or point AGORA_SPM_LIBRARY at it",
-       tried);
+  fail(
+      "cannot load the SentencePiece bridge libagora_spm.so; tried:{}\n"
+      "build it (make build) or point AGORA_SPM_LIBRARY at it",
+      tried);
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 
 namespace agora {
 
+// Appends the UTF-8 encoding of the scalar value `code_point` (below 0x110000, not a surrogate).
+void append_utf8(std::string& out, char32_t code_point);
+
 // True when `text` is well-formed UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF).
 bool is_valid_utf8(std::string_view text);
 

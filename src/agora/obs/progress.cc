@@ -32,7 +32,9 @@ Progress::Progress(std::string label, uint64_t total, std::string unit)
       start_(std::chrono::steady_clock::now()),
       last_draw_(start_) {}
 
-Progress::~Progress() { finish(); }
+Progress::~Progress() {
+  finish();
+}
 
 double Progress::elapsed_seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -70,10 +72,12 @@ void Progress::draw(bool final_line) {
   const auto amount = [&](double v) {
     return bytes ? format_bytes(v) : fmt::format("{:.0f} {}", v, unit_);
   };
-  const std::string rate_text = bytes ? format_bytes(rate) + "/s" : fmt::format("{:.1f} {}/s", rate, unit_);
+  const std::string rate_text =
+      bytes ? format_bytes(rate) + "/s" : fmt::format("{:.1f} {}/s", rate, unit_);
   std::string line;
   if (final_line) {
-    line = fmt::format("{}  {} in {}  ({})", label_, amount(done), format_duration(elapsed), rate_text);
+    line = fmt::format("{}  {} in {}  ({})", label_, amount(done), format_duration(elapsed),
+                       rate_text);
   } else {
     constexpr int kWidth = 20;
     const int filled = static_cast<int>(fraction * kWidth);

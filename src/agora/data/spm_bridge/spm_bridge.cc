@@ -37,7 +37,9 @@ void* agora_spm_load(const char* path, std::string* error) {
   return processor.release();
 }
 
-void agora_spm_release(void* model) { delete static_cast<SentencePieceProcessor*>(model); }
+void agora_spm_release(void* model) {
+  delete static_cast<SentencePieceProcessor*>(model);
+}
 
 int agora_spm_piece_size(const void* model) {
   return static_cast<const SentencePieceProcessor*>(model)->GetPieceSize();
@@ -50,8 +52,7 @@ int agora_spm_eos_id(const void* model) {
 bool agora_spm_encode(const void* model, std::string_view text, std::vector<int>* ids,
                       std::string* error) {
   try {
-    const auto status = static_cast<const SentencePieceProcessor*>(model)->Encode(
-        text, ids);
+    const auto status = static_cast<const SentencePieceProcessor*>(model)->Encode(text, ids);
     if (!status.ok()) *error = status.ToString();
     return status.ok();
   } catch (const std::exception& e) {
