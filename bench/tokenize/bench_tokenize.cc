@@ -226,7 +226,9 @@ int main(int argc, char** argv) {
         out["results"].push_back(row);
       }
       if (reference != nullptr) out["ratio"] = rows[0].median() / reference->median();
-      agora::write_file_atomic(json_path, out.dump(2) + "\n");
+      const std::filesystem::path json_file(json_path);
+      if (json_file.has_parent_path()) std::filesystem::create_directories(json_file.parent_path());
+      agora::write_file_atomic(json_file, out.dump(2) + "\n");
     }
     return agree ? 0 : 1;
   } catch (const agora::Error& e) {
