@@ -44,13 +44,19 @@ $(DATA)/tokens/gpt2/meta.json: | build
 
 data: build $(DATA)/tokens/sp8k/meta.json $(DATA)/tokens/gpt2/meta.json
 
+# The main job on one machine: train the small preset on the bundled corpus for a few minutes,
+# evaluate the checkpoint, and sample from it.
 demo: data
 	@echo
-	$(AGORA) stats $(DATA)/tokens/sp8k
+	$(AGORA) stats $(DATA)/tokens/sp8k --top 5
 	@echo
-	$(AGORA) stats $(DATA)/tokens/gpt2
+	$(AGORA) train --config configs/demo.toml
+	@echo
+	$(AGORA) eval --checkpoint runs/demo/latest --data $(DATA)/tokens/sp8k/val_000000.bin
+	@echo
+	$(AGORA) generate --checkpoint runs/demo/latest --prompt "And God said" --tokens 60 --seed 1
 
-test: build fuzz-build
+test: build fuzz-build data
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	ctest --test-dir $(FUZZ_BUILD) --output-on-failure -j $(JOBS)
 

@@ -7,6 +7,7 @@ find_package(Threads REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(fmt REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
+find_package(tomlplusplus REQUIRED)
 
 # libsentencepiece.pc names only the processor; training lives in a second library.
 find_library(SENTENCEPIECE_TRAIN_LIB sentencepiece_train REQUIRED)

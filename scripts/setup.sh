@@ -15,7 +15,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
   libtorch-dev libopenblas0-openmp
   libpcre2-dev libsentencepiece-dev sentencepiece libsodium-dev
-  libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   bible-kjv fortunes fortunes-min
   python3-numpy

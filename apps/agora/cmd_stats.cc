@@ -7,6 +7,7 @@
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
+#include "agora/data/corpus_tokenizer.h"
 #include "agora/data/shard.h"
 #include "agora/data/tokenizer.h"
 #include "agora/obs/progress.h"
@@ -84,7 +85,7 @@ void add_stats_command(CLI::App& app) {
     }
     std::string spec = *tokenizer_spec;
     if (spec.empty() && meta.contains("tokenizer_spec"))
-      spec = meta["tokenizer_spec"].get<std::string>();
+      spec = resolve_tokenizer_spec(*dir, meta["tokenizer_spec"].get<std::string>());
     if (spec.empty()) fail("{} has no meta.json naming its tokenizer; pass --tokenizer", *dir);
     const auto tokenizer = load_tokenizer(spec);
     const TokenId eot = tokenizer->eot_id();

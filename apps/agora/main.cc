@@ -3,16 +3,21 @@
 #include <cstdio>
 #include <exception>
 
+#include "agora/core/allocator.h"
 #include "agora/core/error.h"
 #include "commands.h"
 
 int main(int argc, char** argv) {
+  agora::tune_allocator_for_tensors();
   CLI::App app{"agora: pretrain language models on compute that nobody owns together"};
   app.set_version_flag("--version", agora::cli::version_string());
   app.require_subcommand(1);
   agora::cli::add_tokenize_command(app);
   agora::cli::add_tokenizer_command(app);
   agora::cli::add_stats_command(app);
+  agora::cli::add_train_command(app);
+  agora::cli::add_eval_command(app);
+  agora::cli::add_generate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

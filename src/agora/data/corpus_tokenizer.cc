@@ -153,6 +153,10 @@ std::vector<fs::path> list_documents(const std::vector<fs::path>& inputs) {
   return documents;
 }
 
+std::string resolve_tokenizer_spec(const fs::path& data_dir, const std::string& spec) {
+  return spec == "gpt2" ? spec : (data_dir / spec).string();
+}
+
 bool is_validation_document(std::string_view bytes, double val_fraction) {
   // 2^-64 resolution is plenty; compare in long double so a fraction of 1.0 takes everything.
   return static_cast<long double>(stable_hash64(bytes)) <
@@ -247,10 +251,16 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
     summary.seconds = progress->elapsed_seconds();
   }
 
+  // A SentencePiece model travels with its shards, so the folder is self-contained.
+  std::string recorded_spec = options.tokenizer_spec;
+  if (recorded_spec != "gpt2" && !recorded_spec.empty()) {
+    fs::copy_file(recorded_spec, tmp / "tokenizer.model", fs::copy_options::overwrite_existing);
+    recorded_spec = "tokenizer.model";
+  }
   const nlohmann::json meta = {
       {"format", "llm.c token shards (magic 20240520)"},
       {"tokenizer", tokenizer.name()},
-      {"tokenizer_spec", options.tokenizer_spec},
+      {"tokenizer_spec", recorded_spec},
       {"vocab_size", tokenizer.vocab_size()},
       {"eot_id", tokenizer.eot_id()},
       {"shard_version", version},

@@ -10,7 +10,9 @@
 //   least two documents, both splits get at least one document.
 // - Shards hold exactly `shard_tokens` tokens except the last of each split (documents may span
 //   two shards, as in llm.c): DIR/train_000000.bin ..., DIR/val_000000.bin ..., plus
-//   DIR/meta.json describing the tokenizer and the counts.
+//   DIR/meta.json describing the tokenizer and the counts. A SentencePiece model is copied in as
+//   DIR/tokenizer.model and meta.json's tokenizer_spec names it relative to DIR ("gpt2" stays
+//   "gpt2"), so the folder is self-contained.
 // - The folder appears whole or not at all: everything is written to DIR.tmp and renamed. An
 //   existing DIR is an error unless `force` is set, in which case it is replaced.
 // - Documents are tokenized on `threads` threads; a progress line shows MB/s and ETA.
@@ -51,6 +53,9 @@ struct CorpusTokenizeSummary {
 
 // Expands folders into their files (sorted); throws Error for a path that does not exist.
 std::vector<std::filesystem::path> list_documents(const std::vector<std::filesystem::path>& inputs);
+
+// The loadable tokenizer spec for meta.json's tokenizer_spec of the token folder `data_dir`.
+std::string resolve_tokenizer_spec(const std::filesystem::path& data_dir, const std::string& spec);
 
 // True when the document with these bytes belongs to the validation split (see above).
 bool is_validation_document(std::string_view bytes, double val_fraction);

@@ -1,0 +1,339 @@
+#include "agora/train/run_config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <utility>
+
+#include "agora/core/error.h"
+#include "agora/core/toml_config.h"
+
+namespace agora {
+namespace {
+
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+
+// One overridable ModelConfig field; exactly one of the member pointers is set. The caps on the
+// integers are far beyond any real model and keep products such as vocab * hidden inside int64.
+struct ModelField {
+  const char* name;
+  int64_t ModelConfig::*integer = nullptr;
+  double ModelConfig::*real = nullptr;
+  bool ModelConfig::*flag = nullptr;
+  IntRange int_range = {};
+  DoubleRange double_range = {};
+};
+
+const std::vector<ModelField>& model_fields() {
+  static const std::vector<ModelField> fields = {
+      {.name = "hidden_size", .integer = &ModelConfig::hidden_size, .int_range = {1, 1 << 20}},
+      {.name = "intermediate_size",
+       .integer = &ModelConfig::intermediate_size,
+       .int_range = {1, 1 << 22}},
+      {.name = "num_layers", .integer = &ModelConfig::num_layers, .int_range = {1, 4096}},
+      {.name = "num_heads", .integer = &ModelConfig::num_heads, .int_range = {1, 1 << 16}},
+      {.name = "num_kv_heads", .integer = &ModelConfig::num_kv_heads, .int_range = {1, 1 << 16}},
+      {.name = "rope_theta",
+       .real = &ModelConfig::rope_theta,
+       .double_range = DoubleRange::greater_than(0)},
+      {.name = "rms_norm_eps",
+       .real = &ModelConfig::rms_norm_eps,
+       .double_range = DoubleRange::greater_than(0)},
+      {.name = "tie_embeddings", .flag = &ModelConfig::tie_embeddings},
+      {.name = "init_std",
+       .real = &ModelConfig::init_std,
+       .double_range = DoubleRange::greater_than(0)},
+      {.name = "yarn_factor",
+       .real = &ModelConfig::yarn_factor,
+       .double_range = DoubleRange::at_least(1)},
+      {.name = "yarn_original_max_seq_len",
+       .integer = &ModelConfig::yarn_original_max_seq_len,
+       .int_range = {0, 1 << 24}},
+      {.name = "yarn_beta_fast",
+       .real = &ModelConfig::yarn_beta_fast,
+       .double_range = DoubleRange::greater_than(0)},
+      {.name = "yarn_beta_slow",
+       .real = &ModelConfig::yarn_beta_slow,
+       .double_range = DoubleRange::greater_than(0)},
+      {.name = "logn_attention_scaling", .flag = &ModelConfig::logn_attention_scaling},
+  };
+  return fields;
+}
+
+const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
+const std::vector<std::string> kDtypes = {"float32", "bfloat16"};
+const std::vector<std::string> kOptimizers = {"adamw"};
+const std::vector<std::string> kScheduleKinds = {"constant", "cosine", "wsd"};
+
+constexpr IntRange kVocabRange = {0, std::numeric_limits<int32_t>::max()};
+constexpr IntRange kSeqLenRange = {2, 1 << 24};
+constexpr IntRange kBatchRange = {1, 1 << 24};
+// A trillion steps is far past any run and keeps step arithmetic in doubles exact.
+constexpr IntRange kStepsRange = {1, int64_t{1} << 40};
+
+// The origin to blame for a rule over several keys: the --set assignments that wrote any of them,
+// else the source, so a bad override is named even when the rule's other key came from the file.
+std::string origin(const TomlConfig& toml, const std::vector<std::string>& paths) {
+  std::vector<std::string> overrides;
+  for (const std::string& path : paths) {
+    std::string where = toml.where(path);
+    if (where == toml.source_name()) continue;
+    if (std::find(overrides.begin(), overrides.end(), where) == overrides.end()) {
+      overrides.push_back(std::move(where));
+    }
+  }
+  if (overrides.empty()) return toml.source_name();
+  return fmt::format("{}", fmt::join(overrides, ", "));
+}
+
+bool models_equal(const ModelConfig& a, const ModelConfig& b) {
+  if (a.preset != b.preset || a.vocab_size != b.vocab_size || a.max_seq_len != b.max_seq_len) {
+    return false;
+  }
+  for (const ModelField& field : model_fields()) {
+    if (field.integer && a.*field.integer != b.*field.integer) return false;
+    if (field.real && a.*field.real != b.*field.real) return false;
+    if (field.flag && a.*field.flag != b.*field.flag) return false;
+  }
+  return true;
+}
+
+std::string model_field_text(const ModelConfig& model, const ModelField& field) {
+  if (field.integer) return fmt::format("{}", model.*field.integer);
+  if (field.real) return toml_float(model.*field.real);
+  return model.*field.flag ? "true" : "false";
+}
+
+void read_model(TomlConfig& toml, RunConfig& config) {
+  const std::string preset = toml.get_choice("model.preset", "small", model_preset_names());
+  const int64_t vocab_size = toml.get_int("model.vocab_size", 0, kVocabRange);
+  config.model = model_preset(preset, vocab_size, config.data.seq_len);
+  for (const ModelField& field : model_fields()) {
+    const std::string path = fmt::format("model.{}", field.name);
+    const bool present = toml.has(path);
+    if (field.integer) {
+      config.model.*field.integer =
+          toml.get_int(path, config.model.*field.integer, field.int_range);
+    } else if (field.real) {
+      config.model.*field.real =
+          toml.get_double(path, config.model.*field.real, field.double_range);
+    } else {
+      config.model.*field.flag = toml.get_bool(path, config.model.*field.flag);
+    }
+    if (present) config.model_overrides.insert(field.name);
+  }
+}
+
+void read_sections(TomlConfig& toml, RunConfig& config) {
+  config.seed = toml.get_uint64("seed", config.seed);
+
+  DataConfig& data = config.data;
+  data.dir = toml.get_string("data.dir", data.dir, /*allow_empty=*/false);
+  data.seq_len = toml.get_int("data.seq_len", data.seq_len, kSeqLenRange);
+
+  read_model(toml, config);
+
+  TrainConfig& train = config.train;
+  train.steps = toml.get_int("train.steps", train.steps, kStepsRange);
+  train.batch_size = toml.get_int("train.batch_size", train.batch_size, kBatchRange);
+  train.micro_batch_size =
+      toml.get_int("train.micro_batch_size", train.micro_batch_size, kBatchRange);
+  train.eval_interval = toml.get_int("train.eval_interval", train.eval_interval, {0, kMaxInt});
+  train.eval_windows = toml.get_int("train.eval_windows", train.eval_windows, kBatchRange);
+  train.checkpoint_interval =
+      toml.get_int("train.checkpoint_interval", train.checkpoint_interval, {0, kMaxInt});
+  train.log_interval = toml.get_int("train.log_interval", train.log_interval, {1, kMaxInt});
+  train.out_dir = toml.get_string("train.out_dir", train.out_dir, /*allow_empty=*/false);
+  train.device = toml.get_choice("train.device", train.device, kDevices);
+  train.dtype = toml.get_choice("train.dtype", train.dtype, kDtypes);
+  train.threads = toml.get_int("train.threads", train.threads, {0, 4096});
+
+  OptimizerConfig& opt = config.optimizer;
+  opt.name = toml.get_choice("optimizer.name", opt.name, kOptimizers);
+  opt.lr = toml.get_double("optimizer.lr", opt.lr, DoubleRange::greater_than(0));
+  opt.beta1 =
+      toml.get_double("optimizer.beta1", opt.beta1, DoubleRange::between(0, 1, false, true));
+  opt.beta2 =
+      toml.get_double("optimizer.beta2", opt.beta2, DoubleRange::between(0, 1, false, true));
+  opt.eps = toml.get_double("optimizer.eps", opt.eps, DoubleRange::greater_than(0));
+  opt.weight_decay =
+      toml.get_double("optimizer.weight_decay", opt.weight_decay, DoubleRange::at_least(0));
+  opt.grad_clip = toml.get_double("optimizer.grad_clip", opt.grad_clip, DoubleRange::at_least(0));
+
+  ScheduleConfig& schedule = config.schedule;
+  schedule.kind = toml.get_choice("schedule.kind", schedule.kind, kScheduleKinds);
+  schedule.warmup_steps =
+      toml.get_int("schedule.warmup_steps", schedule.warmup_steps, {0, kMaxInt});
+  schedule.min_lr_ratio =
+      toml.get_double("schedule.min_lr_ratio", schedule.min_lr_ratio, DoubleRange::between(0, 1));
+  schedule.decay_fraction = toml.get_double("schedule.decay_fraction", schedule.decay_fraction,
+                                            DoubleRange::between(0, 1, true, false));
+}
+
+// The rules that span keys; each single key was range-checked as it was read.
+void check_cross_field(const TomlConfig& toml, const RunConfig& config) {
+  const TrainConfig& train = config.train;
+  if (train.batch_size % train.micro_batch_size != 0) {
+    fail(
+        "{}: train.batch_size = {} is not a multiple of train.micro_batch_size = {} (allowed: "
+        "batch_size = k * micro_batch_size for a whole k >= 1)",
+        origin(toml, {"train.batch_size", "train.micro_batch_size"}), train.batch_size,
+        train.micro_batch_size);
+  }
+  const ScheduleConfig& schedule = config.schedule;
+  if (schedule.warmup_steps > train.steps) {
+    fail("{}: schedule.warmup_steps = {} is invalid (allowed: an integer in [0, train.steps = {}])",
+         origin(toml, {"schedule.warmup_steps", "train.steps"}), schedule.warmup_steps,
+         train.steps);
+  }
+  if (schedule.kind == "wsd" && schedule.warmup_steps > train.steps - config.decay_steps()) {
+    fail(
+        "{}: schedule.warmup_steps = {} overlaps the wsd decay (allowed: at most train.steps - "
+        "decay steps = {} - {} = {}; decay steps = round(schedule.decay_fraction * train.steps))",
+        origin(toml, {"schedule.warmup_steps", "schedule.decay_fraction", "train.steps"}),
+        schedule.warmup_steps, train.steps, config.decay_steps(),
+        train.steps - config.decay_steps());
+  }
+  // The model's shape is checked now even before the data's vocabulary is known, with a stand-in
+  // vocabulary, so a bad hidden_size / num_heads fails at load rather than minutes later.
+  ModelConfig model = config.model;
+  if (model.vocab_size == 0) model.vocab_size = 1;
+  try {
+    model.validate();
+  } catch (const Error& error) {
+    std::vector<std::string> paths = {"model.preset", "model.vocab_size", "data.seq_len"};
+    for (const ModelField& field : model_fields())
+      paths.push_back(fmt::format("model.{}", field.name));
+    const std::string where = origin(toml, paths);
+    fail("{}: {}", where, error.what());
+  }
+}
+
+RunConfig build(TomlConfig toml, const std::vector<std::string>& overrides) {
+  for (const std::string& assignment : overrides) toml.apply_override(assignment);
+  RunConfig config;
+  read_sections(toml, config);
+  toml.reject_unknown_keys();
+  check_cross_field(toml, config);
+  return config;
+}
+
+}  // namespace
+
+RunConfig RunConfig::load(const std::filesystem::path& path,
+                          const std::vector<std::string>& overrides) {
+  return build(TomlConfig::load(path), overrides);
+}
+
+RunConfig RunConfig::parse(std::string_view toml_text, std::string_view source_name,
+                           const std::vector<std::string>& overrides) {
+  return build(TomlConfig::parse(toml_text, source_name), overrides);
+}
+
+std::string RunConfig::to_toml() const {
+  std::string out = "# agora run config, fully resolved: every key, defaults included.\n";
+  // TOML integers are signed 64-bit; larger seeds travel as decimal strings.
+  if (seed > static_cast<uint64_t>(kMaxInt)) {
+    out += fmt::format("seed = \"{}\"\n", seed);
+  } else {
+    out += fmt::format("seed = {}\n", seed);
+  }
+
+  out += "\n[model]\n";
+  out += fmt::format("preset = {}\n", toml_quote(model.preset));
+  out += fmt::format("vocab_size = {}  # 0 = from the data folder's meta.json\n", model.vocab_size);
+  for (const ModelField& field : model_fields()) {
+    if (model_overrides.count(field.name) != 0) {
+      out += fmt::format("{} = {}\n", field.name, model_field_text(model, field));
+    }
+  }
+  for (const ModelField& field : model_fields()) {
+    if (model_overrides.count(field.name) == 0) {
+      out +=
+          fmt::format("# {} = {}  (from the preset)\n", field.name, model_field_text(model, field));
+    }
+  }
+  out += fmt::format("# max_seq_len = {}  (data.seq_len)\n", model.max_seq_len);
+
+  out += "\n[data]\n";
+  out += fmt::format("dir = {}\n", toml_quote(data.dir));
+  out += fmt::format("seq_len = {}\n", data.seq_len);
+
+  out += "\n[train]\n";
+  out += fmt::format("steps = {}\n", train.steps);
+  out += fmt::format("batch_size = {}\n", train.batch_size);
+  out += fmt::format("micro_batch_size = {}\n", train.micro_batch_size);
+  out += fmt::format("eval_interval = {}\n", train.eval_interval);
+  out += fmt::format("eval_windows = {}\n", train.eval_windows);
+  out += fmt::format("checkpoint_interval = {}\n", train.checkpoint_interval);
+  out += fmt::format("log_interval = {}\n", train.log_interval);
+  out += fmt::format("out_dir = {}\n", toml_quote(train.out_dir));
+  out += fmt::format("device = {}\n", toml_quote(train.device));
+  out += fmt::format("dtype = {}\n", toml_quote(train.dtype));
+  out += fmt::format("threads = {}\n", train.threads);
+
+  out += "\n[optimizer]\n";
+  out += fmt::format("name = {}\n", toml_quote(optimizer.name));
+  out += fmt::format("lr = {}\n", toml_float(optimizer.lr));
+  out += fmt::format("beta1 = {}\n", toml_float(optimizer.beta1));
+  out += fmt::format("beta2 = {}\n", toml_float(optimizer.beta2));
+  out += fmt::format("eps = {}\n", toml_float(optimizer.eps));
+  out += fmt::format("weight_decay = {}\n", toml_float(optimizer.weight_decay));
+  out += fmt::format("grad_clip = {}\n", toml_float(optimizer.grad_clip));
+
+  out += "\n[schedule]\n";
+  out += fmt::format("kind = {}\n", toml_quote(schedule.kind));
+  out += fmt::format("warmup_steps = {}\n", schedule.warmup_steps);
+  out += fmt::format("min_lr_ratio = {}\n", toml_float(schedule.min_lr_ratio));
+  out += fmt::format("decay_fraction = {}\n", toml_float(schedule.decay_fraction));
+  return out;
+}
+
+void RunConfig::set_vocab_size(int64_t vocab_size) {
+  if (vocab_size <= 0 || vocab_size > kVocabRange.max) {
+    fail("model.vocab_size = {} is invalid (allowed: an integer in [1, {}])", vocab_size,
+         kVocabRange.max);
+  }
+  model.vocab_size = vocab_size;
+  model.validate();
+}
+
+int64_t RunConfig::decay_steps() const {
+  if (schedule.kind != "wsd") return 0;
+  const auto rounded = static_cast<int64_t>(
+      std::llround(schedule.decay_fraction * static_cast<double>(train.steps)));
+  return std::clamp<int64_t>(rounded, 1, train.steps);
+}
+
+double RunConfig::learning_rate(int64_t step) const {
+  if (step < 0) fail("learning_rate: step = {} is invalid (allowed: an integer >= 0)", step);
+  const double lr = optimizer.lr;
+  const double floor = lr * schedule.min_lr_ratio;
+  const int64_t warmup = schedule.warmup_steps, steps = train.steps;
+  if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (schedule.kind == "constant") return lr;
+  if (schedule.kind == "cosine") {
+    const double span = static_cast<double>(steps - warmup);
+    const double progress =
+        span <= 0 ? 1.0 : std::min(1.0, static_cast<double>(step - warmup) / span);
+    return floor + (lr - floor) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  }
+  // wsd
+  const int64_t decay = decay_steps(), decay_start = steps - decay;
+  if (step < decay_start) return lr;
+  const double progress =
+      std::min(1.0, static_cast<double>(step - decay_start + 1) / static_cast<double>(decay));
+  return lr - (lr - floor) * progress;
+}
+
+bool RunConfig::operator==(const RunConfig& other) const {
+  return seed == other.seed && models_equal(model, other.model) &&
+         model_overrides == other.model_overrides && data == other.data && train == other.train &&
+         optimizer == other.optimizer && schedule == other.schedule;
+}
+
+}  // namespace agora

@@ -1,0 +1,140 @@
+// RunConfig: everything `agora train --config FILE [--set key=value ...]` needs, validated.
+//
+// Loaded from TOML (configs/*.toml are the examples). What it promises:
+//   - every value is checked for type and range, and the cross-field rules hold (batch_size is a
+//     multiple of micro_batch_size, warmup fits in the run, ...); an Error names the key as a
+//     dotted path, the value and what is allowed, and where it came from (the file or the --set);
+//   - an unknown key is an error with a did-you-mean suggestion, never a silent default;
+//   - to_toml() writes the fully resolved config, every key, deterministically, and
+//     parse(to_toml()) == *this, so a run's out_dir can keep the exact config it ran with.
+//
+// The schema, with its defaults:
+//
+//   seed = 1234                 # any 64-bit unsigned (quote values above 2^63 - 1)
+//   [model]
+//   preset = "small"            # one of model_preset_names()
+//   vocab_size = 0              # 0 = take it from the data folder's meta.json at run time
+//   # optional overrides of the preset's fields: hidden_size, intermediate_size, num_layers,
+//   # num_heads, num_kv_heads, rope_theta, rms_norm_eps, tie_embeddings, init_std, yarn_factor,
+//   # yarn_original_max_seq_len, yarn_beta_fast, yarn_beta_slow, logn_attention_scaling
+//   [data]
+//   dir = "data/tokens/sp8k"    # a folder written by `agora tokenize`
+//   seq_len = 256               # becomes model.max_seq_len
+//   [train]
+//   steps = 1000, batch_size = 32, micro_batch_size = 8, eval_interval = 100, eval_windows = 32,
+//   checkpoint_interval = 0, log_interval = 10, out_dir = "runs/default", device = "auto",
+//   dtype = "float32", threads = 0
+//   [optimizer]
+//   name = "adamw", lr = 3e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1,
+//   grad_clip = 1.0
+//   [schedule]
+//   kind = "cosine", warmup_steps = 100, min_lr_ratio = 0.1, decay_fraction = 0.2
+//
+// Torch-free: the CLI, tests and the coordinator read configs without libtorch.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agora/model/model_config.h"
+
+namespace agora {
+
+struct DataConfig {
+  std::string dir = "data/tokens/sp8k";  // a folder of train_*.bin / val_*.bin and meta.json
+  int64_t seq_len = 256;                 // tokens per training window; model.max_seq_len
+
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct TrainConfig {
+  int64_t steps = 1000;             // optimizer steps
+  int64_t batch_size = 32;          // sequences per optimizer step
+  int64_t micro_batch_size = 8;     // sequences per forward/backward; divides batch_size
+  int64_t eval_interval = 100;      // steps between validation runs; 0 = only at the end
+  int64_t eval_windows = 32;        // validation windows per evaluation
+  int64_t checkpoint_interval = 0;  // steps between checkpoints; 0 = only at the end
+  int64_t log_interval = 10;        // steps between progress lines
+  std::string out_dir = "runs/default";
+  std::string device = "auto";    // auto | cpu | cuda
+  std::string dtype = "float32";  // float32 | bfloat16 (autocast where supported)
+  int64_t threads = 0;            // intra-op threads; 0 = every core
+
+  int64_t accumulation_steps() const { return batch_size / micro_batch_size; }
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct OptimizerConfig {
+  std::string name = "adamw";  // only adamw for now
+  double lr = 3e-3;            // peak learning rate
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // decoupled; never applied to norms
+  double grad_clip = 1.0;     // max global gradient norm; 0 = off
+
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+struct ScheduleConfig {
+  std::string kind = "cosine";  // constant | cosine | wsd, all with linear warmup
+  int64_t warmup_steps = 100;
+  double min_lr_ratio = 0.1;    // cosine floor and wsd end, as a fraction of lr
+  double decay_fraction = 0.2;  // wsd only: the final fraction of steps that decays
+
+  bool operator==(const ScheduleConfig&) const = default;
+};
+
+struct RunConfig {
+  uint64_t seed = 1234;
+  // The preset's shape with the [model] overrides applied; max_seq_len = data.seq_len and
+  // model.preset names the preset.
+  ModelConfig model = model_preset("small", 0, 256);
+  // The ModelConfig fields [model] set explicitly (not vocab_size, which is always written), so
+  // to_toml() writes them back as overrides rather than as the preset's values.
+  std::set<std::string> model_overrides;
+  DataConfig data;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+
+  // Reads `path`, applies each "key=value" override in order, validates. Throws Error.
+  static RunConfig load(const std::filesystem::path& path,
+                        const std::vector<std::string>& overrides = {});
+  // The same from text; `source_name` prefixes every message (a file name, or "<string>").
+  static RunConfig parse(std::string_view toml_text, std::string_view source_name,
+                         const std::vector<std::string>& overrides = {});
+
+  // Every key, in schema order, with the preset's model fields as comments.
+  std::string to_toml() const;
+
+  // Sets model.vocab_size (from the data folder's meta.json) and validates the model in full.
+  // Throws Error when vocab_size <= 0 or the model is invalid with it.
+  void set_vocab_size(int64_t vocab_size);
+
+  // The learning rate for optimizer step `step` (0-based), W = warmup_steps, S = train.steps,
+  // lr = optimizer.lr, floor = lr * min_lr_ratio:
+  //   step < W (warmup, every kind):   lr * (step + 1) / W
+  //   constant:                        lr
+  //   cosine:  p = (step - W) / (S - W), clamped to [0, 1]
+  //                                    floor + (lr - floor) * 0.5 * (1 + cos(pi * p))
+  //            so step W gets lr and the decay would reach floor at step S, one past the last.
+  //   wsd:     D = round(decay_fraction * S) clamped to [1, S]; the last D steps decay:
+  //            step < S - D:           lr
+  //            otherwise p = (step - (S - D) + 1) / D, clamped to [0, 1]
+  //                                    lr - (lr - floor) * p
+  //            so the first decay step is already below lr and step S - 1 gets exactly floor.
+  // Steps past the end keep the last value of the formula (floor for cosine and wsd).
+  // Throws Error for step < 0.
+  double learning_rate(int64_t step) const;
+  // D above; 0 for kinds other than wsd.
+  int64_t decay_steps() const;
+
+  bool operator==(const RunConfig& other) const;
+};
+
+}  // namespace agora
