@@ -78,6 +78,15 @@ TEST_F(TrainerTest, LossFalls) {
   EXPECT_TRUE(fs::is_symlink(dir_ / "run" / "latest"));
 }
 
+TEST_F(TrainerTest, Bfloat16AutocastTrains) {
+  RunConfig c = config("bf16", 3);
+  c.train.dtype = "bfloat16";
+  std::vector<double> losses;
+  train(c, quiet(&losses));
+  ASSERT_EQ(losses.size(), 3u);
+  for (const double loss : losses) EXPECT_TRUE(std::isfinite(loss));
+}
+
 TEST_F(TrainerTest, SameConfigSameNumbers) {
   std::vector<double> a, b;
   train(config("a", 8), quiet(&a));
