@@ -1,7 +1,6 @@
 #include "agora/data/shard.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -206,41 +205,18 @@ void write_shard(const std::filesystem::path& path, std::span<const TokenId> tok
 
 ShardReader ShardReader::open(const std::filesystem::path& path) {
   const std::string name = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open shard {}: {}", name, std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail("cannot stat shard {}: {}", name, std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("shard {}: not a regular file", name);
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  ShardReader reader;
+  reader.file_ = MappedFile::open(path, "shard");
+  const std::span<const uint8_t> bytes = reader.file_.bytes();
+  const uint64_t size = bytes.size();
+  if (size == 0) fail("shard {}: the file is empty; a shard starts with a 1024-byte header", name);
   if (size < kShardHeaderBytes) {
-    ::close(fd);
-    if (size == 0) {
-      fail("shard {}: the file is empty; a shard starts with a 1024-byte header", name);
-    }
     fail("shard {}: the file has {} bytes, shorter than the 1024-byte header of a token shard",
          name, size);
   }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_err = errno;
-  // The mapping keeps the file alive; the descriptor is no longer needed.
-  ::close(fd);
-  if (map == MAP_FAILED) fail("cannot map shard {}: {}", name, std::strerror(map_err));
-
-  ShardReader reader;
-  reader.path_ = path;
-  reader.map_ = static_cast<const uint8_t*>(map);
-  reader.map_bytes_ = size;
-  // From here on `reader` owns the mapping, so every fail() below unmaps it.
-  const int32_t magic = static_cast<int32_t>(load_le32(reader.map_));
-  const int32_t version = static_cast<int32_t>(load_le32(reader.map_ + 4));
-  const int32_t count = static_cast<int32_t>(load_le32(reader.map_ + 8));
+  const int32_t magic = static_cast<int32_t>(load_le32(bytes.data()));
+  const int32_t version = static_cast<int32_t>(load_le32(bytes.data() + 4));
+  const int32_t count = static_cast<int32_t>(load_le32(bytes.data() + 8));
   if (magic != kShardMagic) {
     fail("shard {}: magic is {}, expected {} (llm.c token shard)", name, magic, kShardMagic);
   }
@@ -256,56 +232,29 @@ ShardReader ShardReader::open(const std::filesystem::path& path) {
         "1024-byte header",
         name, count, expected, token_type(version), body);
   }
+  // num_tokens() is derived from the size, which the check above just tied to `count`.
   reader.version_ = version;
-  reader.num_tokens_ = static_cast<size_t>(count);
   return reader;
 }
 
-ShardReader::~ShardReader() {
-  unmap();
-}
-
-ShardReader::ShardReader(ShardReader&& other) noexcept
-    : path_(std::move(other.path_)),
-      map_(std::exchange(other.map_, nullptr)),
-      map_bytes_(std::exchange(other.map_bytes_, 0)),
-      num_tokens_(std::exchange(other.num_tokens_, 0)),
-      version_(other.version_) {}
-
-ShardReader& ShardReader::operator=(ShardReader&& other) noexcept {
-  if (this != &other) {
-    unmap();
-    path_ = std::move(other.path_);
-    map_ = std::exchange(other.map_, nullptr);
-    map_bytes_ = std::exchange(other.map_bytes_, 0);
-    num_tokens_ = std::exchange(other.num_tokens_, 0);
-    version_ = other.version_;
-  }
-  return *this;
-}
-
-void ShardReader::unmap() noexcept {
-  if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), map_bytes_);
-  map_ = nullptr;
-  map_bytes_ = 0;
-}
-
 TokenId ShardReader::token(size_t i) const {
-  if (i >= num_tokens_) {
-    fail("shard {}: token index {} is out of range; the shard has {} tokens", path_.string(), i,
-         num_tokens_);
+  const size_t num_tokens = this->num_tokens();
+  if (i >= num_tokens) {
+    fail("shard {}: token index {} is out of range; the shard has {} tokens", path().string(), i,
+         num_tokens);
   }
-  const uint8_t* tokens = map_ + kShardHeaderBytes;
+  const uint8_t* tokens = file_.bytes().data() + kShardHeaderBytes;
   return version_ == 1 ? load_le16(tokens + 2 * i) : load_le32(tokens + 4 * i);
 }
 
 void ShardReader::copy(size_t begin, size_t count, TokenId* out) const {
   // Written so that begin + count cannot overflow.
-  if (begin > num_tokens_ || count > num_tokens_ - begin) {
-    fail("shard {}: tokens [{}, {}+{}) are out of range; the shard has {} tokens", path_.string(),
-         begin, begin, count, num_tokens_);
+  const size_t num_tokens = this->num_tokens();
+  if (begin > num_tokens || count > num_tokens - begin) {
+    fail("shard {}: tokens [{}, {}+{}) are out of range; the shard has {} tokens", path().string(),
+         begin, begin, count, num_tokens);
   }
-  const uint8_t* tokens = map_ + kShardHeaderBytes;
+  const uint8_t* tokens = file_.bytes().data() + kShardHeaderBytes;
   if (version_ == 1) {
     for (size_t i = 0; i < count; ++i) out[i] = load_le16(tokens + 2 * (begin + i));
   } else {

@@ -25,6 +25,7 @@
 #include <span>
 #include <vector>
 
+#include "agora/core/mapped_file.h"
 #include "agora/data/tokenizer.h"
 
 namespace agora {
@@ -87,15 +88,19 @@ class ShardReader {
   // version, or a count that disagrees with the file size.
   static ShardReader open(const std::filesystem::path& path);
 
-  ~ShardReader();
-  ShardReader(ShardReader&& other) noexcept;
-  ShardReader& operator=(ShardReader&& other) noexcept;
+  ~ShardReader() = default;
+  ShardReader(ShardReader&& other) noexcept = default;
+  ShardReader& operator=(ShardReader&& other) noexcept = default;
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;
 
-  size_t num_tokens() const { return num_tokens_; }
+  // Derived from the mapping, so a moved-from reader (whose mapping moved away) has 0 tokens.
+  size_t num_tokens() const {
+    const size_t size = file_.bytes().size();
+    return size <= kShardHeaderBytes ? 0 : (size - kShardHeaderBytes) >> (version_ == 1 ? 1 : 2);
+  }
   int version() const { return version_; }
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const { return file_.path(); }
 
   // Token `i`; throws Error when i >= num_tokens().
   TokenId token(size_t i) const;
@@ -104,12 +109,8 @@ class ShardReader {
 
  private:
   ShardReader() = default;
-  void unmap() noexcept;
 
-  std::filesystem::path path_;
-  const uint8_t* map_ = nullptr;  // the whole file
-  size_t map_bytes_ = 0;
-  size_t num_tokens_ = 0;
+  MappedFile file_;  // the whole file, validated by open()
   int version_ = 0;
 };
 

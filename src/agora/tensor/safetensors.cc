@@ -1,16 +1,11 @@
 #include "agora/tensor/safetensors.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -518,70 +513,14 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> file_bytes,
 // SafetensorsFile
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
-  const std::string name = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open safetensors file {}: {}", name, std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail("cannot stat safetensors file {}: {}", name, std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("safetensors {}: not a regular file", name);
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size < 8) {
-    // Checked before mapping because mmap refuses an empty file.
-    ::close(fd);
-    fail_short_file(name, size);
-  }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_err = errno;
-  // The mapping keeps the file alive; the descriptor is no longer needed.
-  ::close(fd);
-  if (map == MAP_FAILED) fail("cannot map safetensors file {}: {}", name, std::strerror(map_err));
-
   SafetensorsFile file;
-  file.path_ = path;
-  file.map_ = static_cast<const uint8_t*>(map);
-  file.map_bytes_ = size;
-  // From here on `file` owns the mapping, so a throw below unmaps it.
-  file.header_ = parse_safetensors(std::span<const uint8_t>(file.map_, file.map_bytes_), name);
+  file.file_ = MappedFile::open(path, "safetensors file");
+  // An empty or short file maps fine and is rejected here, with the file's size.
+  file.header_ = parse_safetensors(file.file_.bytes(), path.string());
   for (size_t i = 0; i < file.header_.tensors.size(); ++i) {
     file.index_.emplace(file.header_.tensors[i].name, i);
   }
   return file;
-}
-
-SafetensorsFile::~SafetensorsFile() {
-  unmap();
-}
-
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      map_(std::exchange(other.map_, nullptr)),
-      map_bytes_(std::exchange(other.map_bytes_, 0)),
-      header_(std::move(other.header_)),
-      index_(std::move(other.index_)) {}
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
-  if (this != &other) {
-    unmap();
-    path_ = std::move(other.path_);
-    map_ = std::exchange(other.map_, nullptr);
-    map_bytes_ = std::exchange(other.map_bytes_, 0);
-    header_ = std::move(other.header_);
-    index_ = std::move(other.index_);
-  }
-  return *this;
-}
-
-void SafetensorsFile::unmap() noexcept {
-  if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), map_bytes_);
-  map_ = nullptr;
-  map_bytes_ = 0;
 }
 
 const TensorInfo* SafetensorsFile::find(std::string_view name) const {
@@ -592,20 +531,22 @@ const TensorInfo* SafetensorsFile::find(std::string_view name) const {
 const TensorInfo& SafetensorsFile::at(std::string_view name) const {
   const TensorInfo* tensor = find(name);
   if (tensor == nullptr) {
-    fail("safetensors {}: no tensor named {} (the file has {} tensors)", path_.string(),
+    fail("safetensors {}: no tensor named {} (the file has {} tensors)", path().string(),
          quote_text(name), header_.tensors.size());
   }
   return *tensor;
 }
 
 std::span<const uint8_t> SafetensorsFile::bytes(const TensorInfo& tensor) const {
-  if (map_ == nullptr) fail("bytes() of a moved-from SafetensorsFile");
-  const uint64_t data_size = map_bytes_ - header_.data_offset;
+  const std::span<const uint8_t> file_bytes = file_.bytes();
+  // A file that opened has at least the 8-byte length, so only a moved-from one is empty.
+  if (file_bytes.empty()) fail("bytes() of a moved-from SafetensorsFile");
+  const uint64_t data_size = file_bytes.size() - header_.data_offset;
   if (tensor.begin > tensor.end || tensor.end > data_size) {
     fail("safetensors {}: tensor {} at [{}, {}) is outside the data section of {} bytes",
-         path_.string(), quote_text(tensor.name), tensor.begin, tensor.end, data_size);
+         path().string(), quote_text(tensor.name), tensor.begin, tensor.end, data_size);
   }
-  return {map_ + header_.data_offset + tensor.begin,
+  return {file_bytes.data() + header_.data_offset + tensor.begin,
           static_cast<size_t>(tensor.end - tensor.begin)};
 }
 

@@ -42,6 +42,8 @@
 #include <string_view>
 #include <vector>
 
+#include "agora/core/mapped_file.h"
+
 namespace agora {
 
 // The element types of the format, named as in the file. Sub-byte types (F4, F6_*) are not
@@ -111,13 +113,13 @@ class SafetensorsFile {
   // missing or unreadable file, or any violation of the format.
   static SafetensorsFile open(const std::filesystem::path& path);
 
-  ~SafetensorsFile();
-  SafetensorsFile(SafetensorsFile&& other) noexcept;
-  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
+  ~SafetensorsFile() = default;
+  SafetensorsFile(SafetensorsFile&& other) noexcept = default;
+  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept = default;
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const { return file_.path(); }
   // In file (offset) order.
   const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
@@ -134,11 +136,8 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
-  void unmap() noexcept;
 
-  std::filesystem::path path_;
-  const uint8_t* map_ = nullptr;  // the whole file
-  size_t map_bytes_ = 0;
+  MappedFile file_;  // the whole file
   SafetensorsHeader header_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> position in header_.tensors
 };
