@@ -137,22 +137,6 @@ torch::Tensor LlamaImpl::lm_head_weight() const {
   return config_.tie_embeddings ? model->embed_tokens->weight : lm_head->weight;
 }
 
-std::vector<torch::Tensor> LlamaImpl::decay_parameters() {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : parameters()) {
-    if (p.dim() >= 2) out.push_back(p);
-  }
-  return out;
-}
-
-std::vector<torch::Tensor> LlamaImpl::no_decay_parameters() {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : parameters()) {
-    if (p.dim() < 2) out.push_back(p);
-  }
-  return out;
-}
-
 const std::pair<torch::Tensor, torch::Tensor>& LlamaImpl::rotary(int64_t length,
                                                                  torch::Device device) {
   if (!rotary_cache_.first.defined() || rotary_cache_.first.size(0) < length ||

@@ -99,9 +99,6 @@ class LlamaImpl : public torch::nn::Module {
   const ModelConfig& config() const { return config_; }
   // The output projection's weight (the embedding's when tied).
   torch::Tensor lm_head_weight() const;
-  // Parameters that get weight decay (the matrices) and those that do not (norms).
-  std::vector<torch::Tensor> decay_parameters();
-  std::vector<torch::Tensor> no_decay_parameters();
 
   LlamaBody model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // null when tied

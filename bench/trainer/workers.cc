@@ -1,0 +1,94 @@
+#include "workers.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agora/model/llama.h"
+#include "agora/model/model_config.h"
+#include "agora/optim/adamw.h"
+#include "agora/train/batches.h"
+
+namespace agora::bench {
+
+using nlohmann::json;
+
+json agora_worker(const Options& o) {
+  const Shape shape = shape_for(o, o.preset);
+  const agora::ModelConfig config = agora::model_preset(o.preset, o.vocab, shape.seq_len);
+  torch::set_num_threads(o.threads);
+
+  torch::manual_seed(o.seed);  // as the trainer does, before building the model
+  agora::Llama model(config);
+  model->train();
+  std::vector<std::pair<std::string, torch::Tensor>> decay, no_decay;
+  for (auto& item : model->named_parameters()) {
+    (item.value().dim() >= 2 ? decay : no_decay).emplace_back(item.key(), item.value());
+  }
+  agora::AdamWStrategy strategy(std::move(decay), std::move(no_decay),
+                                agora::AdamWOptions{kBeta1, kBeta2, kEps, kWeightDecay});
+  std::vector<torch::Tensor> params = model->parameters();
+  int64_t parameters = 0;
+  for (const auto& p : params) parameters += p.numel();
+
+  // Every batch up front, from their own generator (the Python side draws the same ids).
+  const int64_t B = o.batch, T = shape.seq_len;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(o.seed + 1);
+  const torch::Tensor batches =
+      torch::randint(0, o.vocab, {shape.warmup + shape.steps * o.repeats, B, T + 1}, generator,
+                     torch::TensorOptions().dtype(torch::kInt64));
+
+  // The trainer's step (trainer.cc) with one micro-batch: gradients cleared to undefined,
+  // forward, loss, backward, the loss read back, global-norm clipping, the strategy's update.
+  const auto step = [&](int64_t index) {
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    const torch::Tensor tokens = batches[index];
+    const torch::Tensor logits = model->forward(tokens.narrow(1, 0, T));
+    const torch::Tensor loss = agora::next_token_loss(logits, tokens.narrow(1, 1, T));
+    loss.backward();
+    const double value = loss.item<double>();
+    torch::nn::utils::clip_grad_norm_(params, kGradClip);
+    const agora::StepContext context{index, kLr};
+    const agora::Contribution own = strategy.contribute(context);
+    strategy.apply(context, std::span<const agora::Contribution>(&own, 1));
+    return value;
+  };
+
+  std::vector<double> losses;
+  int64_t index = 0;
+  for (; index < shape.warmup; ++index) losses.push_back(step(index));
+  std::vector<double> rates;
+  for (int r = 0; r < o.repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t s = 0; s < shape.steps; ++s, ++index) losses.push_back(step(index));
+    rates.push_back(static_cast<double>(shape.steps * B * T) / seconds_since(start));
+  }
+  return {{"parameters", parameters},
+          {"threads", torch::get_num_threads()},
+          {"first_loss", losses.front()},
+          {"last_loss", losses.back()},
+          {"tokens_per_s", rates}};
+}
+
+json sgemm_worker(const Options& o) {
+  torch::set_num_threads(o.threads);
+  torch::manual_seed(o.seed);
+  const int64_t n = o.sgemm_size;
+  const torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n});
+  torch::Tensor c = torch::matmul(a, b);  // warm-up: BLAS threads and buffers
+  std::vector<double> gflops;
+  for (int r = 0; r < o.repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.sgemm_iters; ++i) c = torch::matmul(a, b);
+    const double seconds = seconds_since(start);
+    gflops.push_back(2.0 * n * n * n * o.sgemm_iters / seconds / 1e9);
+  }
+  return {{"threads", torch::get_num_threads()}, {"gflops", gflops}};
+}
+
+}  // namespace agora::bench
