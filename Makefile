@@ -60,8 +60,9 @@ test: build fuzz-build data
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	ctest --test-dir $(FUZZ_BUILD) --output-on-failure -j $(JOBS)
 
-bench: build
+bench: build data
 	$(BUILD)/bench/tokenize/bench_tokenize --json out/bench/tokenize.json
+	$(BUILD)/bench/trainer/bench_trainer --json out/bench/trainer.json
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

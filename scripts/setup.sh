@@ -8,7 +8,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-# System packages. python3-numpy runs the independent llm.c-style shard reader in the tests.
+# System packages. python3-numpy runs the independent readers in the tests (llm.c shards,
+# safetensors, the numpy Llama reference); python3-torch is the Python side of bench/trainer.
 # libopenblas0-openmp gives libtorch a fast BLAS (never libopenblas0-pthread,
 # which oversubscribes cores when libtorch's OpenMP threads call into it).
 packages=(
@@ -18,7 +19,7 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   bible-kjv fortunes fortunes-min
-  python3-numpy
+  python3-numpy python3-torch
 )
 # Node.js (for the npm data packages and the tiktoken reference) may come from elsewhere than
 # Debian (the image's is NodeSource's, which bundles npm); only install it when the commands lack.
