@@ -89,7 +89,10 @@ void add_stats_command(CLI::App& app) {
     if (spec.empty()) fail("{} has no meta.json naming its tokenizer; pass --tokenizer", *dir);
     const auto tokenizer = load_tokenizer(spec);
     const TokenId eot = tokenizer->eot_id();
-    fmt::print("{}: tokenizer {} (vocabulary {}, end-of-text id {})\n", *dir, tokenizer->name(),
+    // meta.json keeps the name the tokenizer had when the shards were made (the copy inside the
+    // folder is always called tokenizer.model).
+    const std::string name = meta.value("tokenizer", tokenizer->name());
+    fmt::print("{}: tokenizer {} (vocabulary {}, end-of-text id {})\n", *dir, name,
                tokenizer->vocab_size(), eot);
     fmt::print("{:<6} {:>7} {:>10} {:>12} {:>12} {:>11} {:>12}\n", "split", "shards", "documents",
                "tokens", "text", "bytes/token", "tokens/doc");
