@@ -415,6 +415,9 @@ TEST(RunConfigTest, CrossFieldRules) {
             "configs/x.toml: model.hidden_size = 100 is not a multiple of model.num_heads = 6");
   EXPECT_EQ(error_of("[model]\nnum_kv_heads = 4"),
             "configs/x.toml: model.num_kv_heads = 4 must divide model.num_heads = 6");
+  EXPECT_EQ(error_of("[data]\nseq_len = 256\n[model]\nyarn_factor = 2.0\nyarn_original_max_seq_len = 64"),
+            "configs/x.toml: model.yarn_factor (2) x model.yarn_original_max_seq_len (64) must "
+            "equal the context the model runs at, max_seq_len = 256 (data.seq_len)");
   EXPECT_EQ(error_of("", {"model.yarn_factor=2"}),
             "--set model.yarn_factor=2: model.yarn_original_max_seq_len must be set (> 0) when "
             "model.yarn_factor = 2");

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+
 #include "agora/core/error.h"
 
 namespace agora {
@@ -64,6 +66,14 @@ void ModelConfig::validate() const {
   if (yarn_factor > 1.0 && yarn_original_max_seq_len <= 0) {
     fail("model.yarn_original_max_seq_len must be set (> 0) when model.yarn_factor = {}",
          yarn_factor);
+  }
+  // Newer transformers derive YaRN's factor as max_position_embeddings / original, ignoring the
+  // stored factor; keeping the two equal means every reader computes the same frequencies.
+  if (yarn_factor > 1.0 &&
+      std::abs(yarn_factor * double(yarn_original_max_seq_len) - double(max_seq_len)) > 0.5) {
+    fail("model.yarn_factor ({}) x model.yarn_original_max_seq_len ({}) must equal the context the "
+         "model runs at, max_seq_len = {} (data.seq_len)",
+         yarn_factor, yarn_original_max_seq_len, max_seq_len);
   }
   if (!(yarn_beta_fast > yarn_beta_slow && yarn_beta_slow > 0)) {
     fail("model.yarn_beta_fast = {} and yarn_beta_slow = {} are invalid (allowed: fast > slow > 0)",
