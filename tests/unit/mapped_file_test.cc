@@ -11,41 +11,18 @@
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
+#include "test_support.h"
 
 namespace agora {
 namespace {
 
 namespace fs = std::filesystem;
 
-class MappedFileTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "agora_mapped_file_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
-};
+class MappedFileTest : public agora::testing::TempDirTest {};
 
 std::string as_string(std::span<const uint8_t> bytes) {
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
-
-// Runs `expr`, expects an agora::Error whose message contains every string in `parts`.
-#define EXPECT_ERROR_WITH(expr, ...)                                          \
-  do {                                                                        \
-    try {                                                                     \
-      expr;                                                                   \
-      ADD_FAILURE() << "expected an Error from " #expr;                       \
-    } catch (const ::agora::Error& e) {                                       \
-      for (const std::string& part : std::vector<std::string>{__VA_ARGS__}) { \
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)        \
-            << "message \"" << e.what() << "\" lacks \"" << part << "\"";     \
-      }                                                                       \
-    }                                                                         \
-  } while (0)
 
 TEST_F(MappedFileTest, MapsTheWholeFile) {
   std::string content = "hello, mapped world";

@@ -13,24 +13,11 @@
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "safetensors_test_support.h"
+#include "test_support.h"
 
 namespace agora {
 namespace safetensors_test {
 namespace {
-
-// Runs `expr`, expects an agora::Error whose message contains every string in `parts`.
-#define EXPECT_ERROR_WITH(expr, ...)                                          \
-  do {                                                                        \
-    try {                                                                     \
-      expr;                                                                   \
-      ADD_FAILURE() << "expected an Error from " #expr;                       \
-    } catch (const ::agora::Error& e) {                                       \
-      for (const std::string& part : std::vector<std::string>{__VA_ARGS__}) { \
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)        \
-            << "message \"" << e.what() << "\" lacks \"" << part << "\"";     \
-      }                                                                       \
-    }                                                                         \
-  } while (0)
 
 // ---------------------------------------------------------------------------------------------
 // Round trips

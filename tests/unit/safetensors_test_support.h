@@ -16,23 +16,14 @@
 #include <vector>
 
 #include "agora/tensor/safetensors.h"
+#include "test_support.h"
 
 namespace agora {
 namespace safetensors_test {
 
 namespace fs = std::filesystem;
 
-class SafetensorsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "agora_safetensors_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
-};
+class SafetensorsTest : public agora::testing::TempDirTest {};
 
 // ---------------------------------------------------------------------------------------------
 // Test values (the same formula as value() in safetensors_python_test.cc's scripts).

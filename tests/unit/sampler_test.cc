@@ -12,21 +12,15 @@
 #include <vector>
 
 #include "agora/core/error.h"
+#include "test_support.h"
 
 namespace agora {
 namespace {
 
 namespace fs = std::filesystem;
 
-class SamplerTest : public ::testing::Test {
+class SamplerTest : public agora::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "agora_sampler_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Writes a shard whose token at position p is base + p, so a token names its own position.
   std::shared_ptr<const ShardReader> make_shard(const std::string& name, size_t n,
                                                 TokenId base = 0) {
@@ -35,8 +29,6 @@ class SamplerTest : public ::testing::Test {
     write_shard(dir_ / name, tokens, 2);
     return std::make_shared<const ShardReader>(ShardReader::open(dir_ / name));
   }
-
-  fs::path dir_;
 };
 
 std::string error_of(const std::function<void()>& f) {

@@ -14,23 +14,14 @@
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
+#include "test_support.h"
 
 namespace agora {
 namespace {
 
 namespace fs = std::filesystem;
 
-class ShardTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "agora_shard_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
-};
+class ShardTest : public agora::testing::TempDirTest {};
 
 // Raw bytes of a shard, built by hand (independently of ShardWriter) for the rejection tests.
 std::string raw_shard(int32_t magic, int32_t version, int32_t count, size_t body_bytes) {
@@ -43,20 +34,6 @@ std::string raw_shard(int32_t magic, int32_t version, int32_t count, size_t body
   put(8, count);
   return bytes;
 }
-
-// Runs `expr`, expects an agora::Error whose message contains every string in `parts`.
-#define EXPECT_ERROR_WITH(expr, ...)                                          \
-  do {                                                                        \
-    try {                                                                     \
-      expr;                                                                   \
-      ADD_FAILURE() << "expected an Error from " #expr;                       \
-    } catch (const ::agora::Error& e) {                                       \
-      for (const std::string& part : std::vector<std::string>{__VA_ARGS__}) { \
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)        \
-            << "message \"" << e.what() << "\" lacks \"" << part << "\"";     \
-      }                                                                       \
-    }                                                                         \
-  } while (0)
 
 std::vector<TokenId> all_tokens(const ShardReader& reader) {
   std::vector<TokenId> out(reader.num_tokens());
