@@ -9,7 +9,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 # System packages. python3-numpy runs the independent readers in the tests (llm.c shards,
-# safetensors, the numpy Llama reference); python3-torch is the Python side of bench/trainer.
+# safetensors, the numpy Llama reference); python3-torch is the Python side of bench/trainer and
+# bench/optimizer and runs the independent DeMo reference in the tests; gnuplot-nox draws the
+# benchmarks' plots.
 # libopenblas0-openmp gives libtorch a fast BLAS (never libopenblas0-pthread,
 # which oversubscribes cores when libtorch's OpenMP threads call into it).
 packages=(
@@ -19,7 +21,7 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   bible-kjv fortunes fortunes-min
-  python3-numpy python3-torch
+  python3-numpy python3-torch gnuplot-nox
 )
 # Node.js (for the npm data packages and the tiktoken reference) may come from elsewhere than
 # Debian (the image's is NodeSource's, which bundles npm); only install it when the commands lack.

@@ -1,15 +1,21 @@
 // Strategy: how a step's gradients become a parameter update, possibly across peers.
 //
-// The trainer's loop is the same whatever runs behind this interface:
+// The trainer's loop (and later the peer's round loop) is the same whatever runs behind this
+// interface:
 //
-//   forward/backward (gradients accumulate in each parameter's .grad())
-//   contribution = strategy.contribute(step)        // this peer's share, as bytes
-//   strategy.apply(step, {contributions in a fixed order})
+//   strategy.before_forward(step)                   // Psyche's look-ahead moves the weights here
+//   forward/backward (gradients accumulate in each parameter's .grad()), local clipping
+//   own = strategy.contribute(step)                 // this peer's share, as payload bytes
+//   ... exchange: every peer gathers the contributions accepted for the step ...
+//   strategy.apply(step, contributions)             // every peer applies the same set
 //
-// A purely local optimizer (AdamW here) contributes nothing and applies its own gradients. DeMo,
-// DiLoCo and all-reduce (the next issue) contribute compressed momentum, pseudo-gradients or
-// gradients, and apply the ordered set every peer agreed on, so that every honest peer ends the
-// step with bit-identical parameters.
+// contribute() reads the gradients and returns a payload (optim/payload.h), or empty bytes when
+// the strategy has nothing to exchange this step (local AdamW, or DiLoCo between syncs). apply()
+// receives the contributions of every peer accepted for the step, its own included, and must
+// leave every honest peer with bit-identical parameters: it orders them canonically itself (by
+// peer id, then bytes), so the result does not depend on the order they arrived in. apply() may
+// throw Error for a contribution that does not decode or does not match the model; the caller
+// validates contributions before it calls apply() (decode_payload with the strategy's layout).
 //
 // A strategy also owns the state a resumed run needs (moments, momentum buffers) and exposes it
 // as named tensors for checkpoints.
@@ -24,14 +30,24 @@
 
 namespace agora {
 
-// One peer's contribution to one step, serialized (empty for local strategies).
+// A parameter as strategies see it: its model name keys its state; `decay` says whether decoupled
+// weight decay applies (matrices yes, norms no, by the trainer's rule).
+struct NamedParameter {
+  std::string name;
+  torch::Tensor tensor;
+  bool decay = true;
+};
+
+// One peer's contribution to one step.
 struct Contribution {
-  std::string bytes;
+  std::string peer;   // the sender's id; the canonical order sorts by it
+  std::string bytes;  // an encoded Payload, or empty
 };
 
 struct StepContext {
-  int64_t step = 0;  // 0-based optimizer step
-  double lr = 0.0;   // the schedule's learning rate for this step
+  int64_t step = 0;       // 0-based optimizer step
+  double lr = 0.0;        // the schedule's learning rate for this step
+  int64_t num_peers = 1;  // peers training this step (1 for a local run)
 };
 
 class Strategy {
@@ -39,14 +55,23 @@ class Strategy {
   virtual ~Strategy() = default;
 
   virtual std::string name() const = 0;
+  // Called before the step's forward pass; the default does nothing.
+  virtual void before_forward(const StepContext& context) { (void)context; }
   // Reads the accumulated gradients; returns what this peer sends for the step.
   virtual Contribution contribute(const StepContext& context) = 0;
-  // Updates the parameters from the contributions of the step's peers, in the agreed order.
+  // Updates the parameters from the contributions of the step's peers (any order).
   virtual void apply(const StepContext& context, std::span<const Contribution> contributions) = 0;
+
+  // Things the user should know before training, e.g. tensors DeMo compresses poorly.
+  virtual std::vector<std::string> warnings() const { return {}; }
 
   // Everything a resumed run needs, by stable names; load_state() takes what state() gave.
   virtual std::map<std::string, torch::Tensor> state() const = 0;
   virtual void load_state(const std::map<std::string, torch::Tensor>& state) = 0;
 };
+
+// The canonical order of a step's contributions: by peer id, then by bytes. Returns pointers
+// into `contributions`; empty contributions are left out.
+std::vector<const Contribution*> canonical_order(std::span<const Contribution> contributions);
 
 }  // namespace agora

@@ -1,0 +1,203 @@
+#include "agora/optim/demo.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "agora/core/error.h"
+#include "agora/optim/dct.h"
+
+namespace agora {
+namespace {
+
+std::vector<int64_t> shape_of(const torch::Tensor& t) {
+  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
+}
+
+torch::Tensor positions_tensor(const std::vector<uint32_t>& positions, int64_t chunks,
+                               int64_t topk, const torch::Device& device) {
+  torch::Tensor out = torch::empty({chunks, topk}, torch::kInt64);
+  int64_t* data = out.data_ptr<int64_t>();
+  for (size_t i = 0; i < positions.size(); ++i) data[i] = positions[i];
+  return out.to(device);
+}
+
+torch::Tensor values_tensor(const std::vector<float>& values, int64_t chunks, int64_t topk,
+                            const torch::Device& device) {
+  torch::Tensor out = torch::empty({chunks, topk}, torch::kFloat32);
+  std::memcpy(out.data_ptr<float>(), values.data(), values.size() * sizeof(float));
+  return out.to(device);
+}
+
+}  // namespace
+
+DemoStrategy::DemoStrategy(std::vector<NamedParameter> params, const DemoOptions& options)
+    : options_(options) {
+  if (options.beta < 0 || options.beta >= 1) {
+    fail("DeMo: beta = {} is invalid (allowed: a number in [0, 1))", options.beta);
+  }
+  layout_.kind = PayloadKind::kDemo;
+  for (NamedParameter& param : params) {
+    const std::vector<int64_t> shape = shape_of(param.tensor);
+    const ValueType values =
+        param.tensor.scalar_type() == torch::kBFloat16 ? ValueType::kBF16 : ValueType::kF32;
+    layout_.tensors.push_back(
+        demo_tensor_layout(shape, options.chunk, options.topk, options.one_bit, values));
+    Slot slot;
+    slot.geometry = chunk_geometry(shape, options.chunk, options.topk);
+    slot.delta = torch::zeros(param.tensor.sizes(),
+                              param.tensor.options().dtype(torch::kFloat32).requires_grad(false));
+    slot.param = std::move(param);
+    slots_.push_back(std::move(slot));
+  }
+}
+
+std::vector<std::string> DemoStrategy::warnings() const {
+  std::vector<std::string> out;
+  for (const Slot& s : slots_) {
+    if (auto warning = compression_warning(s.param.name, shape_of(s.param.tensor), options_.chunk,
+                                           options_.topk)) {
+      out.push_back(*warning);
+    }
+  }
+  return out;
+}
+
+void DemoStrategy::before_forward(const StepContext&) {
+  if (!options_.lookahead || last_lr_ == 0.0) return;
+  torch::NoGradGuard no_grad;
+  for (Slot& s : slots_) {
+    torch::Tensor& p = s.param.tensor;
+    s.moved = p.clone();  // restored bit for bit, rather than trusting (p + m) - m == p
+    p.sub_(s.delta.sign().to(p.scalar_type()), last_lr_);
+  }
+}
+
+void DemoStrategy::undo_lookahead() {
+  torch::NoGradGuard no_grad;
+  for (Slot& s : slots_) {
+    if (!s.moved.defined()) continue;
+    s.param.tensor.copy_(s.moved);
+    s.moved = torch::Tensor();
+  }
+}
+
+Contribution DemoStrategy::contribute(const StepContext& context) {
+  torch::NoGradGuard no_grad;
+  undo_lookahead();
+  Payload payload;
+  payload.kind = PayloadKind::kDemo;
+  payload.step = static_cast<uint64_t>(context.step);
+  payload.tensors.reserve(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    const TensorLayout& layout = layout_.tensors[i];
+    if (s.pending.defined()) {
+      s.delta.sub_(s.pending);
+      s.pending = torch::Tensor();
+    }
+    s.delta.mul_(options_.beta);
+    const torch::Tensor& grad = s.param.tensor.grad();
+    if (grad.defined()) s.delta.add_(grad.to(torch::kFloat32), context.lr);
+
+    const torch::Tensor coefficients = chunked_dct(s.delta, s.geometry);
+    const torch::Tensor selected =
+        std::get<1>(coefficients.abs().topk(layout.topk, 1, /*largest=*/true, /*sorted=*/false));
+    const torch::Tensor positions = std::get<0>(selected.sort(1));
+    const torch::Tensor values = coefficients.gather(1, positions);
+    const torch::Tensor own = chunked_idct(
+        torch::zeros_like(coefficients).scatter_(1, positions, values), s.delta.sizes(),
+        s.geometry);
+    if (options_.lookahead) {
+      s.pending = own;
+    } else {
+      s.delta.sub_(own);
+    }
+
+    TensorPayload entry;
+    entry.layout = layout;
+    const torch::Tensor cpu_positions = positions.to(torch::kCPU).contiguous();
+    const int64_t* p = cpu_positions.data_ptr<int64_t>();
+    entry.positions.assign(p, p + cpu_positions.numel());
+    const torch::Tensor cpu_values = values.to(torch::kCPU).contiguous();
+    const float* v = cpu_values.data_ptr<float>();
+    entry.values.assign(v, v + cpu_values.numel());
+    payload.tensors.push_back(std::move(entry));
+  }
+  last_lr_ = context.lr;
+  return {"", encode_payload(payload)};
+}
+
+void DemoStrategy::apply(const StepContext& context,
+                         std::span<const Contribution> contributions) {
+  torch::NoGradGuard no_grad;
+  undo_lookahead();
+  std::vector<Payload> payloads;
+  for (const Contribution* c : canonical_order(contributions)) {
+    try {
+      payloads.push_back(decode_payload(c->bytes, layout_));
+    } catch (const Error& error) {
+      fail("DeMo step {}: the contribution of peer '{}' is rejected: {}", context.step, c->peer,
+           error.what());
+    }
+    if (payloads.back().step != static_cast<uint64_t>(context.step)) {
+      fail("DeMo step {}: the contribution of peer '{}' is for step {}", context.step, c->peer,
+           payloads.back().step);
+    }
+  }
+  if (payloads.empty()) return;  // nobody's update was accepted: the step changes nothing
+
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    torch::Tensor& p = s.param.tensor;
+    const TensorLayout& layout = layout_.tensors[i];
+    const int64_t chunks = layout.num_chunks(), k = layout.topk;
+    const auto options = s.delta.options();
+    torch::Tensor sum = torch::zeros({chunks, layout.chunk_size()}, options);
+    torch::Tensor count = torch::zeros({chunks, layout.chunk_size()}, options);
+    const torch::Tensor ones = torch::ones({chunks, k}, options);
+    // One payload at a time, in canonical order: within a payload each position occurs once per
+    // chunk, so every scatter is order-free and the float32 sums are the same on every peer.
+    for (const Payload& payload : payloads) {
+      const TensorPayload& entry = payload.tensors[i];
+      const torch::Tensor index = positions_tensor(entry.positions, chunks, k, p.device());
+      sum.scatter_add_(1, index, values_tensor(entry.values, chunks, k, p.device()));
+      count.scatter_add_(1, index, ones);
+    }
+    const torch::Tensor aggregate = sum.div_(count.clamp_min_(1));
+    const torch::Tensor direction = chunked_idct(aggregate, p.sizes(), s.geometry).sign_();
+    if (s.param.decay && options_.weight_decay != 0) {
+      p.mul_(1.0 - context.lr * options_.weight_decay);
+    }
+    p.sub_(direction.to(p.scalar_type()), context.lr);
+  }
+}
+
+std::map<std::string, torch::Tensor> DemoStrategy::state() const {
+  std::map<std::string, torch::Tensor> out;
+  for (const Slot& s : slots_) {
+    out["delta." + s.param.name] = s.delta;
+    if (s.pending.defined()) out["pending." + s.param.name] = s.pending;
+  }
+  if (options_.lookahead) out["lookahead_lr"] = torch::tensor(last_lr_, torch::kFloat64);
+  return out;
+}
+
+void DemoStrategy::load_state(const std::map<std::string, torch::Tensor>& state) {
+  torch::NoGradGuard no_grad;
+  for (Slot& s : slots_) {
+    const auto delta = state.find("delta." + s.param.name);
+    if (delta == state.end()) fail("DeMo state has no momentum for {}", s.param.name);
+    if (!delta->second.sizes().equals(s.delta.sizes())) {
+      fail("DeMo state for {} has shape {} but the parameter has {}", s.param.name,
+           c10::str(delta->second.sizes()), c10::str(s.delta.sizes()));
+    }
+    s.delta.copy_(delta->second);
+    const auto pending = state.find("pending." + s.param.name);
+    s.pending = pending == state.end() ? torch::Tensor() : pending->second.to(s.delta.options());
+  }
+  const auto lr = state.find("lookahead_lr");
+  last_lr_ = lr == state.end() ? 0.0 : lr->second.item<double>();
+}
+
+}  // namespace agora

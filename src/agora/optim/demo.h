@@ -1,0 +1,77 @@
+// DeMo (Decoupled Momentum, arXiv 2411.19870), agora's default strategy: each peer sends the
+// top-k DCT coefficients of its momentum per chunk instead of a gradient (ALGORITHMS.md
+// section 1 is the specification; the numbered steps below are its steps).
+//
+// contribute(), per parameter p with local gradient g (already clipped by the caller):
+//   2. delta <- beta * delta + lr * g
+//   3. X = chunked_dct(delta); per chunk the top-k |X|: positions (ascending) and signed values
+//   4. delta <- delta - chunked_idct(scatter(own selection)), with the unquantized values
+//   and returns the payload (one-bit values when one_bit is set).
+// apply(), with the contributions accepted for the step, its own included:
+//   1. p <- p * (1 - lr * wd)                        (parameters marked decay only)
+//   5-6. per coefficient, the mean of the values of the payloads that selected it (0 where none
+//        did), summed in float32 in the canonical order (peer id, then bytes)
+//   7. p <- p - lr * sign(chunked_idct(aggregate)), sign(0) = 0
+//
+// Determinism: apply() depends only on the set of contributions, never on their order, so every
+// peer applying the same set ends with the same bits. A contribution that does not decode, or
+// whose layout differs from payload_layout(), throws Error naming its peer and changes nothing.
+//
+// Psyche's look-ahead variant (options.lookahead): before_forward() moves every parameter by
+// -lr_prev * sign(delta) so the gradient is taken at the look-ahead point; contribute() undoes the
+// move first, and subtracts the own selection one step late (delta's recurrence is unchanged).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agora/optim/chunking.h"
+#include "agora/optim/payload.h"
+#include "agora/optim/strategy.h"
+
+namespace agora {
+
+struct DemoOptions {
+  double beta = 0.999;
+  int64_t topk = 32;
+  int64_t chunk = 64;
+  double weight_decay = 0.0;
+  bool one_bit = false;
+  bool lookahead = false;
+};
+
+class DemoStrategy final : public Strategy {
+ public:
+  DemoStrategy(std::vector<NamedParameter> params, const DemoOptions& options);
+
+  std::string name() const override { return "demo"; }
+  void before_forward(const StepContext& context) override;
+  Contribution contribute(const StepContext& context) override;
+  void apply(const StepContext& context, std::span<const Contribution> contributions) override;
+  std::map<std::string, torch::Tensor> state() const override;
+  void load_state(const std::map<std::string, torch::Tensor>& state) override;
+
+  // What every contribution must look like: one dct_topk entry per parameter, in order.
+  const PayloadLayout& payload_layout() const { return layout_; }
+  // One line per parameter whose shape wastes compression (chunking.h compression_warning).
+  std::vector<std::string> warnings() const override;
+
+ private:
+  struct Slot {
+    NamedParameter param;
+    ChunkGeometry geometry;
+    torch::Tensor delta;    // the momentum, float32, the parameter's shape
+    torch::Tensor pending;  // look-ahead only: the own selection, subtracted next step
+    torch::Tensor moved;    // look-ahead only: the move before_forward() made, undone later
+  };
+
+  void undo_lookahead();
+
+  DemoOptions options_;
+  std::vector<Slot> slots_;
+  PayloadLayout layout_;
+  double last_lr_ = 0.0;  // look-ahead: the previous step's learning rate
+};
+
+}  // namespace agora

@@ -1,0 +1,289 @@
+"""DeMo (Decoupled Momentum), an independent reference written from /work/shared/ALGORITHMS.md §1.
+
+Read it next to the paper (arXiv 2411.19870). One step on one peer, per parameter tensor p with
+local gradient g:
+
+    1. p     <- p * (1 - lr * wd)                       decoupled weight decay, first
+    2. delta <- beta * delta + lr * g                    the learning rate folded into the momentum
+    3. X     <- DCT_chunked(delta); per chunk keep the topk coefficients of largest magnitude
+    4. delta <- delta - IDCT_chunked(scatter(own payload))   what is sent leaves the momentum
+    5. gather every peer's payload; with one_bit each value becomes its sign (+0 counts as +1)
+    6. aggregate: each coefficient is the mean over the payloads that selected it, 0 where none did
+    7. p     <- p - lr * sign(IDCT_chunked(aggregate))   with sign(0) = 0
+
+Steps 2-4 are DeMo.contribute, steps 1 and 5-7 are DeMo.apply. decode_payload parses the wire
+format of src/agora/optim/payload.h. Standard library, numpy and torch only; all math in float32
+except the DCT basis, which is computed in float64 and rounded once.
+"""
+import functools
+import math
+import struct
+
+import numpy as np
+import torch
+
+# ----------------------------------------------------------------------------------------------
+# Chunked DCT
+
+
+def chunk_size(n, chunk):
+    """The largest divisor of n that is <= chunk (n itself when n <= chunk)."""
+    if n <= chunk:
+        return n
+    for d in range(chunk, 0, -1):
+        if n % d == 0:
+            return d
+
+
+def chunk_geometry(shape, chunk):
+    """(chunk_rows, chunk_cols): a 1-D tensor is cut into rows, anything else into blocks over its
+    last two dimensions."""
+    if len(shape) == 1:
+        return 1, chunk_size(shape[0], chunk)
+    return chunk_size(shape[-2], chunk), chunk_size(shape[-1], chunk)
+
+
+@functools.lru_cache(maxsize=None)
+def dct_matrix(n):
+    """Orthonormal DCT-II: C[k, j] = a_k cos(pi (2j + 1) k / (2n)), a_0 = sqrt(1/n), a_k = sqrt(2/n).
+    Computed in float64, returned as float32 (shared and cached: do not modify it)."""
+    k = np.arange(n, dtype=np.float64)[:, None]
+    j = np.arange(n, dtype=np.float64)[None, :]
+    a = np.where(k == 0, math.sqrt(1.0 / n), math.sqrt(2.0 / n))
+    C = a * np.cos(math.pi * (2 * j + 1) * k / (2 * n))
+    return torch.from_numpy(C.astype(np.float32))
+
+
+def encode(x, chunk):
+    """DCT_chunked: x of any shape -> coefficients [num_chunks, chunk_rows * chunk_cols], chunks in
+    row-major block order (leading dimensions batch-major), a position inside a chunk being
+    row * chunk_cols + column."""
+    if x.dim() == 1:
+        n = chunk_size(x.shape[0], chunk)
+        C = dct_matrix(n)
+        return x.reshape(-1, n) @ C.T  # each row x -> C x
+    *lead, M, N = x.shape
+    m, n = chunk_size(M, chunk), chunk_size(N, chunk)
+    Cm, Cn = dct_matrix(m), dct_matrix(n)
+    blocks = x.reshape(*lead, M // m, m, N // n, n).transpose(-3, -2)  # [..., M/m, N/n, m, n]
+    coeffs = Cm @ blocks @ Cn.T  # each block B -> C_m B C_n^T
+    return coeffs.reshape(-1, m * n)
+
+
+def decode(coeffs, shape, chunk):
+    """IDCT_chunked, the inverse of encode: the transpose of the basis."""
+    shape = tuple(shape)
+    if len(shape) == 1:
+        n = chunk_size(shape[0], chunk)
+        C = dct_matrix(n)
+        return (coeffs.reshape(-1, n) @ C).reshape(shape)  # each row X -> C^T X
+    *lead, M, N = shape
+    m, n = chunk_size(M, chunk), chunk_size(N, chunk)
+    Cm, Cn = dct_matrix(m), dct_matrix(n)
+    blocks = coeffs.reshape(*lead, M // m, N // n, m, n)
+    blocks = Cm.T @ blocks @ Cn  # each block X -> C_m^T X C_n
+    return blocks.transpose(-3, -2).reshape(shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Selection and aggregation
+
+
+def select_topk(coeffs, k):
+    """Per chunk (row), the k coefficients of largest magnitude: positions [chunks, k] int64,
+    ascending in each chunk, and their signed values [chunks, k]."""
+    k = min(k, coeffs.shape[1])
+    positions = coeffs.abs().topk(k, dim=1).indices.sort(dim=1).values
+    return positions, coeffs.gather(1, positions)
+
+
+def one_bit(values):
+    """A transmitted value becomes its sign, +0 (and -0) counted as +1."""
+    return torch.where(values < 0, -torch.ones_like(values), torch.ones_like(values))
+
+
+def aggregate(contributions, num_chunks, size, quantize_one_bit):
+    """Step 6: per coefficient, the mean of the values of the payloads that selected it, 0 where
+    none did. contributions = [(positions, values), ...] in peer order; sums accumulate in that
+    fixed order in float32 (positions are distinct within a chunk, so each scatter_add_ adds at
+    most once to a coefficient), then divide by the count."""
+    total = torch.zeros(num_chunks, size, dtype=torch.float32)
+    count = torch.zeros(num_chunks, size, dtype=torch.float32)
+    for positions, values in contributions:
+        if quantize_one_bit:
+            values = one_bit(values)
+        total.scatter_add_(1, positions, values.to(torch.float32))
+        count.scatter_add_(1, positions, torch.ones_like(values, dtype=torch.float32))
+    return total / count.clamp(min=1.0)  # total is 0 where count is 0
+
+
+def f32(x):
+    """x rounded to float32, as a Python float (exact in float32 arithmetic)."""
+    return float(np.float32(x))
+
+
+# ----------------------------------------------------------------------------------------------
+# The optimizer
+
+
+class DeMo:
+    def __init__(self, beta=0.999, topk=32, chunk=64, weight_decay=0.0, one_bit=False):
+        self.beta, self.topk, self.chunk = beta, topk, chunk
+        self.weight_decay, self.one_bit = weight_decay, one_bit
+        self.delta = None  # per tensor, same shape as the parameter; zeros until the first step
+
+    def contribute(self, grads, lr):
+        """Steps 2-4. Returns this peer's payload: per tensor (positions, values), values
+        unquantized float32; updates self.delta."""
+        if self.delta is None:
+            self.delta = [torch.zeros_like(g, dtype=torch.float32) for g in grads]
+        payload = []
+        for delta, g in zip(self.delta, grads):
+            delta.mul_(self.beta).add_(g, alpha=lr)  # 2. momentum, lr folded in
+            X = encode(delta, self.chunk)  # 3. chunked DCT ...
+            positions, values = select_topk(X, self.topk)  # ... and top-k per chunk
+            sent = torch.zeros_like(X).scatter_(1, positions, values)
+            delta.sub_(decode(sent, delta.shape, self.chunk))  # 4. the sent part leaves delta
+            payload.append((positions, values))
+        return payload
+
+    def apply(self, params, payloads, lr):
+        """Steps 1 and 5-7, in place. payloads = one payload per peer, in peer-id order (each as
+        returned by contribute). Returns per tensor the update before the sign,
+        IDCT_chunked(aggregate).
+
+        Rounding, where the spec leaves it open: 1 - lr*wd is computed in float64 and rounded to
+        float32; lr is rounded to float32; then both products are float32 multiplications (the
+        second is exact, the sign being -1, 0 or 1)."""
+        updates = []
+        for i, p in enumerate(params):
+            p.mul_(f32(1.0 - lr * self.weight_decay))  # 1. decoupled weight decay
+            rows, cols = chunk_geometry(p.shape, self.chunk)
+            size = rows * cols
+            mean = aggregate([payload[i] for payload in payloads], p.numel() // size, size,
+                             self.one_bit)  # 5-6
+            update = decode(mean, p.shape, self.chunk)
+            p.sub_(torch.sign(update), alpha=f32(lr))  # 7. sign(0) = 0
+            updates.append(update)
+        return updates
+
+
+# ----------------------------------------------------------------------------------------------
+# The wire format (src/agora/optim/payload.h, version 1, little-endian)
+
+PAYLOAD_KINDS = {1: "demo", 2: "gradient", 3: "pseudo_gradient"}
+ENCODINGS = {1: "dct_topk", 2: "dense", 3: "int8_rows"}
+VALUE_TYPES = {1: "f32", 2: "bf16", 3: "one_bit", 4: "int8"}
+
+
+def position_dtype(coefficients_per_chunk):
+    if coefficients_per_chunk <= 256:
+        return np.dtype("<u1")
+    if coefficients_per_chunk <= 65536:
+        return np.dtype("<u2")
+    return np.dtype("<u4")
+
+
+def bf16_to_f32(raw_u16):
+    return (raw_u16.astype(np.uint32) << 16).view(np.float32)
+
+
+class _Reader:
+    def __init__(self, data):
+        self.data, self.at = memoryview(data), 0
+
+    def take(self, n, what):
+        if self.at + n > len(self.data):
+            raise ValueError(f"payload truncated reading {what}: need {n} bytes at {self.at}, "
+                             f"have {len(self.data) - self.at}")
+        out = self.data[self.at:self.at + n]
+        self.at += n
+        return out
+
+    def unpack(self, fmt, what):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))
+
+    def array(self, dtype, count, what):
+        dtype = np.dtype(dtype)
+        return np.frombuffer(self.take(dtype.itemsize * count, what), dtype=dtype).copy()
+
+
+def decode_payload(data):
+    """Parses payload bytes. Returns {"kind", "step", "tensors": [...]}, each tensor a dict with
+    shape, encoding, value_type and, by encoding:
+      dct_topk:  chunk_rows, chunk_cols, topk, num_chunks, positions [chunks, topk] int64,
+                 values [chunks, topk] float32 (one-bit values as +1.0 / -1.0);
+      dense:     values, float32 in the tensor's shape;
+      int8_rows: values = q * scale of its row, float32 in the tensor's shape.
+    Raises ValueError on malformed input."""
+    r = _Reader(data)
+    magic = bytes(r.take(4, "magic"))
+    if magic != b"AGPL":
+        raise ValueError(f"bad magic {magic!r}")
+    version, kind, flags, step, count = r.unpack("<HBBQI", "header")
+    if version != 1:
+        raise ValueError(f"unsupported version {version}")
+    if kind not in PAYLOAD_KINDS or flags != 0:
+        raise ValueError(f"bad kind {kind} or flags {flags}")
+    tensors = []
+    for t in range(count):
+        ndim, enc, vtype, reserved = r.unpack("<BBBB", f"tensor {t} header")
+        if not 1 <= ndim <= 8 or reserved != 0:
+            raise ValueError(f"tensor {t}: ndim {ndim}, reserved {reserved}")
+        if enc not in ENCODINGS or vtype not in VALUE_TYPES:
+            raise ValueError(f"tensor {t}: encoding {enc}, value type {vtype}")
+        shape = list(r.unpack(f"<{ndim}I", f"tensor {t} dims"))
+        if min(shape) < 1:
+            raise ValueError(f"tensor {t}: dimension 0 in {shape}")
+        numel = math.prod(shape)
+        entry = {"shape": shape, "encoding": ENCODINGS[enc], "value_type": VALUE_TYPES[vtype]}
+        if ENCODINGS[enc] == "dct_topk":
+            rows, cols, topk = r.unpack("<III", f"tensor {t} chunk geometry")
+            last2 = [1, shape[0]] if ndim == 1 else shape[-2:]
+            if rows < 1 or cols < 1 or last2[0] % rows or last2[1] % cols:
+                raise ValueError(f"tensor {t}: chunk {rows}x{cols} does not divide {shape}")
+            size = rows * cols
+            if not 1 <= topk <= size:
+                raise ValueError(f"tensor {t}: topk {topk} not in [1, {size}]")
+            chunks = numel // size
+            n = chunks * topk
+            positions = r.array(position_dtype(size), n, f"tensor {t} positions")
+            positions = positions.astype(np.int64).reshape(chunks, topk)
+            if (positions >= size).any() or (np.diff(positions, axis=1) <= 0).any():
+                raise ValueError(f"tensor {t}: positions out of range or not strictly ascending")
+            if VALUE_TYPES[vtype] == "f32":
+                values = r.array("<f4", n, f"tensor {t} values")
+            elif VALUE_TYPES[vtype] == "bf16":
+                values = bf16_to_f32(r.array("<u2", n, f"tensor {t} values"))
+            elif VALUE_TYPES[vtype] == "one_bit":
+                packed = r.array("u1", (n + 7) // 8, f"tensor {t} values")
+                bits = np.unpackbits(packed, bitorder="little")
+                if bits[n:].any():
+                    raise ValueError(f"tensor {t}: one-bit padding bits set")
+                values = np.where(bits[:n] == 1, np.float32(-1.0), np.float32(1.0))
+            else:
+                raise ValueError(f"tensor {t}: value type int8 with dct_topk")
+            entry.update(chunk_rows=rows, chunk_cols=cols, topk=topk, num_chunks=chunks,
+                         positions=positions, values=values.astype(np.float32).reshape(chunks, topk))
+        elif ENCODINGS[enc] == "dense":
+            if VALUE_TYPES[vtype] == "f32":
+                values = r.array("<f4", numel, f"tensor {t} values")
+            elif VALUE_TYPES[vtype] == "bf16":
+                values = bf16_to_f32(r.array("<u2", numel, f"tensor {t} values"))
+            else:
+                raise ValueError(f"tensor {t}: dense with value type {VALUE_TYPES[vtype]}")
+            entry["values"] = values.reshape(shape)
+        else:  # int8_rows
+            if VALUE_TYPES[vtype] != "int8":
+                raise ValueError(f"tensor {t}: int8_rows with value type {VALUE_TYPES[vtype]}")
+            row_count = numel // shape[-1] if ndim > 1 else 1
+            scales = r.array("<f4", row_count, f"tensor {t} scales")
+            q = r.array("i1", numel, f"tensor {t} values")
+            values = q.reshape(row_count, -1).astype(np.float32) * scales[:, None]
+            entry.update(scales=scales, values=values.reshape(shape))
+        if "values" in entry and not np.isfinite(entry["values"]).all():
+            raise ValueError(f"tensor {t}: non-finite value")
+        tensors.append(entry)
+    if r.at != len(r.data):
+        raise ValueError(f"{len(r.data) - r.at} trailing bytes")
+    return {"kind": PAYLOAD_KINDS[kind], "step": step, "tensors": tensors}
