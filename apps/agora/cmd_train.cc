@@ -12,6 +12,8 @@ void add_train_command(CLI::App& app) {
     std::string config;
     std::vector<std::string> overrides;
     std::string resume;
+    int64_t simulate_peers = 1;
+    std::string save_payloads;
     bool quiet = false;
   };
   auto args = std::make_shared<Args>();
@@ -20,16 +22,38 @@ void add_train_command(CLI::App& app) {
       ->required();
   cmd->add_option("--set", args->overrides, "Override a config key: --set optimizer.lr=1e-3");
   cmd->add_option("--resume", args->resume, "Continue from this checkpoint folder");
+  cmd->add_option("--simulate-peers", args->simulate_peers,
+                  "Train as N peers in this process, each on its own slice of every batch, "
+                  "exchanging the strategy's payloads in memory")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd->add_option("--save-payloads", args->save_payloads,
+                  "Write every payload sent to this folder (see agora inspect payload)");
   cmd->add_flag("--quiet", args->quiet, "No live progress line");
   cmd->callback([args] {
     RunConfig config = RunConfig::load(args->config, args->overrides);
     TrainOptions options;
     options.resume = args->resume;
     options.progress = !args->quiet;
+    options.simulate_peers = args->simulate_peers;
+    options.save_payloads = args->save_payloads;
+    const std::string strategy = config.optimizer.name;
     const TrainSummary s = train(std::move(config), options);
     fmt::print("trained steps {}..{} in {} ({:.0f} tokens/s)\n", s.first_step, s.last_step,
                format_duration(s.seconds), s.tokens_per_second);
     fmt::print("final train loss {:.4f}, val_loss {:.4f}\n", s.final_loss, s.val_loss);
+    const int64_t steps = s.last_step - s.first_step;
+    if (s.payload_bytes_per_peer > 0 && steps > 0) {
+      // What an all-reduce of fp32 gradients would have sent: every parameter, every step.
+      const double per_step = static_cast<double>(s.payload_bytes_per_peer) / steps;
+      const double dense = 4.0 * static_cast<double>(s.parameters);
+      fmt::print("{} sent {} per peer per step; fp32 gradients would be {} ({:.0f}x more)\n",
+                 strategy, format_bytes(per_step), format_bytes(dense), dense / per_step);
+    }
+    fmt::print("parameters {}{}\n", s.parameter_hash.substr(0, 16),
+               s.simulated_peers > 1
+                   ? fmt::format(" on all {} simulated peers (checked after every exchange)",
+                                 s.simulated_peers)
+                   : "");
     if (!s.checkpoint.empty()) fmt::print("checkpoint {}\n", s.checkpoint.string());
   });
 }

@@ -13,6 +13,7 @@ void add_stats_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
 
 // "agora 0.1.0 (libtorch 1.13.0, CPU)".
 std::string version_string();

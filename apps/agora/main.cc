@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   agora::cli::add_train_command(app);
   agora::cli::add_eval_command(app);
   agora::cli::add_generate_command(app);
+  agora::cli::add_inspect_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -65,7 +65,17 @@ TEST(RunConfigTest, EmptyDocumentGivesEveryDefault) {
   EXPECT_EQ(config.train.device, "auto");
   EXPECT_EQ(config.train.dtype, "float32");
   EXPECT_EQ(config.train.threads, 0);
-  EXPECT_EQ(config.optimizer.name, "adamw");
+  EXPECT_EQ(config.optimizer.name, "demo");
+  EXPECT_EQ(config.demo.beta, 0.999);
+  EXPECT_EQ(config.demo.topk, 32);
+  EXPECT_EQ(config.demo.chunk, 64);
+  EXPECT_FALSE(config.demo.one_bit);
+  EXPECT_FALSE(config.demo.lookahead);
+  EXPECT_EQ(config.adamw.gradient_dtype, "float32");
+  EXPECT_EQ(config.diloco.inner_steps, 50);
+  EXPECT_EQ(config.diloco.outer_lr, 0.7);
+  EXPECT_EQ(config.diloco.outer_momentum, 0.9);
+  EXPECT_EQ(config.diloco.pseudo_gradient_dtype, "float32");
   EXPECT_EQ(config.optimizer.lr, 3e-3);
   EXPECT_EQ(config.optimizer.beta1, 0.9);
   EXPECT_EQ(config.optimizer.beta2, 0.95);
@@ -257,7 +267,17 @@ TEST(RunConfigTest, OutOfRangeMessages) {
       {"[optimizer]\ngrad_clip = -0.5",
        "configs/x.toml: optimizer.grad_clip = -0.5 is invalid (allowed: a number >= 0)"},
       {"[optimizer]\nname = \"sgd\"",
-       "configs/x.toml: optimizer.name = \"sgd\" is invalid (allowed: \"adamw\")"},
+       "configs/x.toml: optimizer.name = \"sgd\" is invalid (allowed: \"demo\", \"adamw\", "
+       "\"diloco\")"},
+      {"[demo]\ntopk = 0", "configs/x.toml: demo.topk = 0 is invalid (allowed: an integer in [1, 1048576])"},
+      {"[demo]\nbeta = 1", "configs/x.toml: demo.beta = 1 is invalid (allowed: a number in [0, 1))"},
+      {"[diloco]\npseudo_gradient_dtype = \"fp8\"",
+       "configs/x.toml: diloco.pseudo_gradient_dtype = \"fp8\" is invalid (allowed: \"float32\", "
+       "\"bfloat16\", \"int8\")"},
+      {"[optimizer]\nname = \"diloco\"\n[diloco]\ninner_steps = 7",
+       "configs/x.toml: train.steps = 1000 is not a multiple of diloco.inner_steps = 7 (allowed: "
+       "steps = k * inner_steps, so the run ends on a sync and every peer holds the same "
+       "parameters)"},
       {"[schedule]\nmin_lr_ratio = 1.5",
        "configs/x.toml: schedule.min_lr_ratio = 1.5 is invalid (allowed: a number in [0, 1])"},
       {"[schedule]\ndecay_fraction = 0.0",

@@ -6,6 +6,8 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
 
 namespace agora {
@@ -15,5 +17,24 @@ uint64_t stable_hash64(std::string_view bytes);
 
 // BLAKE2b-256 of `bytes`.
 std::array<uint8_t, 32> blake2b256(std::string_view bytes);
+
+// BLAKE2b-256 over data that arrives in pieces (e.g. a model's tensors, one after another).
+class Blake2bHasher {
+ public:
+  Blake2bHasher();
+  ~Blake2bHasher();
+  Blake2bHasher(const Blake2bHasher&) = delete;
+  Blake2bHasher& operator=(const Blake2bHasher&) = delete;
+
+  void update(std::string_view bytes);
+  std::array<uint8_t, 32> finish();  // once
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Lower-case hexadecimal.
+std::string to_hex(const std::array<uint8_t, 32>& digest);
 
 }  // namespace agora

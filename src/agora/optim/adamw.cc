@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "agora/core/error.h"
+#include "agora/optim/payload_tensors.h"
 
 namespace agora {
 namespace {
@@ -21,17 +22,16 @@ typename StateMap::key_type state_key(const torch::Tensor& p) {
 
 }  // namespace
 
-AdamWStrategy::AdamWStrategy(std::vector<std::pair<std::string, torch::Tensor>> named_decay,
-                             std::vector<std::pair<std::string, torch::Tensor>> named_no_decay,
-                             const AdamWOptions& options) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (auto& [name, p] : named_decay) {
-    decay.push_back(p);
-    named_.emplace_back(name, p);
+AdamWStrategy::AdamWStrategy(std::vector<NamedParameter> params, const AdamWOptions& options)
+    : params_(std::move(params)), options_(options) {
+  if (options.gradient_type != ValueType::kF32 && options.gradient_type != ValueType::kBF16) {
+    fail("adamw: gradient_type {} is not allowed (f32 or bf16)", to_string(options.gradient_type));
   }
-  for (auto& [name, p] : named_no_decay) {
-    no_decay.push_back(p);
-    named_.emplace_back(name, p);
+  std::vector<torch::Tensor> decay, no_decay;
+  layout_.kind = PayloadKind::kGradient;
+  for (const NamedParameter& p : params_) {
+    (p.decay ? decay : no_decay).push_back(p.tensor);
+    layout_.tensors.push_back(dense_layout(p.tensor.sizes().vec(), options.gradient_type));
   }
   const auto group_options = [&](double weight_decay) {
     return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(/*lr=*/0.0)
@@ -47,21 +47,78 @@ AdamWStrategy::AdamWStrategy(std::vector<std::pair<std::string, torch::Tensor>> 
 
 AdamWStrategy::~AdamWStrategy() = default;
 
-Contribution AdamWStrategy::contribute(const StepContext&) {
-  return {};
-}
-
-void AdamWStrategy::apply(const StepContext& context, std::span<const Contribution>) {
+void AdamWStrategy::step(double lr) {
   for (auto& group : optimizer_->param_groups()) {
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(context.lr);
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
   optimizer_->step();
+}
+
+Contribution AdamWStrategy::contribute(const StepContext& context) {
+  if (context.num_peers <= 1) return {};
+  Payload payload;
+  payload.kind = PayloadKind::kGradient;
+  payload.step = static_cast<uint64_t>(context.step);
+  payload.tensors.reserve(params_.size());
+  for (const NamedParameter& p : params_) {
+    // A parameter the loss did not reach has no .grad(); it sends zeros so that every payload
+    // keeps the model's layout.
+    const torch::Tensor& g = p.tensor.grad();
+    payload.tensors.push_back(
+        dense_payload(g.defined() ? g : torch::zeros_like(p.tensor), options_.gradient_type));
+  }
+  Contribution out;
+  out.bytes = encode_payload(payload);
+  return out;
+}
+
+void AdamWStrategy::apply(const StepContext& context, std::span<const Contribution> contributions) {
+  if (context.num_peers <= 1) {
+    step(context.lr);
+    return;
+  }
+  const std::vector<const Contribution*> ordered = canonical_order(contributions);
+  if (ordered.empty()) return;
+  // fp32 sums on the CPU, added in the canonical order: the same bits on every peer. Decoding one
+  // contribution at a time holds one payload at once, not one per peer; an Error part way
+  // through has touched nothing but these sums.
+  std::vector<torch::Tensor> sums(params_.size());
+  for (const Contribution* c : ordered) {
+    Payload payload;
+    try {
+      payload = decode_payload(c->bytes, layout_);
+    } catch (const Error& e) {
+      fail("adamw: step {}: the gradient from peer {} does not fit this model: {}", context.step,
+           c->peer, e.what());
+    }
+    if (payload.step != static_cast<uint64_t>(context.step)) {
+      fail("adamw: step {}: the gradient from peer {} is for step {}", context.step, c->peer,
+           payload.step);
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      torch::Tensor g = to_tensor(payload.tensors[i]);
+      if (sums[i].defined()) {
+        sums[i].add_(g);
+      } else {
+        sums[i] = std::move(g);
+      }
+    }
+  }
+  torch::NoGradGuard no_grad;
+  const double count = static_cast<double>(ordered.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor& p = params_[i].tensor;
+    p.mutable_grad() = sums[i].div_(count).to(p.device(), p.scalar_type());
+  }
+  step(context.lr);
 }
 
 std::map<std::string, torch::Tensor> AdamWStrategy::state() const {
   std::map<std::string, torch::Tensor> out;
   const auto& states = optimizer_->state();
-  for (const auto& [name, p] : named_) {
+  for (const NamedParameter& np : params_) {
+    const std::string& name = np.name;
+    const torch::Tensor& p = np.tensor;
     const auto it = states.find(state_key<std::decay_t<decltype(states)>>(p));
     if (it == states.end()) continue;  // no step taken yet
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
@@ -74,7 +131,9 @@ std::map<std::string, torch::Tensor> AdamWStrategy::state() const {
 
 void AdamWStrategy::load_state(const std::map<std::string, torch::Tensor>& state) {
   auto& states = optimizer_->state();
-  for (const auto& [name, p] : named_) {
+  for (const NamedParameter& np : params_) {
+    const std::string& name = np.name;
+    const torch::Tensor& p = np.tensor;
     const auto m = state.find("exp_avg." + name);
     const auto v = state.find("exp_avg_sq." + name);
     const auto t = state.find("step." + name);

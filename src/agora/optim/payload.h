@@ -79,7 +79,8 @@ struct TensorLayout {
   std::vector<int64_t> shape;
   TensorEncoding encoding = TensorEncoding::kDense;
   ValueType value_type = ValueType::kF32;
-  int64_t chunk_rows = 1, chunk_cols = 1, topk = 0;  // dct_topk only; 0 otherwise
+  // dct_topk only; other encodings have chunk_rows = chunk_cols = 1 and topk = 0.
+  int64_t chunk_rows = 1, chunk_cols = 1, topk = 0;
 
   int64_t numel() const;
   int64_t chunk_size() const { return chunk_rows * chunk_cols; }  // coefficients per chunk

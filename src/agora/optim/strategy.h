@@ -10,10 +10,13 @@
 //   strategy.apply(step, contributions)             // every peer applies the same set
 //
 // contribute() reads the gradients and returns a payload (optim/payload.h), or empty bytes when
-// the strategy has nothing to exchange this step (local AdamW, or DiLoCo between syncs). apply()
+// the strategy has nothing to exchange this step (AdamW alone, or DiLoCo between syncs); it may
+// also move the parameters (DiLoCo's inner step). The strategy does not know its own peer id: the
+// caller fills Contribution::peer. apply()
 // receives the contributions of every peer accepted for the step, its own included, and must
 // leave every honest peer with bit-identical parameters: it orders them canonically itself (by
-// peer id, then bytes), so the result does not depend on the order they arrived in. apply() may
+// peer id, then bytes), so the result does not depend on the order they arrived in; the caller
+// passes at most one contribution per peer (a duplicate would count twice). apply() may
 // throw Error for a contribution that does not decode or does not match the model; the caller
 // validates contributions before it calls apply() (decode_payload with the strategy's layout).
 //
@@ -65,7 +68,8 @@ class Strategy {
   // Things the user should know before training, e.g. tensors DeMo compresses poorly.
   virtual std::vector<std::string> warnings() const { return {}; }
 
-  // Everything a resumed run needs, by stable names; load_state() takes what state() gave.
+  // Everything a resumed run needs, by stable names; load_state() takes what state() gave. The
+  // tensors are the live ones, not copies: clone to keep them across a step.
   virtual std::map<std::string, torch::Tensor> state() const = 0;
   virtual void load_state(const std::map<std::string, torch::Tensor>& state) = 0;
 };

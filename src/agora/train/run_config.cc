@@ -66,7 +66,9 @@ const std::vector<ModelField>& model_fields() {
 
 const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
 const std::vector<std::string> kDtypes = {"float32", "bfloat16"};
-const std::vector<std::string> kOptimizers = {"adamw"};
+const std::vector<std::string> kOptimizers = {"demo", "adamw", "diloco"};
+const std::vector<std::string> kGradientDtypes = {"float32", "bfloat16"};
+const std::vector<std::string> kPseudoGradientDtypes = {"float32", "bfloat16", "int8"};
 const std::vector<std::string> kScheduleKinds = {"constant", "cosine", "wsd"};
 
 constexpr IntRange kVocabRange = {0, std::numeric_limits<int32_t>::max()};
@@ -164,6 +166,24 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
       toml.get_double("optimizer.weight_decay", opt.weight_decay, DoubleRange::at_least(0));
   opt.grad_clip = toml.get_double("optimizer.grad_clip", opt.grad_clip, DoubleRange::at_least(0));
 
+  DemoConfig& demo = config.demo;
+  demo.beta = toml.get_double("demo.beta", demo.beta, DoubleRange::between(0, 1, false, true));
+  demo.topk = toml.get_int("demo.topk", demo.topk, {1, 1 << 20});
+  demo.chunk = toml.get_int("demo.chunk", demo.chunk, {1, 1 << 16});
+  demo.one_bit = toml.get_bool("demo.one_bit", demo.one_bit);
+  demo.lookahead = toml.get_bool("demo.lookahead", demo.lookahead);
+
+  config.adamw.gradient_dtype =
+      toml.get_choice("adamw.gradient_dtype", config.adamw.gradient_dtype, kGradientDtypes);
+
+  DiLoCoConfig& diloco = config.diloco;
+  diloco.inner_steps = toml.get_int("diloco.inner_steps", diloco.inner_steps, {1, kMaxInt});
+  diloco.outer_lr = toml.get_double("diloco.outer_lr", diloco.outer_lr, DoubleRange::greater_than(0));
+  diloco.outer_momentum = toml.get_double("diloco.outer_momentum", diloco.outer_momentum,
+                                          DoubleRange::between(0, 1, false, true));
+  diloco.pseudo_gradient_dtype = toml.get_choice(
+      "diloco.pseudo_gradient_dtype", diloco.pseudo_gradient_dtype, kPseudoGradientDtypes);
+
   ScheduleConfig& schedule = config.schedule;
   schedule.kind = toml.get_choice("schedule.kind", schedule.kind, kScheduleKinds);
   schedule.warmup_steps =
@@ -183,6 +203,13 @@ void check_cross_field(const TomlConfig& toml, const RunConfig& config) {
         "batch_size = k * micro_batch_size for a whole k >= 1)",
         origin(toml, {"train.batch_size", "train.micro_batch_size"}), train.batch_size,
         train.micro_batch_size);
+  }
+  if (config.optimizer.name == "diloco" && train.steps % config.diloco.inner_steps != 0) {
+    fail(
+        "{}: train.steps = {} is not a multiple of diloco.inner_steps = {} (allowed: steps = k * "
+        "inner_steps, so the run ends on a sync and every peer holds the same parameters)",
+        origin(toml, {"train.steps", "diloco.inner_steps", "optimizer.name"}), train.steps,
+        config.diloco.inner_steps);
   }
   const ScheduleConfig& schedule = config.schedule;
   if (schedule.warmup_steps > train.steps) {
@@ -285,6 +312,22 @@ std::string RunConfig::to_toml() const {
   out += fmt::format("weight_decay = {}\n", toml_float(optimizer.weight_decay));
   out += fmt::format("grad_clip = {}\n", toml_float(optimizer.grad_clip));
 
+  out += "\n[demo]\n";
+  out += fmt::format("beta = {}\n", toml_float(demo.beta));
+  out += fmt::format("topk = {}\n", demo.topk);
+  out += fmt::format("chunk = {}\n", demo.chunk);
+  out += fmt::format("one_bit = {}\n", demo.one_bit);
+  out += fmt::format("lookahead = {}\n", demo.lookahead);
+
+  out += "\n[adamw]\n";
+  out += fmt::format("gradient_dtype = {}\n", toml_quote(adamw.gradient_dtype));
+
+  out += "\n[diloco]\n";
+  out += fmt::format("inner_steps = {}\n", diloco.inner_steps);
+  out += fmt::format("outer_lr = {}\n", toml_float(diloco.outer_lr));
+  out += fmt::format("outer_momentum = {}\n", toml_float(diloco.outer_momentum));
+  out += fmt::format("pseudo_gradient_dtype = {}\n", toml_quote(diloco.pseudo_gradient_dtype));
+
   out += "\n[schedule]\n";
   out += fmt::format("kind = {}\n", toml_quote(schedule.kind));
   out += fmt::format("warmup_steps = {}\n", schedule.warmup_steps);
@@ -333,7 +376,8 @@ double RunConfig::learning_rate(int64_t step) const {
 bool RunConfig::operator==(const RunConfig& other) const {
   return seed == other.seed && models_equal(model, other.model) &&
          model_overrides == other.model_overrides && data == other.data && train == other.train &&
-         optimizer == other.optimizer && schedule == other.schedule;
+         optimizer == other.optimizer && demo == other.demo && adamw == other.adamw &&
+         diloco == other.diloco && schedule == other.schedule;
 }
 
 }  // namespace agora

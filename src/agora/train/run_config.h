@@ -25,8 +25,15 @@
 //   checkpoint_interval = 0, log_interval = 10, out_dir = "runs/default", device = "auto",
 //   dtype = "float32", threads = 0
 //   [optimizer]
-//   name = "adamw", lr = 3e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1,
-//   grad_clip = 1.0
+//   name = "demo", lr = 3e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1,
+//   grad_clip = 1.0             # name: demo | adamw | diloco (ALGORITHMS.md sections 1-3)
+//   [demo]
+//   beta = 0.999, topk = 32, chunk = 64, one_bit = false, lookahead = false
+//   [adamw]
+//   gradient_dtype = "float32"  # what peers exchange: float32 | bfloat16
+//   [diloco]
+//   inner_steps = 50, outer_lr = 0.7, outer_momentum = 0.9,
+//   pseudo_gradient_dtype = "float32"   # float32 | bfloat16 | int8 (per-row scales)
 //   [schedule]
 //   kind = "cosine", warmup_steps = 100, min_lr_ratio = 0.1, decay_fraction = 0.2
 //
@@ -69,15 +76,43 @@ struct TrainConfig {
 };
 
 struct OptimizerConfig {
-  std::string name = "adamw";  // only adamw for now
+  std::string name = "demo";  // demo | adamw | diloco
   double lr = 3e-3;            // peak learning rate
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;  // decoupled; never applied to norms
-  double grad_clip = 1.0;     // max global gradient norm; 0 = off
+  double grad_clip = 1.0;     // max norm of each peer's own gradient; 0 = off
 
   bool operator==(const OptimizerConfig&) const = default;
+};
+
+// DeMo (ALGORITHMS.md section 1); optimizer.lr, weight_decay and grad_clip apply as well.
+struct DemoConfig {
+  double beta = 0.999;     // momentum decay
+  int64_t topk = 32;       // coefficients sent per chunk
+  int64_t chunk = 64;      // target chunk edge
+  bool one_bit = false;    // send signs only
+  bool lookahead = false;  // Psyche's variant: gradients at p - lr_prev * sign(delta)
+
+  bool operator==(const DemoConfig&) const = default;
+};
+
+// All-reduce AdamW: optimizer.beta1/beta2/eps/weight_decay are AdamW's.
+struct AdamWConfig {
+  std::string gradient_dtype = "float32";  // float32 | bfloat16
+
+  bool operator==(const AdamWConfig&) const = default;
+};
+
+// DiLoCo (ALGORITHMS.md section 2): the inner optimizer is AdamW with optimizer.*.
+struct DiLoCoConfig {
+  int64_t inner_steps = 50;  // H: inner steps between syncs; divides train.steps
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  std::string pseudo_gradient_dtype = "float32";  // float32 | bfloat16 | int8
+
+  bool operator==(const DiLoCoConfig&) const = default;
 };
 
 struct ScheduleConfig {
@@ -100,6 +135,9 @@ struct RunConfig {
   DataConfig data;
   TrainConfig train;
   OptimizerConfig optimizer;
+  DemoConfig demo;
+  AdamWConfig adamw;
+  DiLoCoConfig diloco;
   ScheduleConfig schedule;
 
   // Reads `path`, applies each "key=value" override in order, validates. Throws Error.

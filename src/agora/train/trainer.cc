@@ -16,11 +16,12 @@
 #include "agora/data/sampler.h"
 #include "agora/data/tokenizer.h"
 #include "agora/obs/progress.h"
-#include "agora/optim/adamw.h"
 #include "agora/train/batches.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/device.h"
 #include "agora/train/evaluate.h"
+#include "agora/train/parameter_hash.h"
+#include "agora/train/strategy_factory.h"
 
 namespace agora {
 namespace fs = std::filesystem;
@@ -50,22 +51,6 @@ DataMeta read_data_meta(const fs::path& dir) {
   }
 }
 
-std::unique_ptr<Strategy> make_strategy(const RunConfig& config, Llama& model) {
-  if (config.optimizer.name != "adamw") {
-    fail("optimizer.name = \"{}\" is not available (allowed: adamw)", config.optimizer.name);
-  }
-  std::vector<std::pair<std::string, torch::Tensor>> decay, no_decay;
-  for (auto& item : model->named_parameters()) {
-    (item.value().dim() >= 2 ? decay : no_decay).emplace_back(item.key(), item.value());
-  }
-  AdamWOptions options;
-  options.beta1 = config.optimizer.beta1;
-  options.beta2 = config.optimizer.beta2;
-  options.eps = config.optimizer.eps;
-  options.weight_decay = config.optimizer.weight_decay;
-  return std::make_unique<AdamWStrategy>(std::move(decay), std::move(no_decay), options);
-}
-
 // The live line: redrawn in place on a terminal, one line per log interval otherwise.
 class StepLine {
  public:
@@ -80,8 +65,9 @@ class StepLine {
     const bool last = s.step + 1 == total_;
     if (!tty_ && (s.step + 1) % interval_ != 0 && !last) return;
     const std::string line = fmt::format(
-        "step {:>6}/{}  loss {:.4f}  lr {:.2e}  |g| {:.3f}  {:.0f} tok/s  ETA {}", s.step + 1,
-        total_, s.loss, s.lr, s.grad_norm, s.tokens_per_second, format_duration(eta_seconds));
+        "step {:>6}/{}  loss {:.4f}  lr {:.2e}  |g| {:.3f}  {:.0f} tok/s  {}/peer  ETA {}",
+        s.step + 1, total_, s.loss, s.lr, s.grad_norm, s.tokens_per_second,
+        format_bytes(static_cast<double>(s.payload_bytes)), format_duration(eta_seconds));
     std::fprintf(stderr, tty_ ? "\r\033[2K%s" : "%s\n", line.c_str());
     std::fflush(stderr);
     pending_ = tty_;
@@ -110,6 +96,60 @@ void point_latest(const fs::path& out_dir, const fs::path& checkpoint) {
   fs::rename(tmp, link);  // atomic replacement of the old link
 }
 
+// One simulated peer: its own copy of the model and its own strategy state.
+struct Replica {
+  std::string id;
+  Llama model{nullptr};
+  std::unique_ptr<Strategy> strategy;
+  std::vector<torch::Tensor> params;
+};
+
+// Training state keys: a single peer's strategy state as it is, several peers' under "peer-NNN.".
+std::map<std::string, torch::Tensor> gather_state(const std::vector<Replica>& replicas) {
+  if (replicas.size() == 1) return replicas[0].strategy->state();
+  std::map<std::string, torch::Tensor> out;
+  for (const Replica& r : replicas) {
+    for (auto& [name, tensor] : r.strategy->state()) out[r.id + "." + name] = tensor;
+  }
+  return out;
+}
+
+void scatter_state(std::vector<Replica>& replicas,
+                   const std::map<std::string, torch::Tensor>& state, const fs::path& checkpoint) {
+  const bool prefixed = !state.empty() && state.begin()->first.starts_with("peer-");
+  if (!state.empty() && prefixed != (replicas.size() > 1)) {
+    fail("checkpoint {} was trained with {} than this run's --simulate-peers {}",
+         checkpoint.string(), prefixed ? "several simulated peers" : "one peer", replicas.size());
+  }
+  if (replicas.size() == 1) return replicas[0].strategy->load_state(state);
+  for (Replica& r : replicas) {
+    std::map<std::string, torch::Tensor> own;
+    const std::string prefix = r.id + ".";
+    for (const auto& [name, tensor] : state) {
+      if (name.starts_with(prefix)) own[name.substr(prefix.size())] = tensor;
+    }
+    if (own.empty() && !state.empty()) {
+      fail("checkpoint {} has no state for {} (it was trained with fewer simulated peers)",
+           checkpoint.string(), r.id);
+    }
+    r.strategy->load_state(own);
+  }
+}
+
+// Every replica must hold replica 0's bits after an exchange; anything else is a bug in a
+// strategy's determinism, and training on would hide it.
+void check_identical(std::vector<Replica>& replicas, int64_t step) {
+  for (size_t i = 1; i < replicas.size(); ++i) {
+    for (size_t k = 0; k < replicas[0].params.size(); ++k) {
+      if (!torch::equal(replicas[0].params[k], replicas[i].params[k])) {
+        fail("step {}: simulated {} holds different parameters from {} (tensor {}); the "
+             "strategy is not deterministic",
+             step, replicas[i].id, replicas[0].id, k);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TrainSummary train(RunConfig config, const TrainOptions& options) {
@@ -127,11 +167,33 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   const torch::Device device = resolve_device(t.device);
 
-  torch::manual_seed(config.seed);
-  Llama model(config.model);
-  model->to(device);
-  model->train();
-  std::unique_ptr<Strategy> strategy = make_strategy(config, model);
+  const int64_t N = options.simulate_peers;
+  const int64_t B = t.batch_size, T = config.data.seq_len;
+  if (N < 1 || B % N != 0) {
+    fail("--simulate-peers {} does not divide train.batch_size = {} (allowed: a divisor of the "
+         "global batch, so every peer trains the same number of sequences)",
+         N, B);
+  }
+  const int64_t per_peer = B / N, b = std::min(t.micro_batch_size, per_peer);
+  if (per_peer % b != 0) {
+    fail("each of the {} simulated peers trains {} sequences a step, which is not a multiple of "
+         "train.micro_batch_size = {} (allowed: a micro-batch size that divides batch_size / peers)",
+         N, per_peer, b);
+  }
+  const int64_t accumulation = per_peer / b;
+
+  std::vector<Replica> replicas(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) {
+    Replica& r = replicas[static_cast<size_t>(i)];
+    r.id = fmt::format("peer-{:03}", i);
+    torch::manual_seed(config.seed);  // every replica starts from the same initialisation
+    r.model = Llama(config.model);
+    r.model->to(device);
+    r.model->train();
+    r.strategy = make_strategy(config, r.model);
+    r.params = r.model->parameters();
+  }
+  Llama& model = replicas[0].model;
 
   const Sampler train_data =
       Sampler::from_directory(config.data.dir, "train", config.data.seq_len, config.seed);
@@ -140,6 +202,7 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
 
   TrainSummary summary;
   summary.parameters = config.model.num_parameters();
+  summary.simulated_peers = N;
   int64_t start = 0;
   if (!options.resume.empty()) {
     const LoadedCheckpoint checkpoint = load_checkpoint(options.resume, device);
@@ -152,11 +215,13 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
     const TrainingState state = load_training_state(options.resume);
     {
       torch::NoGradGuard no_grad;
-      auto target = model->named_parameters();
-      for (auto& item : checkpoint.model->named_parameters())
-        target[item.key()].copy_(item.value());
+      for (Replica& r : replicas) {
+        auto target = r.model->named_parameters();
+        for (auto& item : checkpoint.model->named_parameters())
+          target[item.key()].copy_(item.value());
+      }
     }
-    strategy->load_state(state.strategy);
+    scatter_state(replicas, state.strategy, options.resume);
     if (state.rng.defined()) {
       auto generator = at::detail::getDefaultCPUGenerator();
       generator.set_state(state.rng);
@@ -165,13 +230,16 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
   }
   summary.first_step = start;
 
-  const int64_t B = t.batch_size, b = t.micro_batch_size, T = config.data.seq_len;
-  const int64_t accumulation = B / b;
   const AutocastGuard autocast(device, t.dtype == "bfloat16");
   StepLine line(options.progress, t.steps, t.log_interval);
-  line.message(fmt::format("training {} ({:.2f}M parameters) on {} for {} steps of {} x {} tokens",
-                           config.model.preset, summary.parameters / 1e6, device.str(), t.steps, B,
-                           T));
+  line.message(fmt::format(
+      "training {} ({:.2f}M parameters) on {} for {} steps of {} x {} tokens with {}{}",
+      config.model.preset, summary.parameters / 1e6, device.str(), t.steps, B, T,
+      config.optimizer.name, N > 1 ? fmt::format(", {} simulated peers", N) : ""));
+  for (const std::string& warning : replicas[0].strategy->warnings()) {
+    line.message("warning: " + warning);
+  }
+  if (!options.save_payloads.empty()) fs::create_directories(options.save_payloads);
 
   const auto run_eval = [&](int64_t step) {
     const EvalResult r = evaluate(model, val_data, t.eval_windows, b);
@@ -187,48 +255,66 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
     meta.tokens_seen = static_cast<uint64_t>(steps_done * B * T);
     meta.eot_id = data.eot_id;
     meta.val_loss = val_loss;
-    TrainingState state{strategy->state(), at::detail::getDefaultCPUGenerator().get_state()};
+    TrainingState state{gather_state(replicas), at::detail::getDefaultCPUGenerator().get_state()};
     save_checkpoint(dir, model, meta, data.tokenizer_spec, config.to_toml(), state);
     point_latest(t.out_dir, dir);
     summary.checkpoint = dir;
     line.message(fmt::format("step {:>6}  checkpoint {}", steps_done, dir.string()));
   };
 
+  // Local clipping (ALGORITHMS.md: scale by min(1, c / (||g|| + 1e-6))); with clipping off the
+  // norm is still measured for the log.
+  const double clip = config.optimizer.grad_clip > 0 ? config.optimizer.grad_clip
+                                                     : std::numeric_limits<double>::infinity();
   const auto started = Clock::now();
   double last_val = NAN;
-  std::vector<torch::Tensor> params = model->parameters();
+  std::vector<Contribution> contributions(static_cast<size_t>(N));
   for (int64_t step = start; step < t.steps; ++step) {
     const auto step_start = Clock::now();
-    const double lr = config.learning_rate(step);
-    for (auto& p : params) p.mutable_grad() = torch::Tensor();
-    double loss_sum = 0;
-    for (int64_t k = 0; k < accumulation; ++k) {
-      const uint64_t first = static_cast<uint64_t>(step * B + k * b);
-      const torch::Tensor tokens = read_sequences(train_data, first, b).to(device);
-      const torch::Tensor logits = model->forward(tokens.narrow(1, 0, T));
-      const torch::Tensor loss = next_token_loss(logits, tokens.narrow(1, 1, T)) / accumulation;
-      loss.backward();
-      loss_sum += loss.item<double>();
+    const StepContext context{step, config.learning_rate(step), N};
+    double loss_sum = 0, norm_sum = 0;
+    int64_t bytes = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      Replica& r = replicas[static_cast<size_t>(i)];
+      r.strategy->before_forward(context);
+      for (auto& p : r.params) p.mutable_grad() = torch::Tensor();
+      double loss_peer = 0;
+      for (int64_t k = 0; k < accumulation; ++k) {
+        const uint64_t first = static_cast<uint64_t>(step * B + i * per_peer + k * b);
+        const torch::Tensor tokens = read_sequences(train_data, first, b).to(device);
+        const torch::Tensor logits = r.model->forward(tokens.narrow(1, 0, T));
+        const torch::Tensor loss = next_token_loss(logits, tokens.narrow(1, 1, T)) / accumulation;
+        loss.backward();
+        loss_peer += loss.item<double>();
+      }
+      if (!std::isfinite(loss_peer)) {
+        fail(
+            "step {}: the loss is {} (diverged); lower optimizer.lr (now {}) or raise "
+            "schedule.warmup_steps",
+            step, loss_peer, config.optimizer.lr);
+      }
+      loss_sum += loss_peer;
+      norm_sum += torch::nn::utils::clip_grad_norm_(r.params, clip);
+      Contribution& own = contributions[static_cast<size_t>(i)];
+      own = r.strategy->contribute(context);
+      own.peer = r.id;
+      bytes += static_cast<int64_t>(own.bytes.size());
+      if (!options.save_payloads.empty() && !own.bytes.empty()) {
+        write_file_atomic(options.save_payloads / fmt::format("step_{:06}_{}.agp", step, r.id),
+                          own.bytes);
+      }
     }
-    if (!std::isfinite(loss_sum)) {
-      fail(
-          "step {}: the loss is {} (diverged); lower optimizer.lr (now {}) or raise "
-          "schedule.warmup_steps",
-          step, loss_sum, config.optimizer.lr);
-    }
-    // Local clipping (ALGORITHMS.md: scale by min(1, c / (||g|| + 1e-6))); with clipping off the
-    // norm is still measured for the log.
-    const double clip = config.optimizer.grad_clip > 0 ? config.optimizer.grad_clip
-                                                       : std::numeric_limits<double>::infinity();
-    const double grad_norm = torch::nn::utils::clip_grad_norm_(params, clip);
-    const StepContext context{step, lr};
-    const Contribution own = strategy->contribute(context);
-    strategy->apply(context, std::span<const Contribution>(&own, 1));
+    bool exchanged = false;
+    for (Replica& r : replicas) r.strategy->apply(context, contributions);
+    for (const Contribution& c : contributions) exchanged = exchanged || !c.bytes.empty();
+    if (exchanged) check_identical(replicas, step);
 
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
-    const StepStats stats{step, loss_sum, lr, grad_norm, B * T / std::max(seconds, 1e-9)};
-    summary.final_loss = loss_sum;
+    const StepStats stats{step,         loss_sum / N, context.lr, norm_sum / N,
+                          B * T / std::max(seconds, 1e-9), bytes / N};
+    summary.final_loss = stats.loss;
+    summary.payload_bytes_per_peer += static_cast<uint64_t>(stats.payload_bytes);
     if (options.on_step) options.on_step(stats);
     const int64_t done = step + 1 - start;
     line.step(stats, elapsed / done * (t.steps - step - 1));
@@ -246,6 +332,7 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
   summary.tokens_per_second =
       summary.seconds > 0 ? (t.steps - start) * B * T / summary.seconds : 0.0;
   summary.val_loss = last_val;
+  summary.parameter_hash = parameter_hash(model);
   return summary;
 }
 

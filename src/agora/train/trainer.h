@@ -1,11 +1,17 @@
 // The local trainer: one process training a Llama on token shards with a Strategy.
 //
-// Per optimizer step s (0-based), with global batch B, micro-batch b and sequence length T:
+// A run can simulate N peers in one process (--simulate-peers N): N model replicas, each with its
+// own strategy state (DeMo momentum, DiLoCo inner optimizer), each training on its own slice of
+// every global batch, exchanging contributions exactly as peers on a network would, but in memory.
+//
+// Per optimizer step s (0-based), with global batch B, N peers, micro-batch b, sequence length T:
 //   1. the learning rate comes from the run's schedule;
-//   2. B/b micro-batches: sequence ids s*B + k*b .. s*B + k*b + b - 1 from the sampler (so the
-//      data position is a function of the step alone), forward, loss / (B/b), backward;
-//   3. gradients clipped to the run's global norm (local to this process);
-//   4. strategy.contribute() then strategy.apply() with that one contribution.
+//   2. peer i trains on sequence ids s*B + i*B/N .. s*B + (i+1)*B/N - 1 from the sampler (so the
+//      data position is a function of the step alone), in micro-batches of min(b, B/N);
+//   3. each peer clips its own gradient to optimizer.grad_clip (clipping is local, as DeMo's
+//      specification says) and its strategy contributes a payload, sent by "peer-000", ...;
+//   4. every peer's strategy applies all N contributions; after every exchange the trainer checks
+//      that all replicas hold bit-identical parameters, and stops with an error if they do not.
 // Validation every eval_interval steps and at the end; checkpoints every checkpoint_interval
 // steps and at the end, as OUT/checkpoint_<step>/ with OUT/latest pointing at the newest.
 //
@@ -16,6 +22,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -25,15 +32,18 @@ namespace agora {
 
 struct StepStats {
   int64_t step = 0;  // the step just completed (0-based)
-  double loss = 0;
+  double loss = 0;   // mean over the peers
   double lr = 0;
-  double grad_norm = 0;
+  double grad_norm = 0;  // mean over the peers, before clipping
   double tokens_per_second = 0;
+  int64_t payload_bytes = 0;  // bytes one peer sent this step (the mean over peers)
 };
 
 struct TrainOptions {
   std::filesystem::path resume;                   // a checkpoint folder to continue from
   bool progress = true;                           // the live progress line on stderr
+  int64_t simulate_peers = 1;                     // N >= 1; the global batch splits N ways
+  std::filesystem::path save_payloads;            // if set: DIR/step_<s>_peer-<i>.agp
   std::function<void(const StepStats&)> on_step;  // e.g. tests recording the loss curve
 };
 
@@ -45,7 +55,10 @@ struct TrainSummary {
   std::vector<std::pair<int64_t, double>> val_history;  // (step, val loss)
   double seconds = 0;
   double tokens_per_second = 0;
-  std::filesystem::path checkpoint;  // the last one written
+  int64_t simulated_peers = 1;
+  uint64_t payload_bytes_per_peer = 0;  // everything one peer sent over the run (mean)
+  std::string parameter_hash;           // of the final parameters (identical on every peer)
+  std::filesystem::path checkpoint;     // the last one written
 };
 
 TrainSummary train(RunConfig config, const TrainOptions& options = {});
