@@ -47,5 +47,13 @@ printf 'garbage' > "$work/g/train_000000.bin"
 expect_error "corrupt shard" "train_000000.bin" "$agora" stats "$work/g"
 expect_error "unknown subcommand" "" "$agora" frobnicate
 
+# agora inspect payload, on a committed fuzz seed beside this script and on garbage.
+seed="$(dirname "$0")/../fuzz/corpus/payload_fuzz/demo_one_bit"
+if [ -f "$seed" ]; then
+  check "inspect payload" bash -c "'$agora' inspect payload '$seed' | grep -q '\"kind\": \"demo\"'"
+fi
+printf 'garbage' > "$work/garbage.payload"
+expect_error "inspect malformed payload" "payload: magic" "$agora" inspect payload "$work/garbage.payload"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
