@@ -11,9 +11,11 @@
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/data/sampler.h"
+#include "agora/optim/payload.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/evaluate.h"
 #include "agora/train/torch_safetensors.h"
+#include "../unit/test_support.h"
 
 namespace agora {
 namespace {
@@ -31,7 +33,9 @@ class TrainerTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  RunConfig config(const std::string& out, int64_t steps, int64_t checkpoint_interval = 0) {
+  // AdamW unless `optimizer` says otherwise (TOML lines for the [optimizer] table and after).
+  RunConfig config(const std::string& out, int64_t steps, int64_t checkpoint_interval = 0,
+                   const std::string& optimizer = "name = \"adamw\"") {
     const std::string text = fmt::format(R"(
 seed = 11
 [model]
@@ -52,8 +56,11 @@ threads = 1
 [schedule]
 kind = "cosine"
 warmup_steps = 1
+[optimizer]
+{}
 )",
-                                         kData, steps, checkpoint_interval, (dir_ / out).string());
+                                         kData, steps, checkpoint_interval, (dir_ / out).string(),
+                                         optimizer);
     return RunConfig::parse(text, "test");
   }
 
@@ -112,6 +119,62 @@ TEST_F(TrainerTest, ResumeIsBitIdentical) {
             read_file(dir_ / "halves" / "checkpoint_000012" / "model.safetensors"));
   EXPECT_EQ(read_file(dir_ / "straight" / "checkpoint_000012" / "training_state.safetensors"),
             read_file(dir_ / "halves" / "checkpoint_000012" / "training_state.safetensors"));
+}
+
+TEST_F(TrainerTest, SimulatedDemoPeersLearnAndStayIdentical) {
+  std::vector<double> losses;
+  TrainOptions options = quiet(&losses);
+  options.simulate_peers = 4;
+  options.save_payloads = dir_ / "payloads";
+  const TrainSummary s = train(config("demo", 40, 0, "name = \"demo\"\n[demo]\ntopk = 8"), options);
+  // The trainer itself checks bit-identity after every exchange and would have thrown.
+  EXPECT_EQ(s.simulated_peers, 4);
+  EXPECT_LT(losses.back(), losses.front() - 1.0);
+  EXPECT_GT(s.payload_bytes_per_peer, 0u);
+  EXPECT_EQ(s.parameter_hash.size(), 64u);
+  const std::string payload = read_file(dir_ / "payloads" / "step_000039_peer-003.agp");
+  const Payload decoded = decode_payload(payload);
+  EXPECT_EQ(decoded.kind, PayloadKind::kDemo);
+  EXPECT_EQ(decoded.step, 39u);
+  EXPECT_EQ(s.payload_bytes_per_peer, 40 * payload.size());
+}
+
+TEST_F(TrainerTest, SimulatedResumeIsBitIdentical) {
+  const std::string demo = "name = \"demo\"\n[demo]\ntopk = 8\none_bit = true\nlookahead = true";
+  TrainOptions options = quiet();
+  options.simulate_peers = 2;
+  const TrainSummary straight = train(config("straight", 8, 0, demo), options);
+  train(config("halves", 8, 4, demo), options);
+  options.resume = dir_ / "halves" / "checkpoint_000004";
+  const TrainSummary resumed = train(config("halves", 8, 4, demo), options);
+  EXPECT_EQ(straight.parameter_hash, resumed.parameter_hash);
+  // The same checkpoint with another number of peers is refused.
+  options.simulate_peers = 4;
+  EXPECT_ERROR_WITH(train(config("halves", 8, 4, demo), options), "2 simulated peers",
+                    "--simulate-peers 2");
+  options.simulate_peers = 1;
+  EXPECT_ERROR_WITH(train(config("halves", 8, 4, demo), options), "2 simulated peers");
+}
+
+TEST_F(TrainerTest, SimulatedAllReduceAndDiLoCoStayIdentical) {
+  TrainOptions options = quiet();
+  options.simulate_peers = 2;
+  const TrainSummary adamw = train(config("adamw", 4, 0, "name = \"adamw\"\n[adamw]\ngradient_dtype = \"bfloat16\""), options);
+  // bf16 gradients: two bytes a parameter, plus the headers.
+  const auto per_step = static_cast<int64_t>(adamw.payload_bytes_per_peer / 4);
+  EXPECT_GE(per_step, 2 * adamw.parameters);
+  EXPECT_LT(per_step, 2 * adamw.parameters + 2048);
+  const TrainSummary diloco = train(
+      config("diloco", 6, 0, "name = \"diloco\"\n[diloco]\ninner_steps = 3\npseudo_gradient_dtype = \"int8\""),
+      options);
+  EXPECT_GT(diloco.payload_bytes_per_peer, 0u);
+}
+
+TEST_F(TrainerTest, SimulatedPeersMustDivideTheBatch) {
+  TrainOptions options = quiet();
+  options.simulate_peers = 3;
+  EXPECT_ERROR_WITH(train(config("bad", 2), options), "--simulate-peers 3",
+                    "train.batch_size = 8");
 }
 
 TEST_F(TrainerTest, ResumeRefusesADifferentConfig) {

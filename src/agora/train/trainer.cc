@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "agora/core/error.h"
@@ -116,10 +117,16 @@ std::map<std::string, torch::Tensor> gather_state(const std::vector<Replica>& re
 
 void scatter_state(std::vector<Replica>& replicas,
                    const std::map<std::string, torch::Tensor>& state, const fs::path& checkpoint) {
-  const bool prefixed = !state.empty() && state.begin()->first.starts_with("peer-");
-  if (!state.empty() && prefixed != (replicas.size() > 1)) {
-    fail("checkpoint {} was trained with {} than this run's --simulate-peers {}",
-         checkpoint.string(), prefixed ? "several simulated peers" : "one peer", replicas.size());
+  std::set<std::string> peers;
+  for (const auto& item : state) {
+    if (item.first.starts_with("peer-")) peers.insert(item.first.substr(0, item.first.find('.')));
+  }
+  const size_t trained_with = peers.empty() ? 1 : peers.size();
+  if (!state.empty() && trained_with != replicas.size()) {
+    fail("checkpoint {} holds the state of {}; resume it with --simulate-peers {}",
+         checkpoint.string(),
+         trained_with == 1 ? "one peer" : fmt::format("{} simulated peers", trained_with),
+         trained_with);
   }
   if (replicas.size() == 1) return replicas[0].strategy->load_state(state);
   for (Replica& r : replicas) {
@@ -129,8 +136,7 @@ void scatter_state(std::vector<Replica>& replicas,
       if (name.starts_with(prefix)) own[name.substr(prefix.size())] = tensor;
     }
     if (own.empty() && !state.empty()) {
-      fail("checkpoint {} has no state for {} (it was trained with fewer simulated peers)",
-           checkpoint.string(), r.id);
+      fail("checkpoint {} has no state for {}", checkpoint.string(), r.id);
     }
     r.strategy->load_state(own);
   }
