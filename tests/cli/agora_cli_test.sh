@@ -52,6 +52,16 @@ seed="$(dirname "$0")/../fuzz/corpus/payload_fuzz/demo_one_bit"
 if [ -f "$seed" ]; then
   check "inspect payload" bash -c "'$agora' inspect payload '$seed' | grep -q '\"kind\": \"demo\"'"
 fi
+# Four simulated DeMo peers on the small shards, saving their payloads; one of them inspected.
+config="$(dirname "$0")/../../configs/tiny.toml"
+check "train with simulated peers" bash -c "'$agora' train --config '$config' --quiet \
+  --set data.dir='$work/sp' --set data.seq_len=16 --set train.steps=3 --set schedule.warmup_steps=1 --set train.out_dir='$work/run' \
+  --set optimizer.name=demo --set demo.topk=4 --set demo.one_bit=true \
+  --simulate-peers 4 --save-payloads '$work/payloads' | grep -q 'on all 4 simulated peers'"
+check "inspect a saved payload" bash -c \
+  "'$agora' inspect payload '$work/payloads/step_000002_peer-003.agp' | grep -q '\"value_type\": \"one_bit\"'"
+expect_error "peers must divide the batch" "does not divide train.batch_size" "$agora" train \
+  --config "$config" --set data.dir="$work/sp" --set train.out_dir="$work/run2" --simulate-peers 3
 printf 'garbage' > "$work/garbage.payload"
 expect_error "inspect malformed payload" "payload: magic" "$agora" inspect payload "$work/garbage.payload"
 
