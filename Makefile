@@ -63,6 +63,8 @@ test: build fuzz-build data
 bench: build data
 	$(BUILD)/bench/tokenize/bench_tokenize --json out/bench/tokenize.json
 	$(BUILD)/bench/trainer/bench_trainer --json out/bench/trainer.json
+	$(BUILD)/bench/optimizer/bench_optimizer --json out/bench/optimizer.json
+	$(BUILD)/bench/payload/bench_payload --json out/bench/payload.json
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)
