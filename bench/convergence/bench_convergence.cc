@@ -108,12 +108,16 @@ int main(int argc, char** argv) {
   app.add_option("--demo1-lr", demo1_lr, "DeMo top-k 4 one-bit");
   app.add_option("--diloco-lr", diloco_lr, "DiLoCo's inner AdamW");
   app.add_option("--diloco-inner-steps", diloco_h);
+  std::string only;
+  app.add_option("--runs", only,
+                 "Comma-separated subset of adamw,demo_top32,demo_top4_1bit,diloco (adamw, the "
+                 "reference, always runs)");
   app.add_option("--out", out, "Folder for the CSV and the plots");
   app.add_option("--json", json, "Write the results as JSON");
   CLI11_PARSE(app, argc, argv);
 
   const auto lr = [](double v) { return fmt::format("optimizer.lr={}", v); };
-  const std::vector<Run> runs = {
+  std::vector<Run> runs = {
       {"adamw", "all-reduce AdamW (fp32)", {"optimizer.name=adamw", lr(adamw_lr)}},
       {"demo_top32", "DeMo top-k 32 (fp32 values)", {"optimizer.name=demo", lr(demo_lr)}},
       {"demo_top4_1bit",
@@ -123,6 +127,12 @@ int main(int argc, char** argv) {
        fmt::format("DiLoCo H={} (fp32)", diloco_h),
        {"optimizer.name=diloco", fmt::format("diloco.inner_steps={}", diloco_h), lr(diloco_lr)}},
   };
+
+  if (!only.empty()) {
+    std::erase_if(runs, [&](const Run& r) {
+      return r.name != "adamw" && ("," + only + ",").find("," + r.name + ",") == std::string::npos;
+    });
+  }
 
   try {
     fs::create_directories(out);

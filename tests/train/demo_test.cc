@@ -85,6 +85,25 @@ TEST(Dct, ChunkedRoundTripIsIdentity) {
   }
 }
 
+TEST(Dct, SparseInverseEqualsTheDenseOne) {
+  torch::manual_seed(4);
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{96}, {96, 40}, {2, 12, 20}}) {
+    const ChunkGeometry g = chunk_geometry(shape, 16, 4);
+    const int64_t chunks = c10::multiply_integers(shape) / g.size();
+    // Five entries a chunk, positions may repeat (their values add up).
+    const torch::Tensor positions = torch::randint(g.size(), {chunks, 5}, torch::kInt64);
+    const torch::Tensor values = torch::randn({chunks, 5});
+    const torch::Tensor dense = torch::zeros({chunks, g.size()}).scatter_add_(1, positions, values);
+    EXPECT_TRUE(torch::allclose(sparse_chunked_idct(positions, values, shape, g),
+                                chunked_idct(dense, shape, g), 1e-5, 1e-6));
+  }
+  EXPECT_TRUE(sparse_is_cheaper(4, {64, 64, 4}));
+  EXPECT_FALSE(sparse_is_cheaper(128, {64, 64, 4}));
+  EXPECT_TRUE(sparse_is_cheaper(32, {1, 64, 4}));
+  EXPECT_FALSE(sparse_is_cheaper(64, {1, 64, 4}));
+}
+
 TEST(Dct, ChunksAreRowMajorBlocks) {
   // A [4, 6] tensor in 2 x 3 blocks: block (i, j) is chunk i * 2 + j, and its DC coefficient is
   // the block's sum divided by sqrt(6).

@@ -69,4 +69,26 @@ torch::Tensor chunked_idct(const torch::Tensor& coefficients, at::IntArrayRef sh
   return y.reshape({R / g.rows, g.rows, N / g.cols, g.cols}).matmul(cols).reshape(shape);
 }
 
+torch::Tensor sparse_chunked_idct(const torch::Tensor& positions, const torch::Tensor& values,
+                                  at::IntArrayRef shape, const ChunkGeometry& g) {
+  const int64_t chunks = positions.size(0), K = positions.size(1);
+  const torch::Device device = values.device();
+  const torch::Tensor flat = positions.reshape({-1});
+  // Row r and column c of a coefficient contribute value * C_m[r, :]^T C_n[c, :] to its block.
+  const torch::Tensor rows = dct_basis(g.rows, device).index_select(0, flat.div(g.cols, "floor"));
+  const torch::Tensor cols = dct_basis(g.cols, device).index_select(0, flat.remainder(g.cols));
+  const torch::Tensor weighted = rows.reshape({chunks, K, g.rows}) * values.unsqueeze(-1);
+  const torch::Tensor blocks = weighted.transpose(1, 2).bmm(cols.reshape({chunks, K, g.cols}));
+  if (shape.size() == 1) return blocks.reshape(shape);
+  const int64_t R = leading_rows(shape), N = shape.back();
+  return blocks.reshape({R / g.rows, N / g.cols, g.rows, g.cols})
+      .permute({0, 2, 1, 3})
+      .reshape(shape);
+}
+
+bool sparse_is_cheaper(int64_t entries_per_chunk, const ChunkGeometry& g) {
+  // Dense: C_m^T X C_n, m*n*(m + n) multiply-adds (n*n for 1-D, where m = 1); sparse: K*m*n.
+  return entries_per_chunk < (g.rows == 1 ? g.cols : g.rows + g.cols);
+}
+
 }  // namespace agora

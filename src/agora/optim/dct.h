@@ -27,4 +27,13 @@ torch::Tensor chunked_dct(const torch::Tensor& x, const ChunkGeometry& g);
 torch::Tensor chunked_idct(const torch::Tensor& coefficients, at::IntArrayRef shape,
                            const ChunkGeometry& g);
 
+// The same inverse for coefficients given sparsely: chunk c holds values[c, i] at positions[c, i]
+// (int64, [num_chunks, K]; a position may repeat, its values add up). Each entry adds one outer
+// product of basis vectors, K * m * n multiply-adds a chunk instead of the dense m * n * (m + n),
+// so it is the cheaper way when K < m + n (sparse_is_cheaper). Equal to chunked_idct of the
+// scattered coefficients up to float rounding.
+torch::Tensor sparse_chunked_idct(const torch::Tensor& positions, const torch::Tensor& values,
+                                  at::IntArrayRef shape, const ChunkGeometry& g);
+bool sparse_is_cheaper(int64_t entries_per_chunk, const ChunkGeometry& g);
+
 }  // namespace agora

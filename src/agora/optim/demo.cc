@@ -105,9 +105,11 @@ Contribution DemoStrategy::contribute(const StepContext& context) {
         std::get<1>(coefficients.abs().topk(layout.topk, 1, /*largest=*/true, /*sorted=*/false));
     const torch::Tensor positions = std::get<0>(selected.sort(1));
     const torch::Tensor values = coefficients.gather(1, positions);
-    const torch::Tensor own = chunked_idct(
-        torch::zeros_like(coefficients).scatter_(1, positions, values), s.delta.sizes(),
-        s.geometry);
+    const torch::Tensor own =
+        sparse_is_cheaper(layout.topk, s.geometry)
+            ? sparse_chunked_idct(positions, values, s.delta.sizes(), s.geometry)
+            : chunked_idct(torch::zeros_like(coefficients).scatter_(1, positions, values),
+                           s.delta.sizes(), s.geometry);
     if (options_.lookahead) {
       s.pending = own;
     } else {
@@ -153,19 +155,30 @@ void DemoStrategy::apply(const StepContext& context,
     const TensorLayout& layout = layout_.tensors[i];
     const int64_t chunks = layout.num_chunks(), k = layout.topk;
     const auto options = s.delta.options();
-    torch::Tensor sum = torch::zeros({chunks, layout.chunk_size()}, options);
-    torch::Tensor count = torch::zeros({chunks, layout.chunk_size()}, options);
-    const torch::Tensor ones = torch::ones({chunks, k}, options);
     // One payload at a time, in canonical order: within a payload each position occurs once per
     // chunk, so every scatter is order-free and the float32 sums are the same on every peer.
+    std::vector<torch::Tensor> index, value;
+    torch::Tensor count = torch::zeros({chunks, layout.chunk_size()}, options);
+    const torch::Tensor ones = torch::ones({chunks, k}, options);
     for (const Payload& payload : payloads) {
       const TensorPayload& entry = payload.tensors[i];
-      const torch::Tensor index = positions_tensor(entry.positions, chunks, k, p.device());
-      sum.scatter_add_(1, index, values_tensor(entry.values, chunks, k, p.device()));
-      count.scatter_add_(1, index, ones);
+      index.push_back(positions_tensor(entry.positions, chunks, k, p.device()));
+      value.push_back(values_tensor(entry.values, chunks, k, p.device()));
+      count.scatter_add_(1, index.back(), ones);
     }
-    const torch::Tensor aggregate = sum.div_(count.clamp_min_(1));
-    const torch::Tensor direction = chunked_idct(aggregate, p.sizes(), s.geometry).sign_();
+    torch::Tensor direction;
+    const auto selections = static_cast<int64_t>(payloads.size()) * k;
+    if (sparse_is_cheaper(selections, s.geometry)) {
+      // The mean as a weighted sum: each selection counts value / (how many selected it).
+      const torch::Tensor positions = torch::cat(index, 1);
+      const torch::Tensor weights = torch::cat(value, 1).div_(count.gather(1, positions));
+      direction = sparse_chunked_idct(positions, weights, p.sizes(), s.geometry);
+    } else {
+      torch::Tensor sum = torch::zeros({chunks, layout.chunk_size()}, options);
+      for (size_t j = 0; j < index.size(); ++j) sum.scatter_add_(1, index[j], value[j]);
+      direction = chunked_idct(sum.div_(count.clamp_min_(1)), p.sizes(), s.geometry);
+    }
+    direction.sign_();
     if (s.param.decay && options_.weight_decay != 0) {
       p.mul_(1.0 - context.lr * options_.weight_decay);
     }

@@ -13,6 +13,11 @@
 //        did), summed in float32 in the canonical order (peer id, then bytes)
 //   7. p <- p - lr * sign(chunked_idct(aggregate)), sign(0) = 0
 //
+// Inverse transforms of sparse coefficients (the own selection; the aggregate of few peers) run
+// as sums of outer products when that is cheaper (dct.h sparse_chunked_idct): the same
+// mathematics, different float rounding, chosen by the geometry and peer count alone so every
+// peer takes the same path.
+//
 // Determinism: apply() depends only on the set of contributions, never on their order, so every
 // peer applying the same set ends with the same bits. A contribution that does not decode, or
 // whose layout differs from payload_layout(), throws Error naming its peer and changes nothing.
