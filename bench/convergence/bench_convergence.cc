@@ -64,8 +64,7 @@ void write_plots(const fs::path& out, const std::vector<Result>& results) {
       "set terminal pngcairo size 1000,640 font ',11'\n"
       "set datafile separator ','\nset grid\nset key top right\n"
       "set ylabel 'validation loss (nats)'\n";
-  const auto plot = [&](const std::string& file, const std::string& xlabel, int column,
-                        bool logx) {
+  const auto plot = [&](const std::string& file, const std::string& xlabel, int column, bool logx) {
     script += fmt::format("set output '{}'\nset xlabel '{}'\n{}\nplot ", (out / file).string(),
                           xlabel, logx ? "set logscale x" : "unset logscale x");
     for (size_t i = 0; i < results.size(); ++i) {
@@ -91,7 +90,8 @@ int main(int argc, char** argv) {
   std::string data = "data/tokens/sp8k", preset = "tiny", out = "out/bench/convergence", json;
   int64_t seq_len = 128, batch = 32, micro = 8, peers = 4, steps = 300, eval_interval = 20;
   int64_t eval_windows = 64, warmup = 30, threads = 0, diloco_h = 10;
-  double adamw_lr = 3e-3, demo_lr = 3e-3, demo1_lr = 3e-3, diloco_lr = 3e-3;
+  // Each strategy's best of {1e-3, 3e-3, 1e-2, 2e-2 or 3e-2} at these settings (docs/results.md).
+  double adamw_lr = 1e-2, demo_lr = 1e-2, demo1_lr = 1e-2, diloco_lr = 1e-2;
   app.add_option("--data", data, "Token folder (agora tokenize)");
   app.add_option("--preset", preset, "Model preset");
   app.add_option("--seq-len", seq_len);
@@ -181,8 +181,8 @@ int main(int argc, char** argv) {
     std::string all = "run,step,tokens,bytes_per_peer,val_loss\n";
     for (const Result& r : results) {
       for (const Point& p : r.curve) {
-        all += fmt::format("{},{},{},{},{:.6f}\n", r.run.name, p.step, p.tokens, p.bytes,
-                           p.val_loss);
+        all +=
+            fmt::format("{},{},{},{},{:.6f}\n", r.run.name, p.step, p.tokens, p.bytes, p.val_loss);
       }
     }
     agora::write_file_atomic(fs::path(out) / "convergence.csv", all);
@@ -210,20 +210,23 @@ int main(int argc, char** argv) {
                   agora::format_duration(r.seconds).c_str());
       nlohmann::json curve = nlohmann::json::array();
       for (const Point& p : r.curve) {
-        curve.push_back({{"step", p.step}, {"tokens", p.tokens}, {"bytes_per_peer", p.bytes},
+        curve.push_back({{"step", p.step},
+                         {"tokens", p.tokens},
+                         {"bytes_per_peer", p.bytes},
                          {"val_loss", p.val_loss}});
       }
-      runs_json.push_back({{"name", r.run.name},
-                           {"setting", r.run.summary},
-                           {"overrides", r.run.overrides},
-                           {"final_val_loss", r.final_val},
-                           {"tokens_to_adamw_final", tokens ? nlohmann::json(*tokens) : nullptr},
-                           {"tokens_ratio_vs_adamw", tokens ? nlohmann::json(token_ratio) : nullptr},
-                           {"bytes_per_step_per_peer", r.bytes_per_step},
-                           {"bytes_ratio_vs_adamw", byte_ratio},
-                           {"seconds", r.seconds},
-                           {"parameter_hash", r.hash},
-                           {"curve", curve}});
+      runs_json.push_back(
+          {{"name", r.run.name},
+           {"setting", r.run.summary},
+           {"overrides", r.run.overrides},
+           {"final_val_loss", r.final_val},
+           {"tokens_to_adamw_final", tokens ? nlohmann::json(*tokens) : nullptr},
+           {"tokens_ratio_vs_adamw", tokens ? nlohmann::json(token_ratio) : nullptr},
+           {"bytes_per_step_per_peer", r.bytes_per_step},
+           {"bytes_ratio_vs_adamw", byte_ratio},
+           {"seconds", r.seconds},
+           {"parameter_hash", r.hash},
+           {"curve", curve}});
     }
     std::printf("\nplots: %s/loss_vs_tokens.png, %s/loss_vs_bytes.png; CSV: %s/convergence.csv\n",
                 out.c_str(), out.c_str(), out.c_str());
@@ -237,7 +240,7 @@ int main(int argc, char** argv) {
                                 {"target_val_loss", target},
                                 {"runs", runs_json}};
       fs::create_directories(fs::path(json).parent_path().empty() ? "."
-                                                                   : fs::path(json).parent_path());
+                                                                  : fs::path(json).parent_path());
       agora::write_file_atomic(json, j.dump(2));
     }
   } catch (const agora::Error& e) {

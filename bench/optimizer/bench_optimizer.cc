@@ -100,7 +100,8 @@ double load_average() {
 }
 
 std::string config_name(const DemoConfig& c) {
-  return fmt::format("topk {}, chunk {}, {} values", c.topk, c.chunk, c.one_bit ? "one-bit" : "f32");
+  return fmt::format("topk {}, chunk {}, {} values", c.topk, c.chunk,
+                     c.one_bit ? "one-bit" : "f32");
 }
 
 std::string peers_text(int64_t p) {
@@ -123,9 +124,10 @@ int run(const Options& o) {
 
   std::cerr << fmt::format("[{}] building the model...\n", o.preset);
   AgoraBench bench(o);
-  std::cerr << fmt::format("[{}] forward+backward: {} sequences x {} tokens in micro-batches of "
-                           "{}, 1 + {} times...\n",
-                           o.preset, o.batch, o.seq_len, o.micro_batch, o.repeats);
+  std::cerr << fmt::format(
+      "[{}] forward+backward: {} sequences x {} tokens in micro-batches of "
+      "{}, 1 + {} times...\n",
+      o.preset, o.batch, o.seq_len, o.micro_batch, o.repeats);
   const std::vector<double> fwd_bwd_samples = bench.forward_backward();
   const double fwd_bwd = median(fwd_bwd_samples);
 
@@ -171,14 +173,13 @@ int run(const Options& o) {
   const auto pct = [&](double s) { return fmt::format("{:.2f}%", 100 * s / fwd_bwd); };
   const auto line = [&](const std::string& what, double agora_s, std::optional<double> python_s) {
     std::cout << fmt::format("{:<44} {:>10.4f} {:>10}   {:>10} {:>10}   {:>12}\n", what, agora_s,
-                             pct(agora_s),
-                             python_s ? fmt::format("{:.4f}", *python_s) : "-",
+                             pct(agora_s), python_s ? fmt::format("{:.4f}", *python_s) : "-",
                              python_s ? pct(*python_s) : "-",
                              python_s ? fmt::format("{:.2f}x", *python_s / agora_s) : "-");
   };
-  std::cout << fmt::format("{:<44} {:<24}{}\n", "", "      agora (C++)",
-                           have_python ? "     python (PyTorch " + torch_version + ")"
-                                       : "     python (skipped)");
+  std::cout << fmt::format(
+      "{:<44} {:<24}{}\n", "", "      agora (C++)",
+      have_python ? "     python (PyTorch " + torch_version + ")" : "     python (skipped)");
   std::cout << fmt::format("{:<44} {:>10} {:>10}   {:>10} {:>10}   {:>12}\n", "step", "seconds",
                            "% fwd+bwd", "seconds", "% fwd+bwd", "python/agora");
   line("AdamW step (1 peer)", adamw, python_adamw);
@@ -214,11 +215,10 @@ int run(const Options& o) {
   for (const ConfigResult& r : results) {
     const double worst = r.step(most) / fwd_bwd;
     fraction_met = fraction_met && worst <= kGoalFraction;
-    std::cout << fmt::format("{:<67} <= {:.0f}%  {:>7.2f}%   {}\n",
-                             fmt::format("DeMo step / fwd+bwd, {}, {}", peers_text(most),
-                                         config_name(r.config)),
-                             100 * kGoalFraction, 100 * worst,
-                             worst <= kGoalFraction ? "met" : "MISSED");
+    std::cout << fmt::format(
+        "{:<67} <= {:.0f}%  {:>7.2f}%   {}\n",
+        fmt::format("DeMo step / fwd+bwd, {}, {}", peers_text(most), config_name(r.config)),
+        100 * kGoalFraction, 100 * worst, worst <= kGoalFraction ? "met" : "MISSED");
     json d = {{"topk", r.config.topk},
               {"chunk", r.config.chunk},
               {"one_bit", r.config.one_bit},
@@ -229,7 +229,8 @@ int run(const Options& o) {
     if (r.agora.apply.count(4)) d["fraction_at_4_peers"] = r.step(4) / fwd_bwd;
     fraction_detail.push_back(d);
     if (r.python) {
-      for (const int64_t p : peers) min_speedup = std::min(min_speedup, r.python_step(p) / r.step(p));
+      for (const int64_t p : peers)
+        min_speedup = std::min(min_speedup, r.python_step(p) / r.step(p));
     }
   }
   if (have_python) {
@@ -276,13 +277,12 @@ int run(const Options& o) {
       c["payload_bytes"] = r.agora.payload_bytes;
       json samples = {{"contribute", r.agora.contribute}};
       for (const auto& [p, s] : r.agora.apply) samples["apply"][std::to_string(p)] = s;
-      c["agora"] = {
-          {"contribute", r.contribute()},
-          {"apply", by_peers(peers, [&](int64_t p) { return r.apply(p); })},
-          {"step_total", by_peers(peers, [&](int64_t p) { return r.step(p); })},
-          {"fraction_of_forward_backward",
-           by_peers(peers, [&](int64_t p) { return r.step(p) / fwd_bwd; })},
-          {"samples", samples}};
+      c["agora"] = {{"contribute", r.contribute()},
+                    {"apply", by_peers(peers, [&](int64_t p) { return r.apply(p); })},
+                    {"step_total", by_peers(peers, [&](int64_t p) { return r.step(p); })},
+                    {"fraction_of_forward_backward",
+                     by_peers(peers, [&](int64_t p) { return r.step(p) / fwd_bwd; })},
+                    {"samples", samples}};
       if (r.python) {
         c["python"] = {
             {"compress", r.python->compress},

@@ -24,12 +24,12 @@ struct Options {
   std::string preset = "small";
   int64_t vocab = 8192;
   int64_t seq_len = 256;
-  int64_t batch = 32;        // sequences per optimizer step
-  int64_t micro_batch = 8;   // sequences per forward+backward
+  int64_t batch = 32;       // sequences per optimizer step
+  int64_t micro_batch = 8;  // sequences per forward+backward
   int64_t topk = 32;
   int64_t chunk = 64;
   bool one_bit = false;
-  bool single = false;       // only (topk, one_bit), not also Psyche's topk 4 one-bit
+  bool single = false;  // only (topk, one_bit), not also Psyche's topk 4 one-bit
   std::string peers = "1,4,16";
   int repeats = 5;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

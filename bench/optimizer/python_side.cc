@@ -70,11 +70,16 @@ PythonFigures run_python(const Options& o, const std::vector<NamedParameter>& pa
 
   PythonFigures out;
   try {
-    run_command({o.python, o.script, "--shapes", shapes_file.string(), "--topk",
-                 std::to_string(config.topk), "--chunk", std::to_string(config.chunk),
-                 "--one-bit", config.one_bit ? "1" : "0", "--peers", join(peers), "--repeats",
-                 std::to_string(o.repeats), "--threads", std::to_string(o.threads), "--seed",
-                 std::to_string(o.seed), "--json", report_file.string()});
+    run_command({o.python,    o.script,
+                 "--shapes",  shapes_file.string(),
+                 "--topk",    std::to_string(config.topk),
+                 "--chunk",   std::to_string(config.chunk),
+                 "--one-bit", config.one_bit ? "1" : "0",
+                 "--peers",   join(peers),
+                 "--repeats", std::to_string(o.repeats),
+                 "--threads", std::to_string(o.threads),
+                 "--seed",    std::to_string(o.seed),
+                 "--json",    report_file.string()});
     out.report = nlohmann::json::parse(read_file(report_file));
     const nlohmann::json& m = out.report.at("median_seconds");
     out.compress = m.at("compress").get<double>();

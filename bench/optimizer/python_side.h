@@ -14,7 +14,7 @@
 namespace agora::bench {
 
 struct PythonFigures {
-  double compress = 0;                // seconds, median
+  double compress = 0;                  // seconds, median
   std::map<int64_t, double> aggregate;  // by peer count
   double adamw = 0;
   nlohmann::json report;  // everything the script wrote

@@ -126,9 +126,12 @@ const std::vector<Setting>& settings() {
 
 const char* strategy_name(Kind kind) {
   switch (kind) {
-    case Kind::kDemo: return "DeMo";
-    case Kind::kAdamW: return "all-reduce AdamW";
-    case Kind::kDiLoCo: return "DiLoCo";
+    case Kind::kDemo:
+      return "DeMo";
+    case Kind::kAdamW:
+      return "all-reduce AdamW";
+    case Kind::kDiLoCo:
+      return "DiLoCo";
   }
   return "?";
 }
@@ -143,8 +146,12 @@ agora::PayloadLayout layout_for(const Setting& s, const std::vector<Param>& para
       case Kind::kDemo:
         layout.tensors.push_back(agora::demo_tensor_layout(p.shape, s.chunk, s.topk, s.one_bit));
         break;
-      case Kind::kAdamW: layout.tensors.push_back(agora::dense_layout(p.shape, s.type)); break;
-      case Kind::kDiLoCo: layout.tensors.push_back(agora::tensor_layout(p.shape, s.type)); break;
+      case Kind::kAdamW:
+        layout.tensors.push_back(agora::dense_layout(p.shape, s.type));
+        break;
+      case Kind::kDiLoCo:
+        layout.tensors.push_back(agora::tensor_layout(p.shape, s.type));
+        break;
     }
   }
   return layout;
@@ -206,10 +213,10 @@ Measured measure(const Setting& s, const std::vector<agora::NamedParameter>& par
 struct Row {
   std::string preset, strategy, setting, source;
   const Setting* setting_ref = nullptr;
-  std::string per = "step";      // "step" or "sync"
-  int64_t inner_steps = 0;       // DiLoCo amortised rows
-  double bytes = 0;              // per step (or per sync)
-  std::optional<double> formula; // DeMo
+  std::string per = "step";       // "step" or "sync"
+  int64_t inner_steps = 0;        // DiLoCo amortised rows
+  double bytes = 0;               // per step (or per sync)
+  std::optional<double> formula;  // DeMo
   double per_parameter = 0, ratio = 0;
 };
 
@@ -219,7 +226,7 @@ struct PresetResult {
   int64_t parameters = 0;
   bool measured = false;
   std::vector<std::string> warnings;  // "[setting] warning"
-  double goal_ratio = 0;  // DeMo top-k 4, one-bit, chunk 64 vs a dense fp32 gradient
+  double goal_ratio = 0;              // DeMo top-k 4, one-bit, chunk 64 vs a dense fp32 gradient
 };
 
 std::vector<std::string> split(const std::string& list) {
@@ -256,9 +263,10 @@ int run(const Options& o) {
     const std::vector<Param> shapes = parameter_shapes(r.config);
     for (const Param& p : shapes) r.parameters += p.numel();
     if (r.parameters != r.config.num_parameters()) {
-      problems.push_back(fmt::format("{}: the computed shapes hold {} parameters, "
-                                     "ModelConfig::num_parameters() says {}",
-                                     r.name, r.parameters, r.config.num_parameters()));
+      problems.push_back(
+          fmt::format("{}: the computed shapes hold {} parameters, "
+                      "ModelConfig::num_parameters() says {}",
+                      r.name, r.parameters, r.config.num_parameters()));
     }
     r.measured = std::find(to_measure.begin(), to_measure.end(), r.name) != to_measure.end();
 
@@ -286,9 +294,10 @@ int run(const Options& o) {
         ++i;
       }
       if (i != shapes.size()) {
-        problems.push_back(fmt::format("{}: the model has {} parameters tensors, the computed "
-                                       "shapes {}",
-                                       r.name, i, shapes.size()));
+        problems.push_back(
+            fmt::format("{}: the model has {} parameters tensors, the computed "
+                        "shapes {}",
+                        r.name, i, shapes.size()));
       }
     }
 
@@ -369,14 +378,15 @@ int run(const Options& o) {
       "layout, checked); from layout = encoded_size() of the layout from the ModelConfig\n\n",
       o.threads);
   std::cout << fmt::format("{:<10} {:>8} {:<17} {:<36} {:>15} {:>10} {:>10} {:>12} {:>8} {:<11}\n",
-                           "preset", "params", "strategy", "setting", "bytes", "B/param",
-                           "vs fp32", "formula", "/formula", "source");
+                           "preset", "params", "strategy", "setting", "bytes", "B/param", "vs fp32",
+                           "formula", "/formula", "source");
   std::string last_preset;
   for (const Row& row : rows) {
     if (!last_preset.empty() && row.preset != last_preset) std::cout << "\n";
     last_preset = row.preset;
-    const PresetResult& p = *std::find_if(presets.begin(), presets.end(),
-                                          [&](const PresetResult& x) { return x.name == row.preset; });
+    const PresetResult& p =
+        *std::find_if(presets.begin(), presets.end(),
+                      [&](const PresetResult& x) { return x.name == row.preset; });
     const bool whole = row.bytes == static_cast<double>(static_cast<int64_t>(row.bytes));
     std::cout << fmt::format(
         "{:<10} {:>7.2f}M {:<17} {:<36} {:>15} {:>10.5f} {:>9.1f}x {:>12} {:>8} {:<11}\n",
@@ -389,10 +399,10 @@ int run(const Options& o) {
 
   std::cout << "\nDeMo compression warnings (DemoStrategy::warnings() / compression_warning())\n";
   for (const PresetResult& p : presets) {
-    std::cout << fmt::format(
-        "{} (vocabulary {}, padded {}, hidden {}, intermediate {}): {}\n", p.name,
-        p.config.vocab_size, p.config.padded_vocab_size(), p.config.hidden_size,
-        p.config.intermediate_size, p.warnings.empty() ? "none" : "");
+    std::cout << fmt::format("{} (vocabulary {}, padded {}, hidden {}, intermediate {}): {}\n",
+                             p.name, p.config.vocab_size, p.config.padded_vocab_size(),
+                             p.config.hidden_size, p.config.intermediate_size,
+                             p.warnings.empty() ? "none" : "");
     for (const std::string& w : p.warnings) std::cout << "  " << w << "\n";
   }
 
@@ -402,8 +412,8 @@ int run(const Options& o) {
     const double ratio = p.goal_ratio;
     const bool met = ratio >= kGoalRatio;
     std::cout << fmt::format("{:<52} >= {:.0f}x  {:>8.1f}x   {}  (fp32 gradient {}, payload {})\n",
-                             p.name + ": DeMo topk 4, one-bit, chunk 64 vs fp32", kGoalRatio,
-                             ratio, met ? "met" : "MISSED",
+                             p.name + ": DeMo topk 4, one-bit, chunk 64 vs fp32", kGoalRatio, ratio,
+                             met ? "met" : "MISSED",
                              human_bytes(4.0 * static_cast<double>(p.parameters)),
                              human_bytes(4.0 * static_cast<double>(p.parameters) / ratio));
     goal[p.name] = {{"ratio", ratio}, {"met", met}};
@@ -436,18 +446,18 @@ int run(const Options& o) {
     }
     for (const Row& row : rows) {
       const Setting& s = *row.setting_ref;
-      json j = {{"preset", row.preset},
-                {"strategy", row.strategy},
-                {"setting", row.setting},
-                {"value_type", s.kind == Kind::kDemo && s.one_bit ? "one_bit"
-                                                                   : agora::to_string(s.type)},
-                {"per", row.per},
-                {"bytes", row.bytes == static_cast<double>(static_cast<int64_t>(row.bytes))
-                              ? json(static_cast<int64_t>(row.bytes))
-                              : json(row.bytes)},
-                {"bytes_per_parameter", row.per_parameter},
-                {"ratio_vs_fp32_gradient", row.ratio},
-                {"source", row.source}};
+      json j = {
+          {"preset", row.preset},
+          {"strategy", row.strategy},
+          {"setting", row.setting},
+          {"value_type", s.kind == Kind::kDemo && s.one_bit ? "one_bit" : agora::to_string(s.type)},
+          {"per", row.per},
+          {"bytes", row.bytes == static_cast<double>(static_cast<int64_t>(row.bytes))
+                        ? json(static_cast<int64_t>(row.bytes))
+                        : json(row.bytes)},
+          {"bytes_per_parameter", row.per_parameter},
+          {"ratio_vs_fp32_gradient", row.ratio},
+          {"source", row.source}};
       if (s.kind == Kind::kDemo) {
         j["topk"] = s.topk;
         j["chunk"] = s.chunk;

@@ -72,8 +72,8 @@ TEST(Dct, IsOrthonormal) {
 
 TEST(Dct, ChunkedRoundTripIsIdentity) {
   torch::manual_seed(3);
-  for (const std::vector<int64_t>& shape :
-       std::vector<std::vector<int64_t>>{{100}, {8}, {96, 40}, {64, 128}, {2, 12, 20}, {3, 2, 4, 6}}) {
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
+           {100}, {8}, {96, 40}, {64, 128}, {2, 12, 20}, {3, 2, 4, 6}}) {
     const torch::Tensor x = torch::randn(shape);
     const ChunkGeometry g = chunk_geometry(shape, 16, 4);
     const torch::Tensor X = chunked_dct(x, g);
@@ -112,7 +112,8 @@ TEST(Dct, ChunksAreRowMajorBlocks) {
   const torch::Tensor X = chunked_dct(x, g);
   for (int64_t i = 0; i < 2; ++i) {
     for (int64_t j = 0; j < 2; ++j) {
-      const double block = x.slice(0, 2 * i, 2 * i + 2).slice(1, 3 * j, 3 * j + 3).sum().item<double>();
+      const double block =
+          x.slice(0, 2 * i, 2 * i + 2).slice(1, 3 * j, 3 * j + 3).sum().item<double>();
       EXPECT_NEAR(X[i * 2 + j][0].item<double>(), block / std::sqrt(6.0), 1e-4);
     }
   }
@@ -238,7 +239,8 @@ TEST(Demo, OneBitSendsSignsWithZeroAsPlus) {
 
 TEST(Demo, LookaheadEvaluatesAheadAndKeepsTheRecurrence) {
   const std::vector<NamedParameter> initial = make_params({{32, 16}, {16}}, 1);
-  std::vector<NamedParameter> plain_params = clone_params(initial), ahead_params = clone_params(initial);
+  std::vector<NamedParameter> plain_params = clone_params(initial),
+                              ahead_params = clone_params(initial);
   DemoStrategy plain(plain_params, {.topk = 4, .chunk = 16});
   DemoStrategy ahead(ahead_params, {.topk = 4, .chunk = 16, .lookahead = true});
   for (int64_t step = 0; step < 4; ++step) {
@@ -320,8 +322,8 @@ TEST_P(DemoParity, AgreesWithTheIndependentPythonImplementation) {
   }
   std::vector<std::vector<NamedParameter>> params;
   std::vector<std::unique_ptr<DemoStrategy>> demos;
-  const DemoOptions options{.beta = beta, .topk = topk, .chunk = chunk,
-                            .weight_decay = weight_decay, .one_bit = one_bit};
+  const DemoOptions options{
+      .beta = beta, .topk = topk, .chunk = chunk, .weight_decay = weight_decay, .one_bit = one_bit};
   for (int64_t i = 0; i < peers; ++i) {
     params.push_back(clone_params(initial));
     demos.push_back(std::make_unique<DemoStrategy>(params.back(), options));
@@ -336,7 +338,8 @@ TEST_P(DemoParity, AgreesWithTheIndependentPythonImplementation) {
       }
       contributions.push_back(demos[i]->contribute(context));
       contributions.back().peer = fmt::format("peer-{:03}", i);
-      write_file_atomic(dir_ / fmt::format("payload.{}.{}.agp", step, i), contributions.back().bytes);
+      write_file_atomic(dir_ / fmt::format("payload.{}.{}.agp", step, i),
+                        contributions.back().bytes);
       for (const auto& [name, delta] : demos[i]->state()) {
         outputs.emplace_back(fmt::format("delta.{}.{}.{}", step, i, name.substr(6)), delta.clone());
       }
@@ -351,15 +354,15 @@ TEST_P(DemoParity, AgreesWithTheIndependentPythonImplementation) {
       }
     }
   }
-  const nlohmann::json spec = {{"beta", beta},   {"topk", topk},   {"chunk", chunk},
-                               {"weight_decay", weight_decay},     {"one_bit", one_bit},
-                               {"steps", steps}, {"peers", peers}, {"lr", lrs},
-                               {"tensors", tensors}};
+  const nlohmann::json spec = {
+      {"beta", beta},       {"topk", topk},   {"chunk", chunk}, {"weight_decay", weight_decay},
+      {"one_bit", one_bit}, {"steps", steps}, {"peers", peers}, {"lr", lrs},
+      {"tensors", tensors}};
   write_file_atomic(dir_ / "case.json", spec.dump(2));
   save_tensors(dir_ / "inputs.safetensors", inputs, {});
   save_tensors(dir_ / "outputs.safetensors", outputs, {});
-  const std::string command = fmt::format("/usr/bin/python3 {}/tests/parity/demo_parity_check.py {}",
-                                          AGORA_SOURCE_DIR, dir_.string());
+  const std::string command = fmt::format(
+      "/usr/bin/python3 {}/tests/parity/demo_parity_check.py {}", AGORA_SOURCE_DIR, dir_.string());
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 

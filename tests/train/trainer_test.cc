@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "../unit/test_support.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/data/sampler.h"
@@ -15,7 +16,6 @@
 #include "agora/train/checkpoint.h"
 #include "agora/train/evaluate.h"
 #include "agora/train/torch_safetensors.h"
-#include "../unit/test_support.h"
 
 namespace agora {
 namespace {
@@ -36,7 +36,8 @@ class TrainerTest : public ::testing::Test {
   // AdamW unless `optimizer` says otherwise (TOML lines for the [optimizer] table and after).
   RunConfig config(const std::string& out, int64_t steps, int64_t checkpoint_interval = 0,
                    const std::string& optimizer = "name = \"adamw\"") {
-    const std::string text = fmt::format(R"(
+    const std::string text =
+        fmt::format(R"(
 seed = 11
 [model]
 preset = "tiny"
@@ -59,8 +60,7 @@ warmup_steps = 1
 [optimizer]
 {}
 )",
-                                         kData, steps, checkpoint_interval, (dir_ / out).string(),
-                                         optimizer);
+                    kData, steps, checkpoint_interval, (dir_ / out).string(), optimizer);
     return RunConfig::parse(text, "test");
   }
 
@@ -159,13 +159,15 @@ TEST_F(TrainerTest, SimulatedResumeIsBitIdentical) {
 TEST_F(TrainerTest, SimulatedAllReduceAndDiLoCoStayIdentical) {
   TrainOptions options = quiet();
   options.simulate_peers = 2;
-  const TrainSummary adamw = train(config("adamw", 4, 0, "name = \"adamw\"\n[adamw]\ngradient_dtype = \"bfloat16\""), options);
+  const TrainSummary adamw = train(
+      config("adamw", 4, 0, "name = \"adamw\"\n[adamw]\ngradient_dtype = \"bfloat16\""), options);
   // bf16 gradients: two bytes a parameter, plus the headers.
   const auto per_step = static_cast<int64_t>(adamw.payload_bytes_per_peer / 4);
   EXPECT_GE(per_step, 2 * adamw.parameters);
   EXPECT_LT(per_step, 2 * adamw.parameters + 2048);
   const TrainSummary diloco = train(
-      config("diloco", 6, 0, "name = \"diloco\"\n[diloco]\ninner_steps = 3\npseudo_gradient_dtype = \"int8\""),
+      config("diloco", 6, 0,
+             "name = \"diloco\"\n[diloco]\ninner_steps = 3\npseudo_gradient_dtype = \"int8\""),
       options);
   EXPECT_GT(diloco.payload_bytes_per_peer, 0u);
 }
@@ -173,8 +175,7 @@ TEST_F(TrainerTest, SimulatedAllReduceAndDiLoCoStayIdentical) {
 TEST_F(TrainerTest, SimulatedPeersMustDivideTheBatch) {
   TrainOptions options = quiet();
   options.simulate_peers = 3;
-  EXPECT_ERROR_WITH(train(config("bad", 2), options), "--simulate-peers 3",
-                    "train.batch_size = 8");
+  EXPECT_ERROR_WITH(train(config("bad", 2), options), "--simulate-peers 3", "train.batch_size = 8");
 }
 
 TEST_F(TrainerTest, ResumeRefusesADifferentConfig) {

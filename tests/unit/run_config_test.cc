@@ -269,8 +269,10 @@ TEST(RunConfigTest, OutOfRangeMessages) {
       {"[optimizer]\nname = \"sgd\"",
        "configs/x.toml: optimizer.name = \"sgd\" is invalid (allowed: \"demo\", \"adamw\", "
        "\"diloco\")"},
-      {"[demo]\ntopk = 0", "configs/x.toml: demo.topk = 0 is invalid (allowed: an integer in [1, 1048576])"},
-      {"[demo]\nbeta = 1", "configs/x.toml: demo.beta = 1 is invalid (allowed: a number in [0, 1))"},
+      {"[demo]\ntopk = 0",
+       "configs/x.toml: demo.topk = 0 is invalid (allowed: an integer in [1, 1048576])"},
+      {"[demo]\nbeta = 1",
+       "configs/x.toml: demo.beta = 1 is invalid (allowed: a number in [0, 1))"},
       {"[diloco]\npseudo_gradient_dtype = \"fp8\"",
        "configs/x.toml: diloco.pseudo_gradient_dtype = \"fp8\" is invalid (allowed: \"float32\", "
        "\"bfloat16\", \"int8\")"},
@@ -435,9 +437,10 @@ TEST(RunConfigTest, CrossFieldRules) {
             "configs/x.toml: model.hidden_size = 100 is not a multiple of model.num_heads = 6");
   EXPECT_EQ(error_of("[model]\nnum_kv_heads = 4"),
             "configs/x.toml: model.num_kv_heads = 4 must divide model.num_heads = 6");
-  EXPECT_EQ(error_of("[data]\nseq_len = 256\n[model]\nyarn_factor = 2.0\nyarn_original_max_seq_len = 64"),
-            "configs/x.toml: model.yarn_factor (2) x model.yarn_original_max_seq_len (64) must "
-            "equal the context the model runs at, max_seq_len = 256 (data.seq_len)");
+  EXPECT_EQ(
+      error_of("[data]\nseq_len = 256\n[model]\nyarn_factor = 2.0\nyarn_original_max_seq_len = 64"),
+      "configs/x.toml: model.yarn_factor (2) x model.yarn_original_max_seq_len (64) must "
+      "equal the context the model runs at, max_seq_len = 256 (data.seq_len)");
   EXPECT_EQ(error_of("", {"model.yarn_factor=2"}),
             "--set model.yarn_factor=2: model.yarn_original_max_seq_len must be set (> 0) when "
             "model.yarn_factor = 2");

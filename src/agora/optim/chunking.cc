@@ -62,8 +62,8 @@ std::optional<std::string> compression_warning(std::string_view name,
     const int64_t want = std::min(n, chunk);
     if (2 * got >= want) continue;
     // What the tensor would send with full-size chunks, against what it sends.
-    const int64_t ideal_size = (shape.size() >= 2 ? std::min(shape[first], chunk) : 1) *
-                               std::min(shape.back(), chunk);
+    const int64_t ideal_size =
+        (shape.size() >= 2 ? std::min(shape[first], chunk) : 1) * std::min(shape.back(), chunk);
     const double ideal = static_cast<double>(std::min(topk, ideal_size)) / ideal_size;
     return fmt::format(
         "tensor {} [{}]: the dimension {} has no divisor between {} and {}, so its chunks are {} "

@@ -14,8 +14,8 @@ std::vector<int64_t> shape_of(const torch::Tensor& t) {
   return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
 }
 
-torch::Tensor positions_tensor(const std::vector<uint32_t>& positions, int64_t chunks,
-                               int64_t topk, const torch::Device& device) {
+torch::Tensor positions_tensor(const std::vector<uint32_t>& positions, int64_t chunks, int64_t topk,
+                               const torch::Device& device) {
   torch::Tensor out = torch::empty({chunks, topk}, torch::kInt64);
   int64_t* data = out.data_ptr<int64_t>();
   for (size_t i = 0; i < positions.size(); ++i) data[i] = positions[i];
@@ -130,8 +130,7 @@ Contribution DemoStrategy::contribute(const StepContext& context) {
   return {"", encode_payload(payload)};
 }
 
-void DemoStrategy::apply(const StepContext& context,
-                         std::span<const Contribution> contributions) {
+void DemoStrategy::apply(const StepContext& context, std::span<const Contribution> contributions) {
   torch::NoGradGuard no_grad;
   undo_lookahead();
   std::vector<Payload> payloads;

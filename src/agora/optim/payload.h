@@ -29,7 +29,8 @@
 // (the checks below) or an Error naming the tensor, the field, the value and what is allowed. It
 // never crashes, never reads out of bounds and never allocates more than about 20 times the
 // input's size (a one-bit value with a u8 position decodes to 8 bytes; a minimal tensor entry
-// of 10 bytes to ~170 bytes of structures). Checked: magic, version, kind, reserved fields, tensor count, ndim, dimensions
+// of 10 bytes to ~170 bytes of structures). Checked: magic, version, kind, reserved fields, tensor
+// count, ndim, dimensions
 // (>= 1, element count < 2^40), encoding and value-type pairs, chunk sizes dividing their
 // dimensions, 1 <= topk <= chunk size, positions in range and strictly ascending per chunk, every
 // float finite, every scale finite and >= 0, and no missing or trailing bytes. With an expected

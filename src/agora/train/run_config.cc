@@ -178,7 +178,8 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
 
   DiLoCoConfig& diloco = config.diloco;
   diloco.inner_steps = toml.get_int("diloco.inner_steps", diloco.inner_steps, {1, kMaxInt});
-  diloco.outer_lr = toml.get_double("diloco.outer_lr", diloco.outer_lr, DoubleRange::greater_than(0));
+  diloco.outer_lr =
+      toml.get_double("diloco.outer_lr", diloco.outer_lr, DoubleRange::greater_than(0));
   diloco.outer_momentum = toml.get_double("diloco.outer_momentum", diloco.outer_momentum,
                                           DoubleRange::between(0, 1, false, true));
   diloco.pseudo_gradient_dtype = toml.get_choice(

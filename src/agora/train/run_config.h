@@ -77,7 +77,7 @@ struct TrainConfig {
 
 struct OptimizerConfig {
   std::string name = "demo";  // demo | adamw | diloco
-  double lr = 3e-3;            // peak learning rate
+  double lr = 3e-3;           // peak learning rate
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;

@@ -148,9 +148,10 @@ void check_identical(std::vector<Replica>& replicas, int64_t step) {
   for (size_t i = 1; i < replicas.size(); ++i) {
     for (size_t k = 0; k < replicas[0].params.size(); ++k) {
       if (!torch::equal(replicas[0].params[k], replicas[i].params[k])) {
-        fail("step {}: simulated {} holds different parameters from {} (tensor {}); the "
-             "strategy is not deterministic",
-             step, replicas[i].id, replicas[0].id, k);
+        fail(
+            "step {}: simulated {} holds different parameters from {} (tensor {}); the "
+            "strategy is not deterministic",
+            step, replicas[i].id, replicas[0].id, k);
       }
     }
   }
@@ -176,15 +177,17 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
   const int64_t N = options.simulate_peers;
   const int64_t B = t.batch_size, T = config.data.seq_len;
   if (N < 1 || B % N != 0) {
-    fail("--simulate-peers {} does not divide train.batch_size = {} (allowed: a divisor of the "
-         "global batch, so every peer trains the same number of sequences)",
-         N, B);
+    fail(
+        "--simulate-peers {} does not divide train.batch_size = {} (allowed: a divisor of the "
+        "global batch, so every peer trains the same number of sequences)",
+        N, B);
   }
   const int64_t per_peer = B / N, b = std::min(t.micro_batch_size, per_peer);
   if (per_peer % b != 0) {
-    fail("each of the {} simulated peers trains {} sequences a step, which is not a multiple of "
-         "train.micro_batch_size = {} (allowed: a micro-batch size that divides batch_size / peers)",
-         N, per_peer, b);
+    fail(
+        "each of the {} simulated peers trains {} sequences a step, which is not a multiple of "
+        "train.micro_batch_size = {} (allowed: a micro-batch size that divides batch_size / peers)",
+        N, per_peer, b);
   }
   const int64_t accumulation = per_peer / b;
 
@@ -238,10 +241,10 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
 
   const AutocastGuard autocast(device, t.dtype == "bfloat16");
   StepLine line(options.progress, t.steps, t.log_interval);
-  line.message(fmt::format(
-      "training {} ({:.2f}M parameters) on {} for {} steps of {} x {} tokens with {}{}",
-      config.model.preset, summary.parameters / 1e6, device.str(), t.steps, B, T,
-      config.optimizer.name, N > 1 ? fmt::format(", {} simulated peers", N) : ""));
+  line.message(
+      fmt::format("training {} ({:.2f}M parameters) on {} for {} steps of {} x {} tokens with {}{}",
+                  config.model.preset, summary.parameters / 1e6, device.str(), t.steps, B, T,
+                  config.optimizer.name, N > 1 ? fmt::format(", {} simulated peers", N) : ""));
   for (const std::string& warning : replicas[0].strategy->warnings()) {
     line.message("warning: " + warning);
   }
@@ -317,8 +320,8 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
 
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
-    const StepStats stats{step,         loss_sum / N, context.lr, norm_sum / N,
-                          B * T / std::max(seconds, 1e-9), bytes / N};
+    const StepStats stats{
+        step, loss_sum / N, context.lr, norm_sum / N, B * T / std::max(seconds, 1e-9), bytes / N};
     summary.final_loss = stats.loss;
     summary.payload_bytes_per_peer += static_cast<uint64_t>(stats.payload_bytes);
     if (options.on_step) options.on_step(stats);
