@@ -65,6 +65,7 @@ bench: build data
 	$(BUILD)/bench/trainer/bench_trainer --json out/bench/trainer.json
 	$(BUILD)/bench/optimizer/bench_optimizer --json out/bench/optimizer.json
 	$(BUILD)/bench/payload/bench_payload --json out/bench/payload.json
+	$(BUILD)/bench/convergence/bench_convergence --json out/bench/convergence.json
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

@@ -196,16 +196,25 @@ int main(int argc, char** argv) {
         "AdamW's final val loss %.4f\n\n",
         preset.c_str(), static_cast<long long>(peers), static_cast<long long>(steps),
         static_cast<long long>(batch), static_cast<long long>(seq_len), target);
-    std::printf("%-30s %10s %14s %12s %14s %12s %9s\n", "run", "final val", "tokens to tgt",
-                "vs AdamW", "bytes/step", "bytes x less", "time");
+    std::printf("%-30s %10s %14s %12s %12s %14s %12s %9s\n", "run", "final val", "tokens to tgt",
+                "vs AdamW", "AdamW-equal", "bytes/step", "bytes x less", "time");
     nlohmann::json runs_json = nlohmann::json::array();
     for (const Result& r : results) {
       const std::optional<double> tokens = tokens_to_reach(r.curve, target);
       const double token_ratio = tokens ? *tokens / adamw_tokens : NAN;
       const double byte_ratio = adamw.bytes_per_step / r.bytes_per_step;
-      std::printf("%-30s %10.4f %14s %12s %14s %12.0f %9s\n", r.run.summary.c_str(), r.final_val,
-                  tokens ? fmt::format("{:.0f}", *tokens).c_str() : "not reached",
+      // The other way round: when AdamW got to this run's final loss, so a run that never reaches
+      // AdamW's still gets a lower bound on the tokens it needs (all of its own, over these).
+      const std::optional<double> adamw_equivalent = tokens_to_reach(adamw.curve, r.final_val);
+      const double own_tokens = static_cast<double>(steps * batch * seq_len);
+      // "AdamW-equal": this run's tokens over AdamW's to the same loss (a lower bound on the
+      // token ratio when the run never reaches AdamW's final loss).
+      std::printf("%-30s %10.4f %14s %12s %12s %14s %12.0f %9s\n", r.run.summary.c_str(),
+                  r.final_val, tokens ? fmt::format("{:.0f}", *tokens).c_str() : "not reached",
                   tokens ? fmt::format("{:.2f}x", token_ratio).c_str() : "-",
+                  adamw_equivalent
+                      ? fmt::format(">= {:.2f}x", own_tokens / *adamw_equivalent).c_str()
+                      : "-",
                   agora::format_bytes(r.bytes_per_step).c_str(), byte_ratio,
                   agora::format_duration(r.seconds).c_str());
       nlohmann::json curve = nlohmann::json::array();
@@ -222,6 +231,10 @@ int main(int argc, char** argv) {
            {"final_val_loss", r.final_val},
            {"tokens_to_adamw_final", tokens ? nlohmann::json(*tokens) : nullptr},
            {"tokens_ratio_vs_adamw", tokens ? nlohmann::json(token_ratio) : nullptr},
+           {"adamw_tokens_to_this_final",
+            adamw_equivalent ? nlohmann::json(*adamw_equivalent) : nullptr},
+           {"tokens_ratio_lower_bound",
+            adamw_equivalent ? nlohmann::json(own_tokens / *adamw_equivalent) : nullptr},
            {"bytes_per_step_per_peer", r.bytes_per_step},
            {"bytes_ratio_vs_adamw", byte_ratio},
            {"seconds", r.seconds},

@@ -77,38 +77,13 @@ void AdamWStrategy::apply(const StepContext& context, std::span<const Contributi
     step(context.lr);
     return;
   }
-  const std::vector<const Contribution*> ordered = canonical_order(contributions);
-  if (ordered.empty()) return;
-  // fp32 sums on the CPU, added in the canonical order: the same bits on every peer. Decoding one
-  // contribution at a time holds one payload at once, not one per peer; an Error part way
-  // through has touched nothing but these sums.
-  std::vector<torch::Tensor> sums(params_.size());
-  for (const Contribution* c : ordered) {
-    Payload payload;
-    try {
-      payload = decode_payload(c->bytes, layout_);
-    } catch (const Error& e) {
-      fail("adamw: step {}: the gradient from peer {} does not fit this model: {}", context.step,
-           c->peer, e.what());
-    }
-    if (payload.step != static_cast<uint64_t>(context.step)) {
-      fail("adamw: step {}: the gradient from peer {} is for step {}", context.step, c->peer,
-           payload.step);
-    }
-    for (size_t i = 0; i < params_.size(); ++i) {
-      torch::Tensor g = to_tensor(payload.tensors[i]);
-      if (sums[i].defined()) {
-        sums[i].add_(g);
-      } else {
-        sums[i] = std::move(g);
-      }
-    }
-  }
+  std::vector<torch::Tensor> mean =
+      mean_of_contributions(contributions, layout_, context.step, "adamw: the gradient");
+  if (mean.empty()) return;
   torch::NoGradGuard no_grad;
-  const double count = static_cast<double>(ordered.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor& p = params_[i].tensor;
-    p.mutable_grad() = sums[i].div_(count).to(p.device(), p.scalar_type());
+    p.mutable_grad() = mean[i].to(p.device(), p.scalar_type());
   }
   step(context.lr);
 }

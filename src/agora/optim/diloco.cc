@@ -81,38 +81,13 @@ void DiLoCoStrategy::apply(const StepContext& context,
     fail("diloco: step {}: peer {} sent a pseudo-gradient, but rounds end every {} steps",
          context.step, ordered.front()->peer, options_.inner_steps);
   }
-  // fp32 sums on the CPU, added in the canonical order: the same bits on every peer. Decoding one
-  // contribution at a time holds one payload at once; an Error part way through has touched
-  // nothing but these sums.
-  std::vector<torch::Tensor> sums(params_.size());
-  for (const Contribution* c : ordered) {
-    Payload payload;
-    try {
-      payload = decode_payload(c->bytes, layout_);
-    } catch (const Error& e) {
-      fail("diloco: step {}: the pseudo-gradient from peer {} does not fit this model: {}",
-           context.step, c->peer, e.what());
-    }
-    if (payload.step != static_cast<uint64_t>(context.step)) {
-      fail("diloco: step {}: the pseudo-gradient from peer {} is for step {}", context.step,
-           c->peer, payload.step);
-    }
-    for (size_t i = 0; i < params_.size(); ++i) {
-      torch::Tensor d = to_tensor(payload.tensors[i]);
-      if (sums[i].defined()) {
-        sums[i].add_(d);
-      } else {
-        sums[i] = std::move(d);
-      }
-    }
-  }
-
+  const std::vector<torch::Tensor> mean =
+      mean_of_contributions(contributions, layout_, context.step, "diloco: the pseudo-gradient");
   torch::NoGradGuard no_grad;
-  const double count = static_cast<double>(ordered.size());
   const double mu = options_.outer_momentum;
   const double lr = options_.outer_lr;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const torch::Tensor d = sums[i].div_(count).to(shared_[i].device());
+    const torch::Tensor d = mean[i].to(shared_[i].device());
     // One operation at a time (no fused multiply-add forms), so the rounding is fixed.
     momentum_[i].mul_(mu).add_(d);
     torch::Tensor update = momentum_[i] * mu;

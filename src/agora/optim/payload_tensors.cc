@@ -160,4 +160,34 @@ torch::Tensor to_tensor(const TensorPayload& p) {
   }
 }
 
+std::vector<torch::Tensor> mean_of_contributions(std::span<const Contribution> contributions,
+                                                 const PayloadLayout& layout, int64_t step,
+                                                 std::string_view what) {
+  const std::vector<const Contribution*> ordered = canonical_order(contributions);
+  std::vector<torch::Tensor> sums(layout.tensors.size());
+  for (const Contribution* c : ordered) {
+    Payload payload;
+    try {
+      payload = decode_payload(c->bytes, layout);
+    } catch (const Error& e) {
+      fail("{} from peer {} at step {} does not fit this model: {}", what, c->peer, step,
+           e.what());
+    }
+    if (payload.step != static_cast<uint64_t>(step)) {
+      fail("{} from peer {} is for step {}, not {}", what, c->peer, payload.step, step);
+    }
+    for (size_t i = 0; i < sums.size(); ++i) {
+      torch::Tensor values = to_tensor(payload.tensors[i]);
+      if (sums[i].defined()) {
+        sums[i].add_(values);
+      } else {
+        sums[i] = std::move(values);
+      }
+    }
+  }
+  if (ordered.empty()) return {};
+  for (torch::Tensor& sum : sums) sum.div_(static_cast<double>(ordered.size()));
+  return sums;
+}
+
 }  // namespace agora

@@ -20,9 +20,12 @@
 
 #include <torch/torch.h>
 
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "agora/optim/payload.h"
+#include "agora/optim/strategy.h"
 
 namespace agora {
 
@@ -39,5 +42,14 @@ TensorLayout dense_layout(const std::vector<int64_t>& shape, ValueType type);
 TensorLayout int8_rows_layout(const std::vector<int64_t>& shape);
 // The layout of a tensor sent as `type`: dense for kF32 and kBF16, int8_rows for kInt8.
 TensorLayout tensor_layout(const std::vector<int64_t>& shape, ValueType type);
+
+// The element-wise mean of the non-empty `contributions`, one float32 CPU tensor per entry of
+// `layout`: summed in fp32 in the canonical order, so every peer gets the same bits; decoded one
+// contribution at a time, so one payload is held at once. Empty when every contribution is empty.
+// Throws Error, naming the peer, for a contribution that does not decode to `layout` or carries
+// another step; `what` names the sender's payload in that message ("adamw: ... the gradient").
+std::vector<torch::Tensor> mean_of_contributions(std::span<const Contribution> contributions,
+                                                 const PayloadLayout& layout, int64_t step,
+                                                 std::string_view what);
 
 }  // namespace agora
