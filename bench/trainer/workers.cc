@@ -13,6 +13,7 @@
 #include "agora/model/model_config.h"
 #include "agora/optim/adamw.h"
 #include "agora/train/batches.h"
+#include "agora/train/strategy_factory.h"
 
 namespace agora::bench {
 
@@ -26,11 +27,8 @@ json agora_worker(const Options& o) {
   torch::manual_seed(o.seed);  // as the trainer does, before building the model
   agora::Llama model(config);
   model->train();
-  std::vector<std::pair<std::string, torch::Tensor>> decay, no_decay;
-  for (auto& item : model->named_parameters()) {
-    (item.value().dim() >= 2 ? decay : no_decay).emplace_back(item.key(), item.value());
-  }
-  agora::AdamWStrategy strategy(std::move(decay), std::move(no_decay),
+  // Decay on matrices only, as the trainer does.
+  agora::AdamWStrategy strategy(agora::named_parameters(model),
                                 agora::AdamWOptions{kBeta1, kBeta2, kEps, kWeightDecay});
   std::vector<torch::Tensor> params = model->parameters();
   int64_t parameters = 0;
