@@ -116,7 +116,16 @@ ModelConfig from_hf_config_json(std::string_view json_text, std::string_view sou
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const auto& rs = j["rope_scaling"];
     if (!rs.is_object()) fail("{}: rope_scaling must be an object or null", source);
-    const std::string type = rs.value("rope_type", rs.value("type", std::string()));
+    std::string type;  // HF writes "rope_type"; older configs "type"
+    for (const char* key : {"rope_type", "type"}) {
+      if (!rs.contains(key)) continue;
+      if (!rs[key].is_string()) {
+        fail("{}: rope_scaling.{} is {}, expected a string (allowed: \"yarn\")", source, key,
+             rs[key].dump());
+      }
+      type = rs[key].get<std::string>();
+      break;
+    }
     if (type != "yarn")
       fail("{}: rope_scaling type '{}' is not supported (allowed: yarn)", source, type);
     const Reader y(rs, std::string(source) + " rope_scaling");
