@@ -40,6 +40,7 @@
 #include "agora/core/file.h"
 #include "agora/model/llama.h"
 #include "agora/model/model_config.h"
+#include "agora/obs/progress.h"
 #include "agora/optim/adamw.h"
 #include "agora/optim/chunking.h"
 #include "agora/optim/demo.h"
@@ -238,13 +239,6 @@ std::vector<std::string> split(const std::string& list) {
   return out;
 }
 
-std::string human_bytes(double b) {
-  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
-  if (b >= 1e6) return fmt::format("{:.2f} MB", b / 1e6);
-  if (b >= 1e3) return fmt::format("{:.1f} kB", b / 1e3);
-  return fmt::format("{:.0f} B", b);
-}
-
 int run(const Options& o) {
   torch::set_num_threads(o.threads);
   const std::vector<std::string> to_measure = split(o.measure);
@@ -414,8 +408,8 @@ int run(const Options& o) {
     std::cout << fmt::format("{:<52} >= {:.0f}x  {:>8.1f}x   {}  (fp32 gradient {}, payload {})\n",
                              p.name + ": DeMo topk 4, one-bit, chunk 64 vs fp32", kGoalRatio, ratio,
                              met ? "met" : "MISSED",
-                             human_bytes(4.0 * static_cast<double>(p.parameters)),
-                             human_bytes(4.0 * static_cast<double>(p.parameters) / ratio));
+                             agora::format_bytes(4.0 * static_cast<double>(p.parameters)),
+                             agora::format_bytes(4.0 * static_cast<double>(p.parameters) / ratio));
     goal[p.name] = {{"ratio", ratio}, {"met", met}};
   }
 
