@@ -18,3 +18,10 @@ endif()
 if(AGORA_BUILD_TESTS OR AGORA_FUZZ)
   find_package(GTest REQUIRED)
 endif()
+
+# The network: ZeroMQ (with CURVE, through cppzmq's header), protobuf for the wire schema,
+# SQLite for the coordinator's state.
+pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
+pkg_check_modules(PROTOBUF REQUIRED IMPORTED_TARGET protobuf)
+pkg_check_modules(SQLITE3 REQUIRED IMPORTED_TARGET sqlite3)
+find_program(PROTOC_EXECUTABLE protoc REQUIRED)

@@ -193,6 +193,29 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
       toml.get_double("schedule.min_lr_ratio", schedule.min_lr_ratio, DoubleRange::between(0, 1));
   schedule.decay_fraction = toml.get_double("schedule.decay_fraction", schedule.decay_fraction,
                                             DoubleRange::between(0, 1, true, false));
+
+  NetworkConfig& net = config.network;
+  net.listen = toml.get_string("network.listen", net.listen, /*allow_empty=*/false);
+  net.allowlist = toml.get_string("network.allowlist", net.allowlist);
+  net.min_peers = toml.get_int("network.min_peers", net.min_peers, {1, 1 << 20});
+  net.warmup_seconds =
+      toml.get_double("network.warmup_seconds", net.warmup_seconds, DoubleRange::at_least(0));
+  net.overlap = toml.get_int("network.overlap", net.overlap, {0, 1});
+  net.deadline_factor = toml.get_double("network.deadline_factor", net.deadline_factor,
+                                        DoubleRange::at_least(1));
+  net.min_deadline_seconds = toml.get_double(
+      "network.min_deadline_seconds", net.min_deadline_seconds, DoubleRange::greater_than(0));
+  net.witness_seconds = toml.get_double("network.witness_seconds", net.witness_seconds,
+                                        DoubleRange::greater_than(0));
+  net.heartbeat_timeout_seconds =
+      toml.get_double("network.heartbeat_timeout_seconds", net.heartbeat_timeout_seconds,
+                      DoubleRange::greater_than(1));
+  net.max_strikes = toml.get_int("network.max_strikes", net.max_strikes, {1, 1000});
+  net.hash_interval = toml.get_int("network.hash_interval", net.hash_interval, {1, kMaxInt});
+  net.quorum = toml.get_double("network.quorum", net.quorum, DoubleRange::between(0, 1, true, false));
+  net.checkpointers = toml.get_int("network.checkpointers", net.checkpointers, {0, 1 << 20});
+  net.state_db = toml.get_string("network.state_db", net.state_db, /*allow_empty=*/false);
+  net.max_payload_mib = toml.get_int("network.max_payload_mib", net.max_payload_mib, {1, 1 << 16});
 }
 
 // The rules that span keys; each single key was range-checked as it was read.
@@ -334,6 +357,24 @@ std::string RunConfig::to_toml() const {
   out += fmt::format("warmup_steps = {}\n", schedule.warmup_steps);
   out += fmt::format("min_lr_ratio = {}\n", toml_float(schedule.min_lr_ratio));
   out += fmt::format("decay_fraction = {}\n", toml_float(schedule.decay_fraction));
+
+  const NetworkConfig& net = network;
+  out += "\n[network]\n";
+  out += fmt::format("listen = {}\n", toml_quote(net.listen));
+  out += fmt::format("allowlist = {}\n", toml_quote(net.allowlist));
+  out += fmt::format("min_peers = {}\n", net.min_peers);
+  out += fmt::format("warmup_seconds = {}\n", toml_float(net.warmup_seconds));
+  out += fmt::format("overlap = {}\n", net.overlap);
+  out += fmt::format("deadline_factor = {}\n", toml_float(net.deadline_factor));
+  out += fmt::format("min_deadline_seconds = {}\n", toml_float(net.min_deadline_seconds));
+  out += fmt::format("witness_seconds = {}\n", toml_float(net.witness_seconds));
+  out += fmt::format("heartbeat_timeout_seconds = {}\n", toml_float(net.heartbeat_timeout_seconds));
+  out += fmt::format("max_strikes = {}\n", net.max_strikes);
+  out += fmt::format("hash_interval = {}\n", net.hash_interval);
+  out += fmt::format("quorum = {}\n", toml_float(net.quorum));
+  out += fmt::format("checkpointers = {}\n", net.checkpointers);
+  out += fmt::format("state_db = {}\n", toml_quote(net.state_db));
+  out += fmt::format("max_payload_mib = {}\n", net.max_payload_mib);
   return out;
 }
 
@@ -378,7 +419,7 @@ bool RunConfig::operator==(const RunConfig& other) const {
   return seed == other.seed && models_equal(model, other.model) &&
          model_overrides == other.model_overrides && data == other.data && train == other.train &&
          optimizer == other.optimizer && demo == other.demo && adamw == other.adamw &&
-         diloco == other.diloco && schedule == other.schedule;
+         diloco == other.diloco && schedule == other.schedule && network == other.network;
 }
 
 }  // namespace agora

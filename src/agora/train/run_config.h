@@ -36,6 +36,11 @@
 //   pseudo_gradient_dtype = "float32"   # float32 | bfloat16 | int8 (per-row scales)
 //   [schedule]
 //   kind = "cosine", warmup_steps = 100, min_lr_ratio = 0.1, decay_fraction = 0.2
+//   [network]                   # decentralized runs only (agora coordinator / agora peer)
+//   listen = "tcp://0.0.0.0:7400", allowlist = "", min_peers = 2, warmup_seconds = 2.0,
+//   overlap = 1, deadline_factor = 3.0, min_deadline_seconds = 10.0, witness_seconds = 10.0,
+//   heartbeat_timeout_seconds = 15.0, max_strikes = 3, hash_interval = 10, quorum = 0.5,
+//   checkpointers = 1, state_db = "coordinator.db", max_payload_mib = 256
 //
 // Torch-free: the CLI, tests and the coordinator read configs without libtorch.
 #pragma once
@@ -124,6 +129,28 @@ struct ScheduleConfig {
   bool operator==(const ScheduleConfig&) const = default;
 };
 
+// A decentralized run (docs/protocol.md). The coordinator reads all of it; peers receive the
+// coordinator's config when they join, so every member trains with the same settings.
+struct NetworkConfig {
+  std::string listen = "tcp://0.0.0.0:7400";  // the coordinator's control socket
+  std::string allowlist;  // a file of hex ed25519 public keys, one per line; "" = open run
+  int64_t min_peers = 2;  // rounds run while at least this many members are active
+  double warmup_seconds = 2.0;  // once min_peers joined, wait this long for more before step 0
+  int64_t overlap = 1;          // 0 = synchronous; 1 = fetch step s while computing step s + 1
+  double deadline_factor = 3.0;  // round deadline: factor x the slowest expected compute time
+  double min_deadline_seconds = 10.0;     // ... but never less than this
+  double witness_seconds = 10.0;          // after a commit phase closes: time to fetch and witness
+  double heartbeat_timeout_seconds = 15;  // silence after which a member is dropped
+  int64_t max_strikes = 3;                // missed deadlines / undelivered payloads before a drop
+  int64_t hash_interval = 10;             // K: peers report their parameter hash every K steps
+  double quorum = 0.5;  // a payload is final when more than quorum x members hold it
+  int64_t checkpointers = 1;  // members asked to write checkpoints (train.checkpoint_interval)
+  std::string state_db = "coordinator.db";  // the coordinator's SQLite file
+  int64_t max_payload_mib = 256;  // the largest payload or tensor a peer accepts
+
+  bool operator==(const NetworkConfig&) const = default;
+};
+
 struct RunConfig {
   uint64_t seed = 1234;
   // The preset's shape with the [model] overrides applied; max_seq_len = data.seq_len and
@@ -139,6 +166,7 @@ struct RunConfig {
   AdamWConfig adamw;
   DiLoCoConfig diloco;
   ScheduleConfig schedule;
+  NetworkConfig network;
 
   // Reads `path`, applies each "key=value" override in order, validates. Throws Error.
   static RunConfig load(const std::filesystem::path& path,
