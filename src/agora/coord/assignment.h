@@ -1,0 +1,49 @@
+// Assignment: which sequence ids a round trains, and how they are split among its members.
+//
+// Pure functions over coord::DataQueue, deterministic to the bit: the same queue, members and
+// throughputs give the same assignment on every run (and after a coordinator restart).
+//
+// What they promise:
+//   - take_sequences hands out returned (pending) ids before fresh ones, lowest id first, and
+//     never the same id twice while it is out;
+//   - return_sequences puts ids back so that the next take hands them out first;
+//   - proportional_shares sums exactly to the total (largest-remainder method, ties to the lower
+//     index, which the caller orders by member key).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "agora/coord/run_state.h"
+
+namespace agora::coord {
+
+// Removes `count` ids from `queue` and returns them as ranges in hand-out order: pending ranges
+// first (lowest first, the last one split if only part of it is needed), then fresh ids from
+// queue.next_fresh. Throws Error when fresh ids would pass 2^64.
+std::vector<SequenceRange> take_sequences(DataQueue& queue, uint64_t count);
+
+// Puts `ranges` back into queue.pending (kept sorted and merged). Empty ranges are skipped.
+// Throws Error when a range overlaps one already pending or reaches next_fresh: that would hand
+// an id out twice, so it is a bug in the caller, never silently accepted.
+void return_sequences(DataQueue& queue, const std::vector<SequenceRange>& ranges);
+
+// The sum of the counts.
+uint64_t total_count(const std::vector<SequenceRange>& ranges);
+
+// Weights for a split from measured throughputs (sequences per second, 0 = unknown): a known
+// value is its own weight; an unknown one counts as the median of the known ones, or 1.0 when
+// none is known. Non-finite or negative values count as unknown.
+std::vector<double> throughput_weights(const std::vector<double>& sequences_per_second);
+
+// Splits `total` into integer shares proportional to `weights` by the largest-remainder method:
+// floor(total * w_i / sum) each, then one more to the largest remainders (ties: lower index).
+// The shares sum to `total`. Throws Error when weights is empty or a weight is not positive.
+std::vector<uint64_t> proportional_shares(uint64_t total, const std::vector<double>& weights);
+
+// Cuts `ranges` (in order) into consecutive pieces of sizes[i] ids each; sum(sizes) must equal
+// total_count(ranges) (Error otherwise). A size of 0 gives an empty piece.
+std::vector<std::vector<SequenceRange>> cut_ranges(const std::vector<SequenceRange>& ranges,
+                                                   const std::vector<uint64_t>& sizes);
+
+}  // namespace agora::coord

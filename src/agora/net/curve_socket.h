@@ -1,0 +1,119 @@
+// CURVE-encrypted ZeroMQ sockets with an allowlist: the only way agora processes talk.
+//
+// Every connection is encrypted and mutually authenticated by ZeroMQ's CURVE handshake (keys from
+// net/identity.h). A server also runs ZAP (ZeroMQ's authentication protocol): during the
+// handshake a client's key is checked against the run's allowlist (or admitted, for an open run)
+// before any message of it is delivered; a refused client never reaches application code. Every
+// delivered message carries the client's authenticated CURVE key, so a server always knows who
+// sent what without trusting anything inside the message.
+//
+//   Server: a ROUTER socket bound to an endpoint. recv() gives (route, sender key, message);
+//           send(route, message) answers that connection. ZMQ_MAXMSGSIZE drops connections that
+//           send frames above the limit before they are buffered.
+//   Client: a DEALER socket connected to one server whose key it knows; ZeroMQ reconnects by
+//           itself after the server restarts, and queues what is sent meanwhile.
+//
+// Neither class is thread-safe: one thread owns each socket (ZeroMQ's rule). A Context is
+// shared; it owns the ZAP handler thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <zmq.hpp>
+
+#include "agora/net/envelope.h"
+#include "agora/net/identity.h"
+
+namespace agora::net {
+
+// Who may connect to this process's servers.
+struct Admission {
+  bool open = true;                     // anyone with a valid CURVE key
+  std::set<std::string> curve_keys;     // otherwise: these curve25519 public keys only
+};
+
+// A ZeroMQ context plus the ZAP handler every server socket of the process uses.
+class Context {
+ public:
+  explicit Context(Admission admission = {});
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  zmq::context_t& zmq() { return context_; }
+  // Replaces who is admitted from now on (existing connections stay).
+  void set_admission(Admission admission);
+  // Handshakes refused by the allowlist so far.
+  uint64_t refused() const { return refused_.load(); }
+
+ private:
+  void serve_zap();
+
+  zmq::context_t context_;
+  std::mutex mutex_;
+  Admission admission_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> refused_{0};
+  std::thread zap_thread_;
+};
+
+struct Incoming {
+  std::string route;       // ZeroMQ routing id of the connection (server side)
+  std::string curve_key;   // the sender's authenticated curve25519 key (server side)
+  wire::Envelope message;
+};
+
+class Server {
+ public:
+  // Binds `endpoint` ("tcp://0.0.0.0:7400"; port 0 is not supported by ZeroMQ's tcp: use "*"
+  // ports via bound_endpoint()). Throws Error naming the endpoint when binding fails.
+  Server(Context& context, const Identity& identity, const std::string& endpoint,
+         const DecodeLimits& limits);
+  // The endpoint actually bound (resolves "tcp://127.0.0.1:*").
+  std::string bound_endpoint() const;
+  zmq::socket_t& socket() { return socket_; }
+
+  // The next valid message if one is waiting; malformed ones are counted in dropped() and
+  // skipped (with `why` holding the latest reason).
+  std::optional<Incoming> recv();
+  void send(const std::string& route, const wire::Envelope& message);
+
+  uint64_t dropped() const { return dropped_; }
+  const std::string& last_drop_reason() const { return last_drop_; }
+
+ private:
+  zmq::socket_t socket_;
+  DecodeLimits limits_;
+  uint64_t dropped_ = 0;
+  std::string last_drop_;
+};
+
+class Client {
+ public:
+  // Connects to `endpoint`, expecting the server to hold ed25519 key `server_key`.
+  Client(Context& context, const Identity& identity, const std::string& endpoint,
+         const PublicKey& server_key, const DecodeLimits& limits);
+  zmq::socket_t& socket() { return socket_; }
+  const std::string& endpoint() const { return endpoint_; }
+
+  std::optional<wire::Envelope> recv();  // non-blocking; malformed messages are dropped
+  void send(const wire::Envelope& message);
+
+  uint64_t dropped() const { return dropped_; }
+  const std::string& last_drop_reason() const { return last_drop_; }
+
+ private:
+  zmq::socket_t socket_;
+  std::string endpoint_;
+  DecodeLimits limits_;
+  uint64_t dropped_ = 0;
+  std::string last_drop_;
+};
+
+}  // namespace agora::net

@@ -1,0 +1,61 @@
+#include "agora/net/envelope.h"
+
+#include <fmt/format.h>
+
+namespace agora::net {
+
+Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits) {
+  const size_t largest = std::max(limits.max_control, limits.max_data);
+  if (bytes.size() > largest) {
+    return fmt::format("message of {} bytes is larger than any allowed ({} bytes)", bytes.size(),
+                       largest);
+  }
+  wire::Envelope envelope;
+  if (!envelope.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return fmt::format("{} bytes do not parse as an agora message", bytes.size());
+  }
+  if (envelope.body_case() == wire::Envelope::BODY_NOT_SET) {
+    return "message has no body (an unknown kind, or from a newer agora)";
+  }
+  const bool data = envelope.has_blob() || envelope.has_tensor_data();
+  const size_t limit = data ? limits.max_data : limits.max_control;
+  if (bytes.size() > limit) {
+    return fmt::format("{} message of {} bytes exceeds its limit of {} bytes",
+                       kind_name(envelope), bytes.size(), limit);
+  }
+  return envelope;
+}
+
+std::string encode_envelope(const wire::Envelope& envelope) {
+  return envelope.SerializeAsString();
+}
+
+std::string kind_name(const wire::Envelope& envelope) {
+  using E = wire::Envelope;
+  switch (envelope.body_case()) {
+    case E::kJoin: return "join";
+    case E::kHeartbeat: return "heartbeat";
+    case E::kLeave: return "leave";
+    case E::kCommit: return "commit";
+    case E::kWitness: return "witness";
+    case E::kStateReport: return "state_report";
+    case E::kGetFinalized: return "get_finalized";
+    case E::kCheckpointReport: return "checkpoint_report";
+    case E::kWelcome: return "welcome";
+    case E::kRefused: return "refused";
+    case E::kRoundStart: return "round_start";
+    case E::kCollect: return "collect";
+    case E::kFinalized: return "finalized";
+    case E::kResync: return "resync";
+    case E::kFinished: return "finished";
+    case E::kGetBlob: return "get_blob";
+    case E::kBlob: return "blob";
+    case E::kGetTensor: return "get_tensor";
+    case E::kTensorData: return "tensor_data";
+    case E::kNotFound: return "not_found";
+    case E::BODY_NOT_SET: break;
+  }
+  return "empty";
+}
+
+}  // namespace agora::net

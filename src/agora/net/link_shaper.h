@@ -1,0 +1,137 @@
+// LinkShaper: a TCP proxy that makes a loopback connection behave like a wide-area link.
+//
+// The kernel these tests and benchmarks run on has no netem, so delay, jitter and loss are
+// added here, in user space. A LinkShaper listens on a local port; for every connection it
+// accepts it opens one to the target and forwards bytes both ways, each direction shaped by its
+// own LinkProfile. A process that should see a slow link connects to the shaper's port instead
+// of the real one, e.g. a ZeroMQ peer connects to tcp://127.0.0.1:<shaper.port()>.
+//
+// What a direction promises, for the bytes read from one side and written to the other:
+// - Bytes arrive complete and in order; nothing is dropped, duplicated or reordered.
+// - Bandwidth. A token bucket (burst: one segment or 10 ms of rate, whichever is larger) meters
+//   the reads, so 20 Mbit/s carries about 2.5 MB/s. The shaper reads no faster than the link
+//   drains, so a fast sender feels TCP back-pressure as it would on the real link.
+// - Delay. Every byte is released no earlier than delay + U[0, jitter] after the shaper read it;
+//   a chunk is never released before the chunk read ahead of it (jitter delays, never reorders).
+// - Loss, as TCP experiences it: each segment of kSegmentBytes is lost with probability `loss`,
+//   and then it and everything behind it wait one retransmission timeout,
+//   max(0.2 s, 2 round trips = 4 * delay), before they are released.
+// - Closing. When a side closes its sending half, what is queued is flushed and then the
+//   sending half towards the other side is shut down (the FIN travels on, after the data). A
+//   reset or a write error tears the whole connection down.
+// Jitter and loss draws come from a splitmix64 stream keyed by (seed, connection number,
+// direction): the same profile and seed give the same draws on every machine.
+//
+// Threads: one accepts; each connection has a reader and a writer per direction (four). stop()
+// or the destructor shuts every socket down and joins every thread; it does not flush. stats()
+// may be called from any thread at any time.
+//
+// It is a test and benchmark tool: it holds at most max_queued_bytes per direction in memory
+// and makes no attempt to scale past tens of connections.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+namespace agora::net {
+
+// How one direction of a link behaves. The defaults are a perfect link: unlimited, no delay.
+struct LinkProfile {
+  double bandwidth_bits_per_second = 0;  // 0 = unlimited; otherwise >= 8 (one byte a second)
+  double delay_seconds = 0;              // one way, added to every byte; [0, 3600]
+  double jitter_seconds = 0;             // uniform extra delay in [0, jitter]; [0, 3600]
+  double loss = 0;                       // probability a segment is lost; [0, 1)
+  uint64_t seed = 0;                     // keys the jitter and loss draws
+};
+
+// Throws Error naming the field, its value and the allowed range when a field is negative,
+// NaN, infinite or out of range.
+void validate(const LinkProfile& profile);
+
+// Parses a compact spec such as "rate=20mbit,delay=50ms,jitter=5ms,loss=1%,seed=7".
+//   rate    a number and bit, kbit, mbit or gbit (per second, decimal: 1 kbit = 1000 bit; an
+//           optional "/s" may follow); 0 or "unlimited" for no limit
+//   delay, jitter   a number and s, ms or us
+//   loss    a percentage ("1%") or a fraction ("0.01")
+//   seed    an unsigned integer
+// Keys may come in any order, each at most once; omitted keys keep LinkProfile's defaults; ""
+// and "none" give the perfect link. The result is validated. Throws Error naming the bad part
+// and what is allowed.
+LinkProfile parse_link_profile(std::string_view spec);
+
+// The profile in the syntax parse_link_profile reads, e.g. "rate=20mbit,delay=50ms,loss=1%".
+std::string to_string(const LinkProfile& profile);
+
+struct LinkShaperOptions {
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0;  // 0: the kernel picks one; LinkShaper::port() tells which
+  std::string target_host = "127.0.0.1";
+  uint16_t target_port = 0;
+  LinkProfile to_target;  // bytes the connecting client sends to the target
+  LinkProfile to_client;  // bytes the target sends back
+  // Per direction, bytes read but not yet written. When full the shaper stops reading, which
+  // pushes back on the sender; it bounds memory when the link is unlimited or the receiver
+  // stalls. Must be at least kSegmentBytes.
+  size_t max_queued_bytes = 64u << 20;
+};
+
+class LinkShaper {
+ public:
+  // The unit of loss and the smallest read the token bucket allows (an Ethernet TCP payload).
+  static constexpr size_t kSegmentBytes = 1448;
+
+  // Totals over all connections so far (closed ones included).
+  struct Stats {
+    uint64_t connections_accepted = 0;
+    uint64_t connections_open = 0;
+    uint64_t connect_failures = 0;  // accepted, but the target could not be reached
+    uint64_t bytes_to_target = 0;   // written to the target
+    uint64_t bytes_to_client = 0;   // written back to clients
+    uint64_t segments_lost_to_target = 0;
+    uint64_t segments_lost_to_client = 0;
+  };
+
+  // Validates both profiles, resolves the target, binds and listens, and starts accepting.
+  // Throws Error when a profile is invalid, the target does not resolve or the listen address
+  // cannot be bound. The target is connected per accepted connection: when it refuses, the
+  // accepted connection is closed (the client sees EOF) and connect_failures counts it.
+  explicit LinkShaper(LinkShaperOptions options);
+  // stop().
+  ~LinkShaper();
+  LinkShaper(const LinkShaper&) = delete;
+  LinkShaper& operator=(const LinkShaper&) = delete;
+
+  // The port the shaper listens on.
+  uint16_t port() const { return port_; }
+  const LinkShaperOptions& options() const { return options_; }
+  Stats stats() const;
+
+  // Stops accepting, shuts every connection down without flushing, joins all threads. Idempotent.
+  void stop();
+
+  struct Counters;  // the shared atomics behind stats(); defined in link_shaper.cc
+  class Connection;
+
+ private:
+  void accept_loop();
+  void reap_finished_connections(bool all);
+
+  LinkShaperOptions options_;
+  uint16_t port_ = 0;
+  int listen_fd_ = -1;
+  int wake_pipe_[2] = {-1, -1};  // a byte written to [1] wakes the accept loop
+  std::shared_ptr<void> target_address_;  // the resolved addrinfo list, freed with freeaddrinfo
+  std::shared_ptr<Counters> counters_;
+  std::atomic<bool> stopping_{false};
+  std::mutex stop_mutex_;  // serialises stop() callers
+  std::list<std::unique_ptr<Connection>> connections_;  // touched by the accept thread only
+  std::thread accept_thread_;
+};
+
+}  // namespace agora::net

@@ -1,0 +1,29 @@
+// Fuzzes decode_envelope: any bytes a peer or the coordinator receives must come back as a
+// message or a reason, never a crash, and an accepted message must respect its kind's limit and
+// survive a re-encode.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "agora/net/envelope.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  const agora::net::DecodeLimits limits{.max_control = 512, .max_data = 4096};
+  const agora::net::Decoded decoded = agora::net::decode_envelope(bytes, limits);
+  if (const auto* message = std::get_if<agora::wire::Envelope>(&decoded)) {
+    const bool data_kind = message->has_blob() || message->has_tensor_data();
+    if (size > (data_kind ? limits.max_data : limits.max_control)) std::abort();
+    if (message->body_case() == agora::wire::Envelope::BODY_NOT_SET) std::abort();
+    const std::string again = agora::net::encode_envelope(*message);
+    if (!std::holds_alternative<agora::wire::Envelope>(
+            agora::net::decode_envelope(again, {1 << 20, 1 << 20}))) {
+      std::abort();
+    }
+    (void)agora::net::kind_name(*message);
+  } else if (std::get<std::string>(decoded).empty()) {
+    std::abort();  // every refusal says why
+  }
+  return 0;
+}
