@@ -14,6 +14,11 @@ void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
+void add_keygen_command(CLI::App& app);
+void add_coordinator_command(CLI::App& app);
+void add_peer_command(CLI::App& app);
+void add_demo_command(CLI::App& app);
+void add_link_command(CLI::App& app);
 
 // "agora 0.1.0 (libtorch 1.13.0, CPU)".
 std::string version_string();

@@ -19,6 +19,11 @@ int main(int argc, char** argv) {
   agora::cli::add_eval_command(app);
   agora::cli::add_generate_command(app);
   agora::cli::add_inspect_command(app);
+  agora::cli::add_keygen_command(app);
+  agora::cli::add_coordinator_command(app);
+  agora::cli::add_peer_command(app);
+  agora::cli::add_demo_command(app);
+  agora::cli::add_link_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

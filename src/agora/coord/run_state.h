@@ -197,10 +197,10 @@ inline constexpr size_t kMaxCheckpoints = 32;      // newest checkpoint reports 
 
 struct RunState {
   Phase phase = Phase::kWaitingForPeers;
-  double phase_since = 0.0;  // when `phase` was entered (the warmup clock)
-  std::map<PublicKey, Member> members;  // everyone who ever joined, whatever their state
-  uint64_t next_step = 0;               // the step the next round to open will train
-  std::optional<OpenRound> round;       // the round open for commits, if any
+  double phase_since = 0.0;                       // when `phase` was entered (the warmup clock)
+  std::map<PublicKey, Member> members;            // everyone who ever joined, whatever their state
+  uint64_t next_step = 0;                         // the step the next round to open will train
+  std::optional<OpenRound> round;                 // the round open for commits, if any
   std::map<uint64_t, CollectingStep> collecting;  // closed, not yet final; keyed by step
   // The ledger: finalized[t] is F_t, the payloads of step t every member applies, in order.
   std::vector<std::vector<CommitRecord>> finalized;

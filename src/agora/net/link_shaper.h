@@ -15,12 +15,14 @@
 //   a chunk is never released before the chunk read ahead of it (jitter delays, never reorders).
 // - Loss, as TCP experiences it: each segment of kSegmentBytes is lost with probability `loss`,
 //   and then it and everything behind it wait one retransmission timeout,
-//   max(0.2 s, 2 round trips = 4 * delay), before they are released.
+//   max(0.2 s, 2 round trips = 4 * delay), before they are released. Losses within one
+//   timeout of each other are recovered together (as TCP with SACK would), so they do not add up.
 // - Closing. When a side closes its sending half, what is queued is flushed and then the
 //   sending half towards the other side is shut down (the FIN travels on, after the data). A
 //   reset or a write error tears the whole connection down.
 // Jitter and loss draws come from a splitmix64 stream keyed by (seed, connection number,
-// direction): the same profile and seed give the same draws on every machine.
+// direction), the same on every machine. Which bytes a draw lands on depends on how the
+// kernel hands over the data (one draw of jitter per read), so runs are alike, not identical.
 //
 // Threads: one accepts; each connection has a reader and a writer per direction (four). stop()
 // or the destructor shuts every socket down and joins every thread; it does not flush. stats()
@@ -31,6 +33,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -38,6 +41,8 @@
 #include <string>
 #include <string_view>
 #include <thread>
+
+struct addrinfo;
 
 namespace agora::net {
 
@@ -115,21 +120,23 @@ class LinkShaper {
   // Stops accepting, shuts every connection down without flushing, joins all threads. Idempotent.
   void stop();
 
-  struct Counters;  // the shared atomics behind stats(); defined in link_shaper.cc
-  class Connection;
-
  private:
+  struct Counters;   // the atomics behind stats()
+  class Direction;   // one direction of one connection: its queue, token bucket and draws
+  class Connection;  // two sockets, two Directions, four threads
+
   void accept_loop();
-  void reap_finished_connections(bool all);
+  int connect_to_target();          // a connected socket, or -1 (refused, unreachable, or stopping)
+  void reap_connections(bool all);  // joins and frees finished connections, or all of them
 
   LinkShaperOptions options_;
   uint16_t port_ = 0;
   int listen_fd_ = -1;
-  int wake_pipe_[2] = {-1, -1};  // a byte written to [1] wakes the accept loop
-  std::shared_ptr<void> target_address_;  // the resolved addrinfo list, freed with freeaddrinfo
+  int wake_pipe_[2] = {-1, -1};                 // a byte written to [1] wakes the accept loop
+  std::shared_ptr<::addrinfo> target_address_;  // the resolved target, freed with freeaddrinfo
   std::shared_ptr<Counters> counters_;
   std::atomic<bool> stopping_{false};
-  std::mutex stop_mutex_;  // serialises stop() callers
+  std::mutex stop_mutex_;                               // serialises stop() callers
   std::list<std::unique_ptr<Connection>> connections_;  // touched by the accept thread only
   std::thread accept_thread_;
 };

@@ -19,6 +19,7 @@
 #include "agora/obs/progress.h"
 #include "agora/train/batches.h"
 #include "agora/train/checkpoint.h"
+#include "agora/train/data_meta.h"
 #include "agora/train/device.h"
 #include "agora/train/evaluate.h"
 #include "agora/train/parameter_hash.h"
@@ -29,28 +30,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The data folder's meta.json: which tokenizer made the shards (and so the vocabulary).
-struct DataMeta {
-  std::string tokenizer_spec;
-  int64_t vocab_size = 0;
-  int64_t eot_id = 0;
-};
-
-DataMeta read_data_meta(const fs::path& dir) {
-  const fs::path path = dir / "meta.json";
-  if (!fs::exists(path)) {
-    fail("data.dir {} has no meta.json; make it with 'agora tokenize' (it records the tokenizer)",
-         dir.string());
-  }
-  try {
-    const auto j = nlohmann::json::parse(read_file(path));
-    return {resolve_tokenizer_spec(dir, j.at("tokenizer_spec").get<std::string>()),
-            j.at("vocab_size").get<int64_t>(), j.at("eot_id").get<int64_t>()};
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: malformed: {}", path.string(), e.what());
-  }
-}
 
 // The live line: redrawn in place on a terminal, one line per log interval otherwise.
 class StepLine {

@@ -1,0 +1,65 @@
+// agora peer: join a decentralized run and train until it finishes or Ctrl-C.
+#include <fmt/format.h>
+
+#include "agora/peer/peer.h"
+#include "commands.h"
+#include "signals.h"
+
+namespace agora::cli {
+
+void add_peer_command(CLI::App& app) {
+  struct Args {
+    std::string coordinator, coordinator_key, key, data, checkpoint_dir;
+    std::string listen = "tcp://0.0.0.0:*", advertise, misbehave;
+    int64_t threads = 0;
+    double slowdown = 1.0;
+    bool quiet = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("peer", "Join a decentralized run as a training peer");
+  cmd->add_option("--coordinator", args->coordinator, "The coordinator, tcp://HOST:PORT")
+      ->required();
+  cmd->add_option("--coordinator-key", args->coordinator_key,
+                  "The coordinator's public key (64 hex characters)")
+      ->required();
+  cmd->add_option("--key", args->key, "This peer's identity (agora keygen --out FILE)")
+      ->required();
+  cmd->add_option("--data", args->data, "This machine's copy of the run's token folder");
+  cmd->add_option("--checkpoint-dir", args->checkpoint_dir,
+                  "Where to write checkpoints if the coordinator makes this peer a checkpointer");
+  cmd->add_option("--listen", args->listen,
+                  "Where to serve payloads and parameters to other peers (tcp://IP:PORT; * = any "
+                  "free port)");
+  cmd->add_option("--advertise", args->advertise,
+                  "The endpoint other peers dial to reach --listen (tcp://PUBLIC-IP:PORT)");
+  cmd->add_option("--threads", args->threads, "Compute threads (default: the run config's)");
+  cmd->add_option("--slowdown", args->slowdown,
+                  "Testing: make compute this many times slower")
+      ->check(CLI::Range(1.0, 100.0))
+      ->group("");
+  cmd->add_option("--misbehave", args->misbehave, "Testing: garbage-payload")
+      ->check(CLI::IsMember({"", "garbage-payload"}))
+      ->group("");
+  cmd->add_flag("--quiet", args->quiet, "No per-round lines");
+  cmd->callback([args] {
+    const auto& stop = stop_requested();
+    const net::Identity identity = net::Identity::load(args->key);
+    peer::PeerOptions o;
+    o.coordinator = args->coordinator;
+    o.coordinator_key = net::key_from_hex(args->coordinator_key, "--coordinator-key");
+    o.data = args->data;
+    o.checkpoint_dir = args->checkpoint_dir;
+    o.listen = args->listen;
+    o.advertise = args->advertise;
+    o.threads = args->threads;
+    o.slowdown = args->slowdown;
+    o.misbehave = args->misbehave;
+    o.progress = !args->quiet;
+    const peer::PeerSummary s = peer::run_peer(identity, o, stop);
+    fmt::print("rounds trained {}, steps applied {}, parameters {}\n", s.rounds_trained,
+               s.applied_steps, s.state_hash.substr(0, 16));
+    if (!s.checkpoint.empty()) fmt::print("checkpoint {}\n", s.checkpoint.string());
+  });
+}
+
+}  // namespace agora::cli

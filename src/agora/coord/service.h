@@ -1,0 +1,42 @@
+// The coordinator service: the thin shell around the state machine that owns the socket, the
+// clock and the database.
+//
+// Loop: receive a message (or wake for a tick every 100 ms) -> StateMachine::handle/tick ->
+// save the new RunState to SQLite -> only then send the actions' messages. Persisting before
+// announcing means a peer never learns of a finalized step that a crash could forget; killed at
+// any moment and restarted, the coordinator reloads the last saved state, calls resume(), and
+// the peers (whose ZeroMQ connections reconnect by themselves) carry on.
+//
+// Authentication: the CURVE handshake gives each message's curve25519 key; a Join binds it to
+// the ed25519 key the peer names (the two must correspond, or the join is refused), and every
+// later message from that connection is handled as that member. A message from a key that never
+// joined gets Refused.
+//
+// What it prints: the state machine's log lines, and one table row per finalized step (step,
+// loss, members, tokens/s, bytes per peer, what an fp32 all-reduce would have sent); with
+// `json_lines` the rows are JSON objects on stdout instead (what `agora demo` reads).
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+
+#include "agora/net/identity.h"
+#include "agora/train/run_config.h"
+
+namespace agora::coord {
+
+struct ServiceOptions {
+  std::filesystem::path base_dir;  // relative network.allowlist / state_db resolve against this
+  bool json_lines = false;
+};
+
+// Runs until the run finishes (and a few seconds more, so every peer hears it) or *stop.
+// Returns the number of finalized steps. Throws Error for a bad config, allowlist or database.
+uint64_t run_coordinator(const RunConfig& config, const net::Identity& identity,
+                         const ServiceOptions& options, const std::atomic<bool>& stop);
+
+// Reads an allowlist file: one 64-hex public key per line; '#' starts a comment. Throws Error
+// naming the file and line of a bad key.
+std::set<net::PublicKey> read_allowlist(const std::filesystem::path& path);
+
+}  // namespace agora::coord

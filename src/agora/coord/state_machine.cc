@@ -1,0 +1,481 @@
+#include "agora/coord/state_machine.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+
+#include "agora/coord/assignment.h"
+#include "agora/coord/state_machine_detail.h"
+#include "agora/core/error.h"
+
+namespace agora::coord {
+using namespace detail;
+
+StateMachine::StateMachine(Options options, RunState state)
+    : options_(std::move(options)), state_(std::move(state)) {
+  const NetworkConfig& n = options_.network;
+  if (options_.batch_size == 0) fail("coordinator: train.batch_size is 0; it must be at least 1");
+  if (n.min_peers < 1)
+    fail("coordinator: network.min_peers is {}; it must be at least 1", n.min_peers);
+  if (n.overlap != 0 && n.overlap != 1) {
+    fail("coordinator: network.overlap is {}; allowed: 0 or 1", n.overlap);
+  }
+  if (!(n.quorum >= 0.0 && n.quorum < 1.0)) {
+    fail("coordinator: network.quorum is {}; it must be in [0, 1)", n.quorum);
+  }
+  if (n.max_strikes < 1)
+    fail("coordinator: network.max_strikes is {}; it must be at least 1", n.max_strikes);
+  if (n.hash_interval < 1) {
+    fail("coordinator: network.hash_interval is {}; it must be at least 1", n.hash_interval);
+  }
+}
+
+// ---- entry points ------------------------------------------------------------------------------
+
+Actions StateMachine::handle(const net::PublicKey& from, const wire::Envelope& message,
+                             double now) {
+  Actions actions;
+  out_ = &actions;
+  now_ = now;
+  if (state_.phase == Phase::kFinished) {
+    wire::Envelope reply;
+    reply.mutable_finished()->set_steps(state_.finalized_steps());
+    send(from, std::move(reply));
+    out_ = nullptr;
+    return actions;
+  }
+  if (message.has_join()) {
+    on_join(from, message.join(), now);
+  } else {
+    auto it = state_.members.find(from);
+    if (it == state_.members.end() || it->second.state == MemberState::kLeft) {
+      refuse(from, fmt::format("join first: {} is not a member of run {}", short_hex(from),
+                               options_.run_id));
+    } else if (it->second.state == MemberState::kDropped) {
+      refuse(from, fmt::format("{} was dropped from run {}: {}; join again", short_hex(from),
+                               options_.run_id, drop_text(it->second.drop_reason)));
+    } else {
+      Member& member = it->second;
+      member.last_seen = now;
+      switch (message.body_case()) {
+        case wire::Envelope::kHeartbeat:
+          on_heartbeat(member, message.heartbeat(), now);
+          break;
+        case wire::Envelope::kLeave:
+          on_leave(member);
+          break;
+        case wire::Envelope::kCommit:
+          on_commit(member, message.commit());
+          break;
+        case wire::Envelope::kWitness:
+          on_witness(member, message.witness());
+          break;
+        case wire::Envelope::kStateReport:
+          on_state_report(member, message.state_report());
+          break;
+        case wire::Envelope::kGetFinalized:
+          on_get_finalized(member, message.get_finalized());
+          break;
+        case wire::Envelope::kCheckpointReport:
+          on_checkpoint_report(member, message.checkpoint_report(), now);
+          break;
+        default:
+          log(
+              fmt::format("ignored a message of kind {} from {}: not one a peer sends the "
+                          "coordinator",
+                          static_cast<int>(message.body_case()), short_hex(from)));
+      }
+    }
+  }
+  progress(now);
+  out_ = nullptr;
+  return actions;
+}
+
+Actions StateMachine::tick(double now) {
+  Actions actions;
+  out_ = &actions;
+  now_ = now;
+  if (state_.phase != Phase::kFinished) {
+    const double timeout = options_.network.heartbeat_timeout_seconds;
+    for (auto& [key, member] : state_.members) {
+      if (current(member) && now - member.last_seen > timeout) {
+        drop(member, DropReason::kHeartbeatTimeout,
+             fmt::format("silent for {:.1f} s (network.heartbeat_timeout_seconds = {})",
+                         now - member.last_seen, timeout));
+      }
+    }
+    if (state_.round && now >= state_.round->deadline) close_round(now);
+    progress(now);
+  }
+  out_ = nullptr;
+  return actions;
+}
+
+Actions StateMachine::resume(double now) {
+  Actions actions;
+  out_ = &actions;
+  now_ = now;
+  if (state_.phase != Phase::kFinished) {
+    for (auto& [key, member] : state_.members) {
+      if (current(member)) member.last_seen = now;
+    }
+    log(fmt::format("resumed run {} in phase {}: {} steps final, next round {}", options_.run_id,
+                    to_string(state_.phase), state_.finalized_steps(), state_.next_step));
+    if (state_.round) {
+      OpenRound& round = *state_.round;
+      round.deadline = std::max(round.deadline, now + options_.network.min_deadline_seconds);
+      for (const auto& [key, ranges] : round.assignments) {
+        auto it = state_.members.find(key);
+        if (it != state_.members.end() && current(it->second) && !round.commits.contains(key)) {
+          send(key, round_start_for(key, now));
+        }
+      }
+    }
+    for (auto& [step, collecting] : state_.collecting) {
+      if (collecting.commits.empty()) continue;
+      collecting.deadline = std::max(collecting.deadline, now + options_.network.witness_seconds);
+      for (const PublicKey& key : collecting.expected) {
+        auto it = state_.members.find(key);
+        if (it != state_.members.end() && current(it->second) &&
+            !collecting.witnessed.contains(key)) {
+          send(key, collect_for(collecting));
+        }
+      }
+    }
+    progress(now);
+  }
+  out_ = nullptr;
+  return actions;
+}
+
+// ---- messages ----------------------------------------------------------------------------------
+
+void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, double now) {
+  if (join.key() != from) {
+    refuse(from, fmt::format("the join names key {} but the connection authenticated {}",
+                             full_hex(join.key()), full_hex(from)));
+    return;
+  }
+  if (!options_.allowlist.empty() && !options_.allowlist.contains(from)) {
+    refuse(from, fmt::format("key {} is not on the allowlist of run {}", full_hex(from),
+                             options_.run_id));
+    return;
+  }
+  auto existing = state_.members.find(from);
+  const bool rejoin = existing != state_.members.end();
+  if (rejoin && existing->second.state == MemberState::kDropped &&
+      existing->second.drop_reason == DropReason::kStrikes) {
+    refuse(from, fmt::format("{} was dropped from run {} for {}; it may not rejoin",
+                             short_hex(from), options_.run_id, drop_text(DropReason::kStrikes)));
+    return;
+  }
+  if (!valid_endpoint(join.endpoint())) {
+    refuse(from, fmt::format("endpoint '{}' is not of the form tcp://host:port (port 1-65535)",
+                             printable(join.endpoint())));
+    return;
+  }
+  Member& m = state_.members[from];
+  m.key = from;
+  m.endpoint = join.endpoint();
+  m.agent = printable(join.agent());
+  const double estimate = join.sequences_per_second();
+  // A measured throughput beats the joiner's own estimate.
+  if (m.sequences_per_second == 0.0 && std::isfinite(estimate) && estimate > 0.0) {
+    m.sequences_per_second = estimate;
+  }
+  if (!rejoin) m.strikes = 0;  // a rejoining member keeps its strikes
+  m.drop_reason = DropReason::kNone;
+  m.last_seen = now;
+  m.joined_at = now;
+  m.applied_steps = 0;  // unknown until it reports; a restarted peer may have lost its state
+  m.checkpointer = false;
+  int64_t checkpointers = 0;
+  for (const auto& [key, other] : state_.members) {
+    if (key != from && current(other) && other.checkpointer) ++checkpointers;
+  }
+  m.checkpointer = checkpointers < options_.network.checkpointers;
+  // With nothing final yet there is nothing to catch up on.
+  m.state = state_.finalized_steps() == 0 ? MemberState::kActive : MemberState::kSyncing;
+  ++state_.counters.joins;
+
+  wire::Envelope reply;
+  wire::Welcome* welcome = reply.mutable_welcome();
+  welcome->set_run_id(options_.run_id);
+  welcome->set_run_config_toml(options_.run_config_toml);
+  welcome->set_finalized_steps(state_.finalized_steps());
+  std::vector<PublicKey> holders;
+  to_wire(newest_state(&holders), welcome->mutable_state());
+  std::erase(holders, from);
+  add_members(welcome->mutable_holders(), holders);
+  welcome->set_checkpointer(m.checkpointer);
+  send(from, std::move(reply));
+  log(fmt::format("{} {} ({}) at {} as {}{}; {} active", short_hex(from),
+                  rejoin ? "rejoined" : "joined", m.agent, m.endpoint, to_string(m.state),
+                  m.checkpointer ? ", checkpointer" : "", active_count()));
+}
+
+void StateMachine::on_heartbeat(Member& member, const wire::Heartbeat& heartbeat, double now) {
+  member.applied_steps = heartbeat.applied_steps();
+  mark_caught_up(member);
+  // Heals a RoundStart lost while the connection was down: the peer says which round it waits
+  // for, and the open round is that one or newer.
+  const auto& round = state_.round;
+  if (round && round->step >= heartbeat.next_round() && round->assignments.contains(member.key) &&
+      !round->commits.contains(member.key)) {
+    send(member.key, round_start_for(member.key, now));
+  }
+}
+
+void StateMachine::on_leave(Member& member) {
+  member.state = MemberState::kLeft;
+  ++state_.counters.leaves;
+  log(fmt::format("{} left; {} active", short_hex(member.key), active_count()));
+}
+
+void StateMachine::on_commit(Member& member, const wire::Commit& commit) {
+  const wire::CommitRecord& record = commit.record();
+  const std::string who = short_hex(member.key);
+  auto reject = [&](const std::string& why) {
+    ++state_.counters.commits_rejected;
+    log(fmt::format("dropped a commit from {} for step {}: {}", who, record.step(), why));
+  };
+  if (!commit.has_record()) return reject("it has no record");
+  if (record.author() != member.key) {
+    return reject(fmt::format("the record's author is {} but the connection authenticated {}",
+                              short_hex(record.author()), who));
+  }
+  const uint64_t open_step = state_.round ? state_.round->step : state_.next_step;
+  if (record.step() < open_step) {
+    ++state_.counters.commits_late;
+    log(fmt::format("ignored a late commit from {} for step {}: its round already closed", who,
+                    record.step()));
+    return;
+  }
+  if (!state_.round || record.step() != state_.round->step) {
+    return reject(state_.round ? fmt::format("the open round is step {}", state_.round->step)
+                               : std::string("no round is open"));
+  }
+  OpenRound& round = *state_.round;
+  if (!round.assignments.contains(member.key)) {
+    return reject(fmt::format("{} is not assigned in round {}", who, round.step));
+  }
+  if (record.payload_hash().size() != kHashBytes) {
+    return reject(fmt::format("the payload hash has {} bytes; expected {}",
+                              record.payload_hash().size(), kHashBytes));
+  }
+  if (!net::verify_signature(
+          member.key,
+          net::commit_signing_bytes(options_.run_id, record.step(), record.payload_hash()),
+          record.signature())) {
+    return reject("the signature does not verify against the author's key");
+  }
+  auto existing = round.commits.find(member.key);
+  if (existing != round.commits.end()) {
+    if (existing->second.payload_hash != record.payload_hash()) {
+      reject(fmt::format("it already committed payload {} for this step; the first stands",
+                         short_hex(existing->second.payload_hash)));
+    }
+    return;  // a repeat of the same commit changes nothing
+  }
+  round.commits[member.key] =
+      CommitRecord{member.key, record.step(), record.payload_hash(), record.signature()};
+  ++state_.counters.commits_accepted;
+  // Throughput EMA, from what the member measured itself.
+  const double seconds = commit.compute_seconds();
+  if (commit.sequences() > 0 && std::isfinite(seconds) && seconds > 0.0) {
+    const double sample = static_cast<double>(commit.sequences()) / seconds;
+    if (std::isfinite(sample)) {
+      double& sps = member.sequences_per_second;
+      sps = sps == 0.0 ? sample : 0.5 * sps + 0.5 * sample;
+    }
+  }
+}
+
+void StateMachine::on_witness(Member& member, const wire::Witness& witness) {
+  const std::string who = short_hex(member.key);
+  auto it = state_.collecting.find(witness.step());
+  if (it == state_.collecting.end()) {
+    log(fmt::format("ignored a witness from {} for step {}: that step is not collecting", who,
+                    witness.step()));
+    return;
+  }
+  CollectingStep& step = it->second;
+  if (!step.expected.contains(member.key)) {
+    log(
+        fmt::format("ignored a witness from {} for step {}: it was not active when the step "
+                    "closed",
+                    who, witness.step()));
+    return;
+  }
+  std::set<std::string> committed;
+  for (const CommitRecord& c : step.commits) committed.insert(c.payload_hash);
+  for (const std::string& hash : witness.held()) {
+    if (committed.contains(hash)) step.holders[hash].insert(member.key);
+  }
+  for (const wire::Rejection& rejection : witness.rejected()) {
+    ++state_.counters.rejections_reported;
+    log(fmt::format("{} rejected {}'s payload for step {}: {}", who, short_hex(rejection.author()),
+                    step.step, printable(rejection.reason())));
+  }
+  if (step.witnessed.insert(member.key).second) ++state_.counters.witnesses;
+}
+
+void StateMachine::on_state_report(Member& member, const wire::StateReport& report) {
+  const wire::StateRecord& s = report.state();
+  const std::string who = short_hex(member.key);
+  bool ok = s.state_hash().size() == kHashBytes && s.tensor_names_size() == s.tensor_hashes_size();
+  for (const std::string& hash : s.tensor_hashes()) ok = ok && hash.size() == kHashBytes;
+  if (!ok) {
+    log(
+        fmt::format("ignored a state report from {}: the state hash must have {} bytes and every "
+                    "tensor a name and a {}-byte hash",
+                    who, kHashBytes, kHashBytes));
+    return;
+  }
+  const uint64_t k = s.applied_steps();
+  member.applied_steps = std::max(member.applied_steps, k);
+  mark_caught_up(member);
+  auto& reports = state_.state_reports;
+  if (!reports.contains(k) && reports.size() >= kMaxStateReportSteps &&
+      k < reports.begin()->first) {
+    log(
+        fmt::format("ignored a state report from {} for {} applied steps: older than every step "
+                    "kept",
+                    who, k));
+    return;
+  }
+  HashReports& r = reports[k];
+  r.reported[member.key] = s.state_hash();
+  if (!r.records.contains(s.state_hash())) {
+    StateRecord record;
+    record.applied_steps = k;
+    record.state_hash = s.state_hash();
+    record.tensor_names.assign(s.tensor_names().begin(), s.tensor_names().end());
+    record.tensor_hashes.assign(s.tensor_hashes().begin(), s.tensor_hashes().end());
+    r.records.emplace(s.state_hash(), std::move(record));
+  }
+  while (reports.size() > kMaxStateReportSteps) reports.erase(reports.begin());
+  if (reports.contains(k)) check_hashes(k);
+}
+
+void StateMachine::on_checkpoint_report(Member& member, const wire::CheckpointReport& report,
+                                        double now) {
+  if (report.state_hash().size() != kHashBytes) {
+    log(fmt::format("ignored a checkpoint report from {}: the state hash has {} bytes, expected {}",
+                    short_hex(member.key), report.state_hash().size(), kHashBytes));
+    return;
+  }
+  state_.checkpoints.push_back(CheckpointRecord{report.applied_steps(), report.state_hash(),
+                                                printable(report.path(), 1024), member.key, now});
+  if (state_.checkpoints.size() > kMaxCheckpoints)
+    state_.checkpoints.erase(state_.checkpoints.begin());
+  log(fmt::format("{} wrote a checkpoint after {} steps (state {}) to {}", short_hex(member.key),
+                  report.applied_steps(), short_hex(report.state_hash()),
+                  state_.checkpoints.back().path));
+}
+
+void StateMachine::on_get_finalized(Member& member, const wire::GetFinalized& request) {
+  wire::Envelope reply;
+  if (request.step() < state_.finalized_steps()) {
+    wire::Finalized* f = reply.mutable_finalized();
+    f->set_step(request.step());
+    for (const CommitRecord& c : state_.finalized[request.step()]) to_wire(c, f->add_set());
+  } else {
+    reply.mutable_not_found()->set_what(fmt::format("step {} is not final yet ({} steps are)",
+                                                    request.step(), state_.finalized_steps()));
+  }
+  send(member.key, std::move(reply));
+}
+
+void StateMachine::check_hashes(uint64_t applied_steps) {
+  HashReports& r = state_.state_reports.at(applied_steps);
+  std::map<std::string, size_t> counts;
+  size_t best = 0;
+  const std::string majority = majority_hash(r, &counts, &best);
+  std::vector<PublicKey> holders;
+  for (const auto& [key, hash] : r.reported) {
+    auto m = state_.members.find(key);
+    if (hash == majority && m != state_.members.end() && current(m->second)) holders.push_back(key);
+  }
+  for (const auto& [key, hash] : r.reported) {
+    if (counts[hash] >= best || r.resynced.contains(key)) continue;
+    auto m = state_.members.find(key);
+    if (m == state_.members.end() || !current(m->second)) continue;
+    wire::Envelope message;
+    wire::Resync* resync = message.mutable_resync();
+    to_wire(r.records.at(majority), resync->mutable_state());
+    add_members(resync->mutable_holders(), holders);
+    send(key, std::move(message));
+    r.resynced.insert(key);
+    ++state_.counters.resyncs_sent;
+    log(fmt::format("{} reported state {} after {} steps; the majority ({} of {}) has {}: resync",
+                    short_hex(key), short_hex(hash), applied_steps, best, r.reported.size(),
+                    short_hex(majority)));
+  }
+}
+
+// ---- helpers -----------------------------------------------------------------------------------
+
+std::vector<const Member*> StateMachine::active_members(bool syncing_too) const {
+  std::vector<const Member*> out;
+  for (const auto& [key, m] : state_.members) {
+    if (m.state == MemberState::kActive || (syncing_too && m.state == MemberState::kSyncing)) {
+      out.push_back(&m);
+    }
+  }
+  return out;
+}
+
+size_t StateMachine::active_count() const {
+  return active_members().size();
+}
+
+void StateMachine::add_members(google::protobuf::RepeatedPtrField<wire::Member>* out,
+                               const std::vector<PublicKey>& keys) const {
+  for (const PublicKey& key : keys) {
+    wire::Member* m = out->Add();
+    m->set_key(key);
+    auto it = state_.members.find(key);
+    if (it != state_.members.end()) m->set_endpoint(it->second.endpoint);
+  }
+}
+
+StateRecord StateMachine::newest_state(std::vector<PublicKey>* holders) const {
+  holders->clear();
+  if (state_.state_reports.empty()) return StateRecord{};
+  const auto& [k, r] = *state_.state_reports.rbegin();
+  std::map<std::string, size_t> counts;
+  size_t best = 0;
+  const std::string majority = majority_hash(r, &counts, &best);
+  for (const auto& [key, hash] : r.reported) {
+    auto m = state_.members.find(key);
+    if (hash == majority && m != state_.members.end() && m->second.state == MemberState::kActive) {
+      holders->push_back(key);
+    }
+  }
+  return r.records.at(majority);
+}
+
+void StateMachine::send(const PublicKey& to, wire::Envelope message) {
+  out_->send.push_back(Outgoing{to, std::move(message)});
+}
+
+void StateMachine::refuse(const PublicKey& to, const std::string& reason) {
+  ++state_.counters.refusals;
+  wire::Envelope message;
+  message.mutable_refused()->set_reason(reason);
+  send(to, std::move(message));
+  log(fmt::format("refused {}: {}", short_hex(to), reason));
+}
+
+void StateMachine::log(const std::string& line) {
+  if (out_ != nullptr) out_->log.push_back(line);
+  state_.events.push_back(Event{++state_.counters.events, now_, line});
+  while (state_.events.size() > kMaxEvents) state_.events.pop_front();
+}
+
+}  // namespace agora::coord

@@ -1,0 +1,136 @@
+// StateMachine: the coordinator's rules, as a pure function of (state, event, time).
+//
+// No sockets, no clocks, no files: the service hands in what a peer sent (already authenticated
+// by the transport) or a tick, with `now` in wall-clock seconds since the epoch, and gets back
+// the messages to send and the lines to log. The same sequence of calls gives the same state and
+// actions, which is what makes it testable transition by transition, replayable, and usable in a
+// simulator. State lives in RunState (run_state.h) so the service can persist it after every call
+// and resume() after a crash.
+//
+// What it promises (DESIGN.md section 1):
+//   - every sequence id is trained into a final payload exactly once: ids of a missed deadline,
+//     a departed member or a payload that did not become final go back to the queue and are
+//     handed out first in the next round;
+//   - steps finalize strictly in order; the ledger only grows;
+//   - a message that breaks the rules (bad signature, wrong step, from a stranger...) never
+//     changes what is trusted: it is dropped, counted and logged, or answered with Refused;
+//   - it never throws for anything a peer sends; Error only for a caller's bug (a bad Options).
+//
+// Rounds. Opening round t takes train.batch_size ids from the queue and splits them among the
+// kActive members in proportion to their throughput (assignment.h). The commit phase closes
+// when every assigned member still active with a non-empty share has committed, or at the
+// deadline; the committed set is then collected (Collect) and witnessed (Witness). Step t is
+// final when all expected witnesses reported or at the witness deadline; a payload is final when
+// more than network.quorum x (expected witnesses) members hold it, its author included. With
+// overlap 0 round t + 1 opens when step t is final; with overlap 1 when round t closed and step
+// t - 1 is final.
+//
+// Strikes. A missed deadline or a committed payload that does not become final costs its member
+// one strike; a final payload resets the count, so max_strikes means consecutive failures.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agora/coord/run_state.h"
+#include "agora/train/run_config.h"
+#include "agora/wire/agora.pb.h"
+
+namespace agora::coord {
+
+// Built by the service from the RunConfig; fixed for the run.
+struct Options {
+  std::string run_id;           // random hex string made at first start
+  std::string run_config_toml;  // handed to every joiner
+  uint64_t total_steps = 0;     // train.steps
+  uint64_t batch_size = 0;      // train.batch_size: sequences per step (global batch)
+  NetworkConfig network;
+  std::set<net::PublicKey> allowlist;  // empty = open run (anyone may join)
+};
+
+struct Outgoing {
+  net::PublicKey to;
+  wire::Envelope message;
+};
+
+struct Actions {
+  std::vector<Outgoing> send;
+  // One human line per notable event (join, drop, strike, round closed, finalized, ...). The
+  // same lines are appended to RunState::events.
+  std::vector<std::string> log;
+};
+
+class StateMachine {
+ public:
+  // `state` = RunState{} for a fresh run, or what the store loaded (then call resume()).
+  // Throws Error when `options` cannot run (batch_size 0, min_peers < 1, overlap not 0 or 1,
+  // quorum outside [0, 1), max_strikes < 1, hash_interval < 1).
+  StateMachine(Options options, RunState state);
+
+  // Any message a peer sent; `from` is the key the transport authenticated.
+  Actions handle(const net::PublicKey& from, const wire::Envelope& message, double now);
+  // Called about ten times a second: silence timeouts, commit and witness deadlines, warmup.
+  Actions tick(double now);
+  // Once after loading a persisted state: every current member's last_seen becomes `now` (the
+  // coordinator, not they, was away), deadlines that passed or are about to are pushed to at
+  // least a minimum phase from now (commits and witnesses sent while the coordinator was down
+  // were lost), the open round's RoundStart is re-sent to assigned members that have not
+  // committed, and Collect to expected witnesses that have not witnessed.
+  Actions resume(double now);
+
+  const RunState& state() const { return state_; }
+  const Options& options() const { return options_; }
+
+ private:
+  // Message handlers; the member exists and is kActive or kSyncing unless noted.
+  void on_join(const net::PublicKey& from, const wire::Join& join, double now);  // anyone
+  void on_heartbeat(Member& member, const wire::Heartbeat& heartbeat, double now);
+  void on_leave(Member& member);
+  void on_commit(Member& member, const wire::Commit& commit);
+  void on_witness(Member& member, const wire::Witness& witness);
+  void on_state_report(Member& member, const wire::StateReport& report);
+  void on_checkpoint_report(Member& member, const wire::CheckpointReport& report, double now);
+  void on_get_finalized(Member& member, const wire::GetFinalized& request);
+
+  // Everything that follows from the state without the passage of time (plus warmup expiry):
+  // phase changes by member count, closing a round everyone committed to, finalizing steps,
+  // opening the next round, finishing.
+  void progress(double now);
+  void set_phase(Phase phase, double now);
+  void open_round(double now);
+  void close_round(double now);
+  // Finalizes collecting steps in order while the lowest one is ready (all expected witnesses
+  // still active reported, or its deadline passed, or nothing to witness).
+  void finalize_ready(double now);
+  void finalize(CollectingStep& step);
+  void finish();
+
+  void strike(Member& member, const std::string& why);
+  void drop(Member& member, DropReason reason, const std::string& why);
+  void mark_caught_up(Member& member);
+  void check_hashes(uint64_t applied_steps);
+
+  // Members by state; kActive only unless `syncing_too`.
+  std::vector<const Member*> active_members(bool syncing_too = false) const;
+  size_t active_count() const;
+  void add_members(google::protobuf::RepeatedPtrField<wire::Member>* out,
+                   const std::vector<PublicKey>& keys) const;
+  wire::Envelope round_start_for(const PublicKey& key, double now) const;
+  wire::Envelope collect_for(const CollectingStep& step) const;
+  // The newest state record with reports, with the members that reported its hash; applied 0
+  // and empty hashes when nobody has reported yet.
+  StateRecord newest_state(std::vector<PublicKey>* holders) const;
+
+  void send(const PublicKey& to, wire::Envelope message);
+  void refuse(const PublicKey& to, const std::string& reason);
+  void log(const std::string& line);
+
+  Options options_;
+  RunState state_;
+  Actions* out_ = nullptr;  // the Actions of the call in progress
+  double now_ = 0.0;        // the `now` of the call in progress (for event times)
+};
+
+}  // namespace agora::coord

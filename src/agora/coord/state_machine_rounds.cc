@@ -1,0 +1,290 @@
+// The state machine's rounds: phases, opening, closing and finalizing, strikes and drops.
+// (Entry points and message handlers are in state_machine.cc.)
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "agora/coord/assignment.h"
+#include "agora/coord/state_machine.h"
+#include "agora/coord/state_machine_detail.h"
+#include "agora/core/error.h"
+
+namespace agora::coord {
+using namespace detail;
+
+// ---- progress ----------------------------------------------------------------------------------
+
+void StateMachine::progress(double now) {
+  // Each pass may enable the next (a close finalizes a step, which opens a round); the loop ends
+  // when a pass changes nothing. Every change consumes a round or a step, so it terminates.
+  for (int pass = 0; pass < 1000 && state_.phase != Phase::kFinished; ++pass) {
+    if (state_.finalized_steps() >= options_.total_steps) {
+      finish();
+      return;
+    }
+    const size_t active = active_count();
+    const size_t min_peers = static_cast<size_t>(options_.network.min_peers);
+    const Phase before = state_.phase;
+    const uint64_t rounds_before = state_.counters.rounds_opened;
+    const uint64_t next_before = state_.next_step;
+    const uint64_t final_before = state_.finalized_steps();
+    switch (state_.phase) {
+      case Phase::kWaitingForPeers:
+        if (active >= min_peers) set_phase(Phase::kWarmup, now);
+        break;
+      case Phase::kWarmup:
+        if (active < min_peers) {
+          set_phase(Phase::kWaitingForPeers, now);
+        } else if (now >= state_.phase_since + options_.network.warmup_seconds) {
+          set_phase(Phase::kTraining, now);
+        }
+        break;
+      case Phase::kPaused:
+        if (active >= min_peers) set_phase(Phase::kTraining, now);
+        break;
+      case Phase::kTraining:
+      case Phase::kFinished:
+        break;
+    }
+    if (state_.round) {
+      // Close early once everyone the round still waits for has committed.
+      bool all_in = true;
+      for (const auto& [key, ranges] : state_.round->assignments) {
+        const Member& m = state_.members.at(key);
+        if (m.state == MemberState::kActive && total_count(ranges) > 0 &&
+            !state_.round->commits.contains(key)) {
+          all_in = false;
+        }
+      }
+      if (all_in) close_round(now);
+    }
+    finalize_ready(now);
+    if (state_.finalized_steps() >= options_.total_steps) continue;  // finishes next pass
+    const uint64_t overlap = static_cast<uint64_t>(options_.network.overlap);
+    if (state_.phase == Phase::kTraining && !state_.round &&
+        state_.next_step < options_.total_steps &&
+        state_.finalized_steps() + overlap >= state_.next_step) {
+      if (active_count() < min_peers) {
+        set_phase(Phase::kPaused, now);
+      } else {
+        open_round(now);
+      }
+    }
+    if (state_.phase == before && state_.counters.rounds_opened == rounds_before &&
+        state_.next_step == next_before && state_.finalized_steps() == final_before) {
+      return;
+    }
+  }
+}
+
+void StateMachine::set_phase(Phase phase, double now) {
+  const Phase before = state_.phase;
+  state_.phase = phase;
+  state_.phase_since = now;
+  log(fmt::format("phase {} -> {} ({} active, min_peers {})", to_string(before), to_string(phase),
+                  active_count(), options_.network.min_peers));
+}
+
+void StateMachine::open_round(double now) {
+  const uint64_t t = state_.next_step;
+  const std::vector<const Member*> members = active_members();
+  std::vector<double> measured;
+  for (const Member* m : members) measured.push_back(m->sequences_per_second);
+  const std::vector<uint64_t> shares =
+      proportional_shares(options_.batch_size, throughput_weights(measured));
+  const std::vector<SequenceRange> ids = take_sequences(state_.queue, options_.batch_size);
+  const std::vector<std::vector<SequenceRange>> pieces = cut_ranges(ids, shares);
+
+  OpenRound round;
+  round.step = t;
+  const uint64_t overlap = static_cast<uint64_t>(options_.network.overlap);
+  round.apply_through = t >= overlap ? t - overlap : 0;
+  round.report_state = t % static_cast<uint64_t>(options_.network.hash_interval) == 0;
+  round.opened_at = now;
+  // The slowest expected compute time; members of unknown speed do not stretch it (they are
+  // given a median share and the minimum covers them).
+  double slowest = 0.0;
+  std::string split;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const double sps = members[i]->sequences_per_second;
+    if (sps > 0.0) slowest = std::max(slowest, static_cast<double>(shares[i]) / sps);
+    round.assignments[members[i]->key] = pieces[i];
+    split += fmt::format("{}{}={}", i ? " " : "", short_hex(members[i]->key), shares[i]);
+  }
+  const double seconds =
+      std::max(options_.network.min_deadline_seconds, options_.network.deadline_factor * slowest);
+  round.deadline = now + seconds;
+  state_.round = std::move(round);
+  ++state_.counters.rounds_opened;
+  for (const Member* m : members) send(m->key, round_start_for(m->key, now));
+  log(fmt::format("round {} opened: {} sequences to {} members ({}), deadline {:.1f} s", t,
+                  options_.batch_size, members.size(), split, seconds));
+}
+
+void StateMachine::close_round(double now) {
+  OpenRound round = std::move(*state_.round);
+  state_.round.reset();
+  state_.next_step = round.step + 1;
+  CollectingStep step;
+  step.step = round.step;
+  std::vector<std::string> missed;
+  for (const auto& [key, ranges] : round.assignments) {
+    auto commit = round.commits.find(key);
+    if (commit != round.commits.end()) {
+      step.commits.push_back(commit->second);
+      step.ranges[key] = ranges;
+      continue;
+    }
+    // No commit: the data goes back to the queue, handed out first next round.
+    return_sequences(state_.queue, ranges);
+    if (total_count(ranges) == 0) continue;  // nothing was asked of it
+    Member& m = state_.members.at(key);
+    missed.push_back(short_hex(key));
+    // A member that left or restarted (rejoined, now syncing) walked out; no strike.
+    if (m.state == MemberState::kActive) {
+      strike(m, fmt::format("missed the deadline of round {}", round.step));
+    }
+  }
+  for (const Member* m : active_members()) step.expected.insert(m->key);
+  log(fmt::format("round {} closed: {} of {} committed{}{}", round.step, step.commits.size(),
+                  round.assignments.size(), missed.empty() ? "" : "; no commit from ",
+                  fmt::join(missed, ", ")));
+  if (step.commits.empty()) {
+    step.deadline = now;  // nothing to witness: final as soon as the steps before it are
+  } else {
+    step.deadline = now + options_.network.witness_seconds;
+    const wire::Envelope collect = collect_for(step);
+    for (const PublicKey& key : step.expected) send(key, collect);
+  }
+  state_.collecting[step.step] = std::move(step);
+}
+
+void StateMachine::finalize_ready(double now) {
+  while (!state_.collecting.empty()) {
+    CollectingStep& step = state_.collecting.begin()->second;
+    if (step.step != state_.finalized_steps()) {
+      fail("coordinator bug: step {} is collecting but {} steps are final", step.step,
+           state_.finalized_steps());
+    }
+    bool ready = step.commits.empty() || now >= step.deadline;
+    if (!ready) {
+      ready = true;  // every expected witness still active has reported
+      for (const PublicKey& key : step.expected) {
+        const Member& m = state_.members.at(key);
+        if (m.state == MemberState::kActive && !step.witnessed.contains(key)) ready = false;
+      }
+    }
+    if (!ready) return;
+    finalize(step);
+    state_.collecting.erase(state_.collecting.begin());
+  }
+}
+
+void StateMachine::finalize(CollectingStep& step) {
+  const size_t expected = step.expected.size();
+  const double needed = options_.network.quorum * static_cast<double>(expected);
+  std::vector<CommitRecord> final_set;
+  for (const CommitRecord& c : step.commits) {
+    std::set<PublicKey> holders = step.holders[c.payload_hash];
+    holders.insert(c.author);  // the author holds its own payload
+    auto member = state_.members.find(c.author);
+    if (static_cast<double>(holders.size()) > needed) {
+      final_set.push_back(c);
+      ++state_.counters.payloads_final;
+      if (member != state_.members.end()) member->second.strikes = 0;
+    } else {
+      ++state_.counters.payloads_not_final;
+      return_sequences(state_.queue, step.ranges[c.author]);
+      if (member != state_.members.end() && current(member->second)) {
+        strike(member->second,
+               fmt::format("its payload for step {} reached only {} of {} members (quorum {})",
+                           step.step, holders.size(), expected, options_.network.quorum));
+      }
+    }
+  }
+  wire::Envelope message;
+  wire::Finalized* f = message.mutable_finalized();
+  f->set_step(step.step);
+  for (const CommitRecord& c : final_set) to_wire(c, f->add_set());
+  state_.finalized.push_back(std::move(final_set));
+  for (const Member* m : active_members(true)) send(m->key, message);
+  log(fmt::format("step {} final: {} of {} payloads, {} of {} witnesses", step.step,
+                  state_.finalized.back().size(), step.commits.size(), step.witnessed.size(),
+                  expected));
+}
+
+void StateMachine::finish() {
+  set_phase(Phase::kFinished, now_);
+  wire::Envelope message;
+  message.mutable_finished()->set_steps(state_.finalized_steps());
+  for (const Member* m : active_members(true)) send(m->key, message);
+  log(fmt::format("run {} finished: {} steps final", options_.run_id, state_.finalized_steps()));
+}
+
+// ---- members -----------------------------------------------------------------------------------
+
+void StateMachine::strike(Member& member, const std::string& why) {
+  ++member.strikes;
+  ++state_.counters.strikes;
+  log(fmt::format("{} strike {} of {}: {}", short_hex(member.key), member.strikes,
+                  options_.network.max_strikes, why));
+  if (member.strikes >= options_.network.max_strikes) {
+    drop(member, DropReason::kStrikes,
+         fmt::format("{} strikes in a row (network.max_strikes = {})", member.strikes,
+                     options_.network.max_strikes));
+  }
+}
+
+void StateMachine::drop(Member& member, DropReason reason, const std::string& why) {
+  member.state = MemberState::kDropped;
+  member.drop_reason = reason;
+  ++state_.counters.drops;
+  log(fmt::format("{} dropped: {}; {} active", short_hex(member.key), why, active_count()));
+  // Tell it, in case it is still listening; its next message would be refused anyway.
+  wire::Envelope message;
+  message.mutable_refused()->set_reason(
+      fmt::format("dropped from run {}: {}", options_.run_id, why));
+  send(member.key, std::move(message));
+}
+
+void StateMachine::mark_caught_up(Member& member) {
+  if (member.state != MemberState::kSyncing) return;
+  if (member.applied_steps + static_cast<uint64_t>(options_.network.overlap) >=
+      state_.finalized_steps()) {
+    member.state = MemberState::kActive;
+    log(fmt::format("{} caught up ({} steps applied); {} active", short_hex(member.key),
+                    member.applied_steps, active_count()));
+  }
+}
+
+wire::Envelope StateMachine::round_start_for(const PublicKey& key, double now) const {
+  const OpenRound& round = *state_.round;
+  wire::Envelope message;
+  wire::RoundStart* start = message.mutable_round_start();
+  start->set_step(round.step);
+  start->set_apply_through(round.apply_through);
+  for (const SequenceRange& r : round.assignments.at(key)) {
+    wire::SequenceRange* out = start->add_assignment();
+    out->set_first(r.first);
+    out->set_count(r.count);
+  }
+  start->set_deadline_seconds(std::max(0.0, round.deadline - now));
+  start->set_report_state(round.report_state);
+  std::vector<PublicKey> members;
+  for (const auto& [k, ranges] : round.assignments) members.push_back(k);
+  add_members(start->mutable_members(), members);
+  return message;
+}
+
+wire::Envelope StateMachine::collect_for(const CollectingStep& step) const {
+  wire::Envelope message;
+  wire::Collect* collect = message.mutable_collect();
+  collect->set_step(step.step);
+  for (const CommitRecord& c : step.commits) to_wire(c, collect->add_commits());
+  add_members(collect->mutable_members(),
+              std::vector<PublicKey>(step.expected.begin(), step.expected.end()));
+  return message;
+}
+
+}  // namespace agora::coord

@@ -1,0 +1,653 @@
+#include "agora/coord/store.h"
+
+#include <sqlite3.h>
+
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <utility>
+
+#include "agora/core/error.h"
+
+namespace agora::coord {
+namespace {
+
+using nlohmann::json;
+
+// ---- SQLite plumbing: every return code checked, every error names the file ------------------
+
+[[noreturn]] void sqlite_fail(sqlite3* db, const std::filesystem::path& path,
+                              std::string_view what) {
+  fail("coordinator database {}: {} failed: {}", path.string(), what,
+       db != nullptr ? sqlite3_errmsg(db) : "out of memory");
+}
+
+// A prepared statement, finalized when it goes out of scope.
+class Statement {
+ public:
+  Statement(sqlite3* db, const std::filesystem::path& path, const char* sql)
+      : db_(db), path_(path), sql_(sql) {
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) {
+      sqlite_fail(db, path, fmt::format("preparing '{}'", sql));
+    }
+  }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+  ~Statement() { sqlite3_finalize(stmt_); }
+
+  Statement& bind(int i, int64_t v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
+  Statement& bind(int i, uint64_t v) { return bind(i, static_cast<int64_t>(v)); }
+  Statement& bind(int i, double v) { return check(sqlite3_bind_double(stmt_, i, v)); }
+  Statement& bind_text(int i, std::string_view v) {
+    return check(
+        sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  Statement& bind_blob(int i, std::string_view v) {
+    // A zero-length blob must still be a blob, not NULL.
+    return check(sqlite3_bind_blob(stmt_, i, v.empty() ? "" : v.data(), static_cast<int>(v.size()),
+                                   SQLITE_TRANSIENT));
+  }
+
+  // True while a row is available.
+  bool step() {
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    sqlite_fail(db_, path_, fmt::format("running '{}'", sql_));
+  }
+  // Runs a statement that returns no rows, ready to be bound and run again.
+  void run() {
+    while (step()) {
+    }
+    check(sqlite3_reset(stmt_));
+    check(sqlite3_clear_bindings(stmt_));
+  }
+
+  int64_t int64(int col) const { return sqlite3_column_int64(stmt_, col); }
+  uint64_t uint64(int col) const { return static_cast<uint64_t>(int64(col)); }
+  double real(int col) const { return sqlite3_column_double(stmt_, col); }
+  std::string text(int col) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
+    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))) : "";
+  }
+  std::string blob(int col) const {
+    const auto* p = static_cast<const char*>(sqlite3_column_blob(stmt_, col));
+    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))) : "";
+  }
+
+ private:
+  Statement& check(int rc) {
+    if (rc != SQLITE_OK) sqlite_fail(db_, path_, fmt::format("binding '{}'", sql_));
+    return *this;
+  }
+
+  sqlite3* db_;
+  const std::filesystem::path& path_;
+  const char* sql_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS run (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS finalized_steps (step INTEGER PRIMARY KEY, payloads INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS ledger (
+  step INTEGER NOT NULL, position INTEGER NOT NULL, author BLOB NOT NULL,
+  payload_hash BLOB NOT NULL, signature BLOB NOT NULL, PRIMARY KEY (step, position));
+CREATE TABLE IF NOT EXISTS members (
+  key BLOB PRIMARY KEY, endpoint TEXT NOT NULL, agent TEXT NOT NULL, state INTEGER NOT NULL,
+  drop_reason INTEGER NOT NULL, strikes INTEGER NOT NULL, sequences_per_second REAL NOT NULL,
+  last_seen REAL NOT NULL, applied_steps INTEGER NOT NULL, checkpointer INTEGER NOT NULL,
+  joined_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS state_reports (
+  applied_steps INTEGER NOT NULL, reporter BLOB NOT NULL, state_hash BLOB NOT NULL,
+  resync_sent INTEGER NOT NULL, PRIMARY KEY (applied_steps, reporter));
+CREATE TABLE IF NOT EXISTS state_records (
+  applied_steps INTEGER NOT NULL, state_hash BLOB NOT NULL, tensor_names TEXT NOT NULL,
+  tensor_hashes TEXT NOT NULL, PRIMARY KEY (applied_steps, state_hash));
+CREATE TABLE IF NOT EXISTS checkpoints (
+  position INTEGER PRIMARY KEY, applied_steps INTEGER NOT NULL, state_hash BLOB NOT NULL,
+  path TEXT NOT NULL, reporter BLOB NOT NULL, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, at REAL NOT NULL, text TEXT NOT NULL);
+)sql";
+
+// ---- JSON for the in-flight parts (bytes as hex) -----------------------------------------------
+
+std::string to_hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+std::string from_hex(const std::string& hex) {
+  auto nibble = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    fail("'{}' is not lower-case hexadecimal", hex);
+  };
+  if (hex.size() % 2 != 0) fail("'{}' has an odd number of hexadecimal digits", hex);
+  std::string out(hex.size() / 2, '\0');
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<char>(nibble(hex[2 * i]) * 16 + nibble(hex[2 * i + 1]));
+  }
+  return out;
+}
+
+json ranges_json(const std::vector<SequenceRange>& ranges) {
+  json out = json::array();
+  for (const SequenceRange& r : ranges) out.push_back({r.first, r.count});
+  return out;
+}
+
+std::vector<SequenceRange> ranges_from(const json& j) {
+  std::vector<SequenceRange> out;
+  for (const json& r : j) out.push_back({r.at(0).get<uint64_t>(), r.at(1).get<uint64_t>()});
+  return out;
+}
+
+json commit_json(const CommitRecord& c) {
+  return {{"author", to_hex(c.author)},
+          {"step", c.step},
+          {"payload_hash", to_hex(c.payload_hash)},
+          {"signature", to_hex(c.signature)}};
+}
+
+CommitRecord commit_from(const json& j) {
+  return {from_hex(j.at("author").get<std::string>()), j.at("step").get<uint64_t>(),
+          from_hex(j.at("payload_hash").get<std::string>()),
+          from_hex(j.at("signature").get<std::string>())};
+}
+
+json keys_json(const std::set<PublicKey>& keys) {
+  json out = json::array();
+  for (const PublicKey& k : keys) out.push_back(to_hex(k));
+  return out;
+}
+
+std::set<PublicKey> keys_from(const json& j) {
+  std::set<PublicKey> out;
+  for (const json& k : j) out.insert(from_hex(k.get<std::string>()));
+  return out;
+}
+
+json assignments_json(const std::map<PublicKey, std::vector<SequenceRange>>& m) {
+  json out = json::array();
+  for (const auto& [key, ranges] : m) out.push_back({to_hex(key), ranges_json(ranges)});
+  return out;
+}
+
+std::map<PublicKey, std::vector<SequenceRange>> assignments_from(const json& j) {
+  std::map<PublicKey, std::vector<SequenceRange>> out;
+  for (const json& e : j) out[from_hex(e.at(0).get<std::string>())] = ranges_from(e.at(1));
+  return out;
+}
+
+json counters_json(const Counters& c) {
+  return {{"joins", c.joins},
+          {"refusals", c.refusals},
+          {"leaves", c.leaves},
+          {"drops", c.drops},
+          {"strikes", c.strikes},
+          {"rounds_opened", c.rounds_opened},
+          {"commits_accepted", c.commits_accepted},
+          {"commits_rejected", c.commits_rejected},
+          {"commits_late", c.commits_late},
+          {"witnesses", c.witnesses},
+          {"rejections_reported", c.rejections_reported},
+          {"payloads_final", c.payloads_final},
+          {"payloads_not_final", c.payloads_not_final},
+          {"resyncs_sent", c.resyncs_sent},
+          {"events", c.events}};
+}
+
+Counters counters_from(const json& j) {
+  Counters c;
+  c.joins = j.at("joins");
+  c.refusals = j.at("refusals");
+  c.leaves = j.at("leaves");
+  c.drops = j.at("drops");
+  c.strikes = j.at("strikes");
+  c.rounds_opened = j.at("rounds_opened");
+  c.commits_accepted = j.at("commits_accepted");
+  c.commits_rejected = j.at("commits_rejected");
+  c.commits_late = j.at("commits_late");
+  c.witnesses = j.at("witnesses");
+  c.rejections_reported = j.at("rejections_reported");
+  c.payloads_final = j.at("payloads_final");
+  c.payloads_not_final = j.at("payloads_not_final");
+  c.resyncs_sent = j.at("resyncs_sent");
+  c.events = j.at("events");
+  return c;
+}
+
+json volatile_json(const RunState& s) {
+  json j;
+  j["phase"] = static_cast<int>(s.phase);
+  j["phase_since"] = s.phase_since;
+  j["next_step"] = s.next_step;
+  if (s.round) {
+    const OpenRound& r = *s.round;
+    json commits = json::array();
+    for (const auto& [key, c] : r.commits) commits.push_back(commit_json(c));
+    j["round"] = {{"step", r.step},
+                  {"apply_through", r.apply_through},
+                  {"report_state", r.report_state},
+                  {"opened_at", r.opened_at},
+                  {"deadline", r.deadline},
+                  {"assignments", assignments_json(r.assignments)},
+                  {"commits", commits}};
+  } else {
+    j["round"] = nullptr;
+  }
+  json collecting = json::array();
+  for (const auto& [step, c] : s.collecting) {
+    json commits = json::array();
+    for (const CommitRecord& r : c.commits) commits.push_back(commit_json(r));
+    json holders = json::array();
+    for (const auto& [hash, keys] : c.holders) holders.push_back({to_hex(hash), keys_json(keys)});
+    collecting.push_back({{"step", c.step},
+                          {"commits", commits},
+                          {"ranges", assignments_json(c.ranges)},
+                          {"expected", keys_json(c.expected)},
+                          {"witnessed", keys_json(c.witnessed)},
+                          {"holders", holders},
+                          {"deadline", c.deadline}});
+  }
+  j["collecting"] = collecting;
+  j["queue"] = {{"pending", ranges_json(s.queue.pending)}, {"next_fresh", s.queue.next_fresh}};
+  j["counters"] = counters_json(s.counters);
+  return j;
+}
+
+void volatile_from(const json& j, RunState& s) {
+  const int phase = j.at("phase").get<int>();
+  if (phase < 0 || phase > static_cast<int>(Phase::kFinished)) fail("phase {} is unknown", phase);
+  s.phase = static_cast<Phase>(phase);
+  s.phase_since = j.at("phase_since");
+  s.next_step = j.at("next_step");
+  const json& r = j.at("round");
+  if (!r.is_null()) {
+    OpenRound round;
+    round.step = r.at("step");
+    round.apply_through = r.at("apply_through");
+    round.report_state = r.at("report_state");
+    round.opened_at = r.at("opened_at");
+    round.deadline = r.at("deadline");
+    round.assignments = assignments_from(r.at("assignments"));
+    for (const json& c : r.at("commits")) {
+      CommitRecord record = commit_from(c);
+      round.commits[record.author] = std::move(record);
+    }
+    s.round = std::move(round);
+  }
+  for (const json& c : j.at("collecting")) {
+    CollectingStep step;
+    step.step = c.at("step");
+    for (const json& r2 : c.at("commits")) step.commits.push_back(commit_from(r2));
+    step.ranges = assignments_from(c.at("ranges"));
+    step.expected = keys_from(c.at("expected"));
+    step.witnessed = keys_from(c.at("witnessed"));
+    for (const json& h : c.at("holders")) {
+      step.holders[from_hex(h.at(0).get<std::string>())] = keys_from(h.at(1));
+    }
+    step.deadline = c.at("deadline");
+    s.collecting[step.step] = std::move(step);
+  }
+  s.queue.pending = ranges_from(j.at("queue").at("pending"));
+  s.queue.next_fresh = j.at("queue").at("next_fresh");
+  s.counters = counters_from(j.at("counters"));
+}
+
+}  // namespace
+
+// ---- Store -------------------------------------------------------------------------------------
+
+Store Store::open(const std::filesystem::path& path) {
+  sqlite3* db = nullptr;
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  Store store(path, db);  // closes db on every way out, including a failed open
+  if (rc != SQLITE_OK) sqlite_fail(db, path, "opening");
+  if (sqlite3_busy_timeout(db, 5000) != SQLITE_OK) sqlite_fail(db, path, "setting a busy timeout");
+  {
+    Statement wal(db, path, "PRAGMA journal_mode=WAL");
+    if (!wal.step() || wal.text(0) != "wal") {
+      fail(
+          "coordinator database {}: could not switch to WAL journal mode (is it on a file "
+          "system without shared memory, such as some network mounts?)",
+          path.string());
+    }
+  }
+  store.exec("PRAGMA synchronous=FULL");
+  store.exec("BEGIN IMMEDIATE");
+  try {
+    store.exec(kSchema);
+    Statement get(db, path, "SELECT value FROM meta WHERE key = 'schema_version'");
+    if (get.step()) {
+      const std::string version = get.text(0);
+      if (version != std::to_string(kSchemaVersion)) {
+        fail(
+            "coordinator database {} has schema version {}; this agora reads version {} (use "
+            "the agora release that wrote it, or start the run with a new network.state_db)",
+            path.string(), version, kSchemaVersion);
+      }
+    } else {
+      Statement put(db, path, "INSERT INTO meta (key, value) VALUES ('schema_version', ?)");
+      put.bind_text(1, std::to_string(kSchemaVersion)).run();
+    }
+    store.exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+  return store;
+}
+
+Store::Store(Store&& other) noexcept
+    : path_(std::move(other.path_)), db_(std::exchange(other.db_, nullptr)) {}
+
+Store& Store::operator=(Store&& other) noexcept {
+  if (this != &other) {
+    if (db_ != nullptr) sqlite3_close(db_);
+    path_ = std::move(other.path_);
+    db_ = std::exchange(other.db_, nullptr);
+  }
+  return *this;
+}
+
+Store::~Store() {
+  if (db_ != nullptr) sqlite3_close(db_);
+}
+
+void Store::exec(const char* sql) const {
+  char* message = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+    const std::string text = message != nullptr ? message : sqlite3_errmsg(db_);
+    sqlite3_free(message);
+    fail("coordinator database {}: '{}' failed: {}", path_.string(),
+         std::string_view(sql).substr(0, 60), text);
+  }
+}
+
+std::optional<StoredRun> Store::run() const {
+  Statement get(db_, path_,
+                "SELECT key, value FROM meta WHERE key IN ('run_id', 'run_config_toml')");
+  StoredRun run;
+  bool found = false;
+  while (get.step()) {
+    if (get.text(0) == "run_id") {
+      run.run_id = get.text(1);
+      found = true;
+    } else {
+      run.run_config_toml = get.text(1);
+    }
+  }
+  if (!found) return std::nullopt;
+  return run;
+}
+
+void Store::bind(const std::string& run_id, const std::string& run_config_toml) {
+  if (run_id.empty())
+    fail("coordinator database {}: cannot bind to an empty run id", path_.string());
+  if (auto existing = run()) {
+    if (existing->run_id != run_id) {
+      fail(
+          "coordinator database {} belongs to run {}, not run {} (point network.state_db at "
+          "another file to start a new run)",
+          path_.string(), existing->run_id, run_id);
+    }
+    return;
+  }
+  exec("BEGIN IMMEDIATE");
+  try {
+    Statement put(db_, path_, "INSERT INTO meta (key, value) VALUES (?, ?)");
+    put.bind_text(1, "run_id").bind_text(2, run_id).run();
+    put.bind_text(1, "run_config_toml").bind_text(2, run_config_toml).run();
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+std::optional<RunState> Store::load() const {
+  // One read transaction, so the parts come from the same save.
+  exec("BEGIN");
+  try {
+    RunState s;
+    {
+      Statement get(db_, path_, "SELECT value FROM run WHERE key = 'state'");
+      if (!get.step()) {
+        exec("COMMIT");
+        return std::nullopt;
+      }
+      try {
+        volatile_from(json::parse(get.text(0)), s);
+      } catch (const json::exception& e) {
+        fail("coordinator database {}: the saved run state is damaged: {}", path_.string(),
+             e.what());
+      }
+    }
+    {
+      Statement steps(db_, path_, "SELECT step, payloads FROM finalized_steps ORDER BY step");
+      while (steps.step()) {
+        if (steps.uint64(0) != s.finalized.size()) {
+          fail("coordinator database {}: the ledger skips from step {} to step {}", path_.string(),
+               s.finalized.size(), steps.uint64(0));
+        }
+        s.finalized.emplace_back().reserve(steps.uint64(1));
+      }
+      Statement rows(db_, path_,
+                     "SELECT step, author, payload_hash, signature FROM ledger "
+                     "ORDER BY step, position");
+      while (rows.step()) {
+        const uint64_t step = rows.uint64(0);
+        if (step >= s.finalized.size()) {
+          fail("coordinator database {}: a ledger row names step {}, which is not final",
+               path_.string(), step);
+        }
+        s.finalized[step].push_back({rows.blob(1), step, rows.blob(2), rows.blob(3)});
+      }
+    }
+    {
+      Statement rows(db_, path_,
+                     "SELECT key, endpoint, agent, state, drop_reason, strikes, "
+                     "sequences_per_second, last_seen, applied_steps, checkpointer, joined_at "
+                     "FROM members");
+      while (rows.step()) {
+        Member m;
+        m.key = rows.blob(0);
+        m.endpoint = rows.text(1);
+        m.agent = rows.text(2);
+        m.state = static_cast<MemberState>(rows.int64(3));
+        m.drop_reason = static_cast<DropReason>(rows.int64(4));
+        m.strikes = rows.int64(5);
+        m.sequences_per_second = rows.real(6);
+        m.last_seen = rows.real(7);
+        m.applied_steps = rows.uint64(8);
+        m.checkpointer = rows.int64(9) != 0;
+        m.joined_at = rows.real(10);
+        s.members[m.key] = std::move(m);
+      }
+    }
+    {
+      Statement rows(db_, path_,
+                     "SELECT applied_steps, reporter, state_hash, resync_sent FROM state_reports");
+      while (rows.step()) {
+        HashReports& r = s.state_reports[rows.uint64(0)];
+        r.reported[rows.blob(1)] = rows.blob(2);
+        if (rows.int64(3) != 0) r.resynced.insert(rows.blob(1));
+      }
+      Statement records(db_, path_,
+                        "SELECT applied_steps, state_hash, tensor_names, tensor_hashes "
+                        "FROM state_records");
+      while (records.step()) {
+        StateRecord record;
+        record.applied_steps = records.uint64(0);
+        record.state_hash = records.blob(1);
+        try {
+          record.tensor_names = json::parse(records.text(2)).get<std::vector<std::string>>();
+          for (const json& h : json::parse(records.text(3))) {
+            record.tensor_hashes.push_back(from_hex(h.get<std::string>()));
+          }
+        } catch (const json::exception& e) {
+          fail("coordinator database {}: a state record is damaged: {}", path_.string(), e.what());
+        }
+        s.state_reports[record.applied_steps].records[record.state_hash] = std::move(record);
+      }
+    }
+    {
+      Statement rows(db_, path_,
+                     "SELECT applied_steps, state_hash, path, reporter, at FROM checkpoints "
+                     "ORDER BY position");
+      while (rows.step()) {
+        s.checkpoints.push_back(
+            {rows.uint64(0), rows.blob(1), rows.text(2), rows.blob(3), rows.real(4)});
+      }
+    }
+    {
+      Statement rows(db_, path_,
+                     "SELECT seq, at, text FROM (SELECT seq, at, text FROM events "
+                     "ORDER BY seq DESC LIMIT ?) ORDER BY seq");
+      rows.bind(1, static_cast<int64_t>(kMaxEvents));
+      while (rows.step()) s.events.push_back({rows.uint64(0), rows.real(1), rows.text(2)});
+    }
+    exec("COMMIT");
+    return s;
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+void Store::save(const RunState& s) {
+  if (!run()) {
+    fail("coordinator database {}: bind it to a run before saving a state", path_.string());
+  }
+  exec("BEGIN IMMEDIATE");
+  try {
+    {
+      Statement put(db_, path_, "INSERT OR REPLACE INTO run (key, value) VALUES ('state', ?)");
+      put.bind_text(1, volatile_json(s).dump()).run();
+    }
+    {
+      // The ledger only grows: insert the steps the file does not hold yet.
+      Statement count(db_, path_, "SELECT COUNT(*) FROM finalized_steps");
+      count.step();
+      const uint64_t on_disk = count.uint64(0);
+      if (on_disk > s.finalized.size()) {
+        fail(
+            "coordinator database {} holds {} finalized steps but the state to save has {}: "
+            "the ledger never shrinks (is this the state of another run?)",
+            path_.string(), on_disk, s.finalized.size());
+      }
+      Statement step(db_, path_, "INSERT INTO finalized_steps (step, payloads) VALUES (?, ?)");
+      Statement row(db_, path_,
+                    "INSERT INTO ledger (step, position, author, payload_hash, signature) "
+                    "VALUES (?, ?, ?, ?, ?)");
+      for (uint64_t t = on_disk; t < s.finalized.size(); ++t) {
+        step.bind(1, t).bind(2, static_cast<int64_t>(s.finalized[t].size())).run();
+        for (size_t i = 0; i < s.finalized[t].size(); ++i) {
+          const CommitRecord& c = s.finalized[t][i];
+          row.bind(1, t)
+              .bind(2, static_cast<int64_t>(i))
+              .bind_blob(3, c.author)
+              .bind_blob(4, c.payload_hash)
+              .bind_blob(5, c.signature)
+              .run();
+        }
+      }
+    }
+    exec("DELETE FROM members");
+    {
+      Statement row(db_, path_,
+                    "INSERT INTO members (key, endpoint, agent, state, drop_reason, strikes, "
+                    "sequences_per_second, last_seen, applied_steps, checkpointer, joined_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      for (const auto& [key, m] : s.members) {
+        row.bind_blob(1, key)
+            .bind_text(2, m.endpoint)
+            .bind_text(3, m.agent)
+            .bind(4, static_cast<int64_t>(m.state))
+            .bind(5, static_cast<int64_t>(m.drop_reason))
+            .bind(6, m.strikes)
+            .bind(7, m.sequences_per_second)
+            .bind(8, m.last_seen)
+            .bind(9, m.applied_steps)
+            .bind(10, static_cast<int64_t>(m.checkpointer ? 1 : 0))
+            .bind(11, m.joined_at)
+            .run();
+      }
+    }
+    exec("DELETE FROM state_reports");
+    exec("DELETE FROM state_records");
+    {
+      Statement report(db_, path_,
+                       "INSERT INTO state_reports (applied_steps, reporter, state_hash, "
+                       "resync_sent) VALUES (?, ?, ?, ?)");
+      Statement record(db_, path_,
+                       "INSERT INTO state_records (applied_steps, state_hash, tensor_names, "
+                       "tensor_hashes) VALUES (?, ?, ?, ?)");
+      for (const auto& [k, r] : s.state_reports) {
+        for (const PublicKey& key : r.resynced) {
+          if (!r.reported.contains(key)) {
+            fail("coordinator database {}: member {} was resynced for step {} without a report",
+                 path_.string(), to_hex(key), k);
+          }
+        }
+        for (const auto& [key, hash] : r.reported) {
+          report.bind(1, k)
+              .bind_blob(2, key)
+              .bind_blob(3, hash)
+              .bind(4, static_cast<int64_t>(r.resynced.contains(key) ? 1 : 0))
+              .run();
+        }
+        for (const auto& [hash, rec] : r.records) {
+          json hashes = json::array();
+          for (const std::string& h : rec.tensor_hashes) hashes.push_back(to_hex(h));
+          record.bind(1, k)
+              .bind_blob(2, hash)
+              .bind_text(3, json(rec.tensor_names).dump())
+              .bind_text(4, hashes.dump())
+              .run();
+        }
+      }
+    }
+    exec("DELETE FROM checkpoints");
+    {
+      Statement row(db_, path_,
+                    "INSERT INTO checkpoints (position, applied_steps, state_hash, path, "
+                    "reporter, at) VALUES (?, ?, ?, ?, ?, ?)");
+      for (size_t i = 0; i < s.checkpoints.size(); ++i) {
+        const CheckpointRecord& c = s.checkpoints[i];
+        row.bind(1, static_cast<int64_t>(i))
+            .bind(2, c.applied_steps)
+            .bind_blob(3, c.state_hash)
+            .bind_text(4, c.path)
+            .bind_blob(5, c.reporter)
+            .bind(6, c.at)
+            .run();
+      }
+    }
+    {
+      // Events are history: append the ones newer than the file's newest.
+      Statement newest(db_, path_, "SELECT COALESCE(MAX(seq), 0) FROM events");
+      newest.step();
+      const uint64_t last = newest.uint64(0);
+      Statement row(db_, path_, "INSERT INTO events (seq, at, text) VALUES (?, ?, ?)");
+      for (const Event& e : s.events) {
+        if (e.seq > last) row.bind(1, e.seq).bind(2, e.at).bind_text(3, e.text).run();
+      }
+    }
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+}  // namespace agora::coord

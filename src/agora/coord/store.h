@@ -1,0 +1,82 @@
+// Store: the coordinator's SQLite file, so a run survives a coordinator crash.
+//
+// What it promises:
+//   - save() writes a whole RunState in ONE transaction: a kill at any moment leaves the file
+//     with the previous state or the new one, never a mix;
+//   - load() gives back a RunState equal (operator==) to the last one saved;
+//   - the finalized ledger is append-only on disk: a save inserts only steps the file does not
+//     hold yet, and refuses a state whose ledger is shorter than the file's;
+//   - a file belongs to one run (bind()) and one schema version; opening another version, or
+//     binding to another run, is an Error that names the file and both values.
+//
+// Journal mode WAL (readers, such as an operator's sqlite3 shell, never block the coordinator)
+// with synchronous=FULL: every save is on disk when it returns. NORMAL would be faster but may
+// lose the last transactions on a power cut, and the service sends a step's Finalized right
+// after saving it; forgetting a step that peers already applied could finalize it again with a
+// different set and split the run.
+//
+// Tables (schema version 1): meta (schema_version, run_id, run_config_toml), ledger and
+// finalized_steps (the finalized sets, one row per payload / per step), members, state_reports
+// and state_records (hash reports), checkpoints, events (append-only history; the newest
+// kMaxEvents load back), and run (key 'state': the in-flight parts as JSON: phase, the open
+// round, collecting steps, the data queue, counters).
+//
+// Not thread-safe; one Store per file per process.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "agora/coord/run_state.h"
+
+struct sqlite3;
+
+namespace agora::coord {
+
+// The run a store file belongs to.
+struct StoredRun {
+  std::string run_id;
+  std::string run_config_toml;
+};
+
+class Store {
+ public:
+  static constexpr int kSchemaVersion = 1;
+
+  // Opens `path`, creating the file and its tables when missing. Throws Error naming the file
+  // when it cannot be opened, is not an agora coordinator database, or has another schema
+  // version.
+  static Store open(const std::filesystem::path& path);
+
+  Store(Store&& other) noexcept;
+  Store& operator=(Store&& other) noexcept;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  ~Store();
+
+  const std::filesystem::path& path() const { return path_; }
+
+  // The run this file belongs to; nullopt for a file never bound.
+  std::optional<StoredRun> run() const;
+  // Binds a fresh file to a run. On a bound file: checks that it is the same run_id and throws
+  // Error naming both ids otherwise (the config text is not compared: a restarted coordinator
+  // may carry harmless edits; the service decides).
+  void bind(const std::string& run_id, const std::string& run_config_toml);
+
+  // The last state saved; nullopt when none was.
+  std::optional<RunState> load() const;
+  // Replaces the saved state with `state` in one transaction. Throws Error when the file is not
+  // bound to a run, when state's ledger is shorter than the file's, or on any SQLite error (the
+  // transaction is rolled back and the previous state stays).
+  void save(const RunState& state);
+
+ private:
+  Store(std::filesystem::path path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  void exec(const char* sql) const;
+
+  std::filesystem::path path_;
+  sqlite3* db_ = nullptr;
+};
+
+}  // namespace agora::coord

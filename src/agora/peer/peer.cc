@@ -1,0 +1,398 @@
+#include "agora/peer/peer.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <thread>
+
+#include "agora/core/error.h"
+#include "agora/core/hash.h"
+#include "agora/data/sampler.h"
+#include "agora/optim/demo.h"
+#include "agora/peer/model_state.h"
+#include "agora/peer/peer_network.h"
+#include "agora/train/batches.h"
+#include "agora/train/checkpoint.h"
+#include "agora/train/data_meta.h"
+#include "agora/train/run_config.h"
+#include "agora/train/strategy_factory.h"
+
+namespace agora::peer {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string digest(std::string_view bytes) {
+  const auto d = blake2b256(bytes);
+  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+}
+
+void say(bool enabled, const std::string& who, const std::string& text) {
+  if (!enabled) return;
+  std::fprintf(stderr, "[peer %s] %s\n", who.c_str(), text.c_str());
+  std::fflush(stderr);
+}
+
+// Everything one member needs between messages.
+class Member {
+ public:
+  Member(const net::Identity& identity, const PeerOptions& options, const std::atomic<bool>& stop)
+      : identity_(identity),
+        options_(options),
+        stop_(stop),
+        who_(net::short_key(identity.public_key())),
+        net_(identity, make_network_options(options)) {}
+
+  PeerSummary run();
+
+ private:
+  static PeerNetworkOptions make_network_options(const PeerOptions& o) {
+    PeerNetworkOptions n;
+    n.coordinator = o.coordinator;
+    n.coordinator_key = o.coordinator_key;
+    n.listen = o.listen;
+    n.advertise = o.advertise;
+    return n;
+  }
+
+  wire::Welcome join();
+  void build(const wire::Welcome& welcome);
+  void sync_state(const wire::StateRecord& state, const std::vector<wire::Member>& holders);
+  // Handles a message that never waits (Finalized, Collect); false for the others.
+  bool handle_passive(const wire::Envelope& m);
+  void catch_up(uint64_t target);
+  void apply_step(uint64_t step);
+  void after_apply();
+  void train_round(const wire::RoundStart& round);
+  void write_checkpoint();
+  void log(const std::string& text) { say(options_.progress, who_, text); }
+
+  const net::Identity& identity_;
+  PeerOptions options_;
+  const std::atomic<bool>& stop_;
+  std::string who_;
+  PeerNetwork net_;
+
+  RunConfig config_;
+  std::string run_id_;
+  std::string tokenizer_spec_;
+  int64_t eot_id_ = 0;
+  bool checkpointer_ = false;
+  Llama model_{nullptr};
+  std::unique_ptr<Strategy> strategy_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<Sampler> sampler_;
+  uint64_t applied_ = 0;
+  std::map<uint64_t, std::vector<wire::CommitRecord>> ledger_;
+  std::vector<wire::Member> members_;
+  std::deque<wire::Envelope> deferred_;
+  PeerSummary summary_;
+};
+
+wire::Welcome Member::join() {
+  wire::Envelope join;
+  join.mutable_join()->set_key(identity_.public_key());
+  join.mutable_join()->set_endpoint(net_.endpoint());
+  join.mutable_join()->set_agent("agora 0.1.0");
+  auto last_sent = Clock::now() - std::chrono::hours(1);
+  while (!stop_.load()) {
+    if (Clock::now() - last_sent > std::chrono::seconds(5)) {
+      net_.send_to_coordinator(join);
+      last_sent = Clock::now();
+    }
+    auto m = net_.next_from_coordinator(0.2);
+    if (!m) continue;
+    if (m->has_welcome()) return m->welcome();
+    if (m->has_refused()) fail("the coordinator refused this peer: {}", m->refused().reason());
+    if (m->has_finished()) fail("the run has finished ({} steps)", m->finished().steps());
+  }
+  fail("stopped before joining");
+}
+
+void Member::build(const wire::Welcome& welcome) {
+  config_ = RunConfig::parse(welcome.run_config_toml(), "the coordinator's run config");
+  if (config_.optimizer.name != "demo") {
+    fail("optimizer.name = {}: decentralized runs support \"demo\" (all-reduce AdamW and DiLoCo "
+         "run with agora train --simulate-peers)",
+         config_.optimizer.name);
+  }
+  if (config_.demo.lookahead) {
+    fail("demo.lookahead is not supported in decentralized runs yet (allowed: false)");
+  }
+  if (!options_.data.empty()) config_.data.dir = options_.data.string();
+  const DataMeta meta = read_data_meta(config_.data.dir);
+  if (config_.model.vocab_size == 0) config_.set_vocab_size(meta.vocab_size);
+  tokenizer_spec_ = meta.tokenizer_spec;
+  eot_id_ = meta.eot_id;
+  const int64_t threads = options_.threads > 0 ? options_.threads : config_.train.threads;
+  torch::set_num_threads(threads > 0 ? static_cast<int>(threads)
+                                     : static_cast<int>(std::thread::hardware_concurrency()));
+  run_id_ = welcome.run_id();
+  checkpointer_ = welcome.checkpointer();
+  torch::manual_seed(config_.seed);  // every member starts from the same initialisation
+  model_ = Llama(config_.model);
+  model_->train();
+  strategy_ = make_strategy(config_, model_);
+  params_ = model_->parameters();
+  const PayloadLayout layout = dynamic_cast<DemoStrategy&>(*strategy_).payload_layout();
+  net_.configure(run_id_, [layout](std::string_view bytes) -> std::string {
+    try {
+      decode_payload(bytes, layout);
+      return {};
+    } catch (const Error& e) {
+      return e.what();
+    }
+  });
+  sampler_ = std::make_unique<Sampler>(Sampler::from_directory(
+      config_.data.dir, "train", static_cast<uint32_t>(config_.data.seq_len), config_.seed));
+}
+
+void Member::sync_state(const wire::StateRecord& state, const std::vector<wire::Member>& holders) {
+  if (state.applied_steps() == 0) {
+    // Step 0's state is the seed's initialisation, which every member computes for itself.
+    torch::manual_seed(config_.seed);
+    Llama fresh(config_.model);
+    torch::NoGradGuard no_grad;
+    auto target = model_->named_parameters();
+    for (const auto& item : fresh->named_parameters()) target[item.key()].copy_(item.value());
+    applied_ = 0;
+  } else {
+    const auto started = Clock::now();
+    log(fmt::format("fetching the parameters after step {} from {} member(s)",
+                    state.applied_steps(), holders.size()));
+    const Snapshot snapshot = net_.fetch_state(state, holders, 600);
+    load_snapshot(model_, snapshot);
+    applied_ = state.applied_steps();
+    log(fmt::format("parameters after step {} loaded in {:.2f} s", applied_,
+                    std::chrono::duration<double>(Clock::now() - started).count()));
+  }
+  const wire::StateRecord mine = state_record(model_, applied_);
+  if (!state.state_hash().empty() && mine.state_hash() != state.state_hash()) {
+    fail("the parameters after step {} hash to {}, the majority's to {}", applied_,
+         state_hash_hex(mine), state_hash_hex(state));
+  }
+  strategy_ = make_strategy(config_, model_);  // a cold momentum, as DESIGN.md prescribes
+  params_ = model_->parameters();
+  after_apply();
+}
+
+bool Member::handle_passive(const wire::Envelope& m) {
+  if (m.has_finalized()) {
+    const auto& f = m.finalized();
+    ledger_[f.step()] = {f.set().begin(), f.set().end()};
+    return true;
+  }
+  if (m.has_collect()) {
+    const auto& c = m.collect();
+    members_.assign(c.members().begin(), c.members().end());
+    net_.collect(c.step(), {c.commits().begin(), c.commits().end()}, members_, true);
+    return true;
+  }
+  return false;
+}
+
+void Member::catch_up(uint64_t target) {
+  while (applied_ < target && !stop_.load()) {
+    if (ledger_.count(applied_) == 0) {
+      wire::Envelope ask;
+      ask.mutable_get_finalized()->set_step(applied_);
+      net_.send_to_coordinator(ask);
+      const auto asked = Clock::now();
+      while (ledger_.count(applied_) == 0 && !stop_.load()) {
+        auto m = net_.next_from_coordinator(0.2);
+        if (m && !handle_passive(*m)) deferred_.push_back(std::move(*m));
+        if (Clock::now() - asked > std::chrono::seconds(5)) break;  // ask again
+      }
+      continue;
+    }
+    apply_step(applied_);
+  }
+}
+
+void Member::apply_step(uint64_t step) {
+  const auto& set = ledger_.at(step);
+  const auto missing = net_.ensure(step, set, members_, 120);
+  if (!missing.empty()) {
+    fail("step {}: {} finalized payload(s) could not be fetched from any member", step,
+         missing.size());
+  }
+  std::vector<Contribution> contributions;
+  for (const auto& record : set) {
+    contributions.push_back({net::key_to_hex(record.author()), *net_.blobs().get(record.payload_hash())});
+  }
+  const StepContext context{static_cast<int64_t>(step), config_.learning_rate(static_cast<int64_t>(step)),
+                            static_cast<int64_t>(std::max<size_t>(1, set.size()))};
+  if (!contributions.empty()) strategy_->apply(context, contributions);
+  ++applied_;
+  ledger_.erase(ledger_.begin(), ledger_.lower_bound(applied_ > 64 ? applied_ - 64 : 0));
+  after_apply();
+}
+
+void Member::after_apply() {
+  const auto& n = config_.network;
+  if (applied_ % static_cast<uint64_t>(n.hash_interval) == 0) {
+    wire::Envelope report;
+    *report.mutable_state_report()->mutable_state() = state_record(model_, applied_);
+    net_.publish_snapshot(applied_, snapshot_of(model_));
+    net_.send_to_coordinator(report);
+    summary_.state_hash = state_hash_hex(report.state_report().state());
+  }
+  const uint64_t keep = 4 * static_cast<uint64_t>(n.hash_interval) + 16;
+  if (applied_ > keep) net_.blobs().prune_below(applied_ - keep);
+  const int64_t every = config_.train.checkpoint_interval;
+  if (checkpointer_ && every > 0 && applied_ > 0 && applied_ % static_cast<uint64_t>(every) == 0) {
+    write_checkpoint();
+  }
+  net_.set_status(applied_, 0);
+}
+
+void Member::train_round(const wire::RoundStart& round) {
+  const uint64_t step = round.step();
+  members_.assign(round.members().begin(), round.members().end());
+  int64_t total = 0;
+  for (const auto& r : round.assignment()) total += static_cast<int64_t>(r.count());
+  if (total == 0) return;  // no share this round (the batch is smaller than the membership)
+  const auto started = Clock::now();
+  const StepContext context{static_cast<int64_t>(step),
+                            config_.learning_rate(static_cast<int64_t>(step)),
+                            static_cast<int64_t>(std::max<size_t>(1, members_.size()))};
+  strategy_->before_forward(context);
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  const int64_t b = config_.train.micro_batch_size, T = config_.data.seq_len;
+  double loss_sum = 0;
+  for (const auto& range : round.assignment()) {
+    for (uint64_t done = 0; done < range.count(); done += static_cast<uint64_t>(b)) {
+      if (stop_.load()) return;
+      const int64_t count = static_cast<int64_t>(std::min<uint64_t>(b, range.count() - done));
+      const torch::Tensor tokens = read_sequences(*sampler_, range.first() + done, count);
+      const torch::Tensor logits = model_->forward(tokens.narrow(1, 0, T));
+      const torch::Tensor loss = next_token_loss(logits, tokens.narrow(1, 1, T)) *
+                                 (static_cast<double>(count) / static_cast<double>(total));
+      loss.backward();
+      loss_sum += loss.item<double>();
+    }
+  }
+  if (config_.optimizer.grad_clip > 0) {
+    torch::nn::utils::clip_grad_norm_(params_, config_.optimizer.grad_clip);
+  }
+  Contribution own = strategy_->contribute(context);
+  double compute = std::chrono::duration<double>(Clock::now() - started).count();
+  if (options_.slowdown > 1.0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>((options_.slowdown - 1.0) * compute));
+    compute *= options_.slowdown;
+  }
+  if (options_.misbehave == "garbage-payload") own.bytes.resize(own.bytes.size() / 2);
+  const std::string hash = digest(own.bytes);
+  net_.blobs().put(hash, own.bytes, step);
+  wire::Envelope commit;
+  auto* c = commit.mutable_commit();
+  c->mutable_record()->set_author(identity_.public_key());
+  c->mutable_record()->set_step(step);
+  c->mutable_record()->set_payload_hash(hash);
+  c->mutable_record()->set_signature(
+      identity_.sign(net::commit_signing_bytes(run_id_, step, hash)));
+  c->set_sequences(static_cast<uint64_t>(total));
+  c->set_compute_seconds(compute);
+  c->set_loss(loss_sum);
+  c->set_payload_bytes(own.bytes.size());
+  net_.send_to_coordinator(commit);
+  ++summary_.rounds_trained;
+  log(fmt::format("step {:>5}  loss {:.4f}  {} seqs  {:.2f} s  payload {} B", step, loss_sum,
+                  total, compute, own.bytes.size()));
+}
+
+void Member::write_checkpoint() {
+  const fs::path root = options_.checkpoint_dir.empty()
+                            ? fs::path("runs") / ("peer-" + who_)
+                            : options_.checkpoint_dir;
+  fs::create_directories(root);
+  const fs::path dir = root / fmt::format("checkpoint_{:06}", applied_);
+  CheckpointMeta meta;
+  meta.step = static_cast<int64_t>(applied_);
+  meta.tokens_seen = applied_ * static_cast<uint64_t>(config_.train.batch_size * config_.data.seq_len);
+  meta.eot_id = eot_id_;
+  if (!fs::exists(dir)) {
+    save_checkpoint(dir, model_, meta, tokenizer_spec_, config_.to_toml(), std::nullopt);
+  }
+  const fs::path link = root / "latest", tmp = root / "latest.tmp";
+  fs::remove(tmp);
+  fs::create_directory_symlink(dir.filename(), tmp);
+  fs::rename(tmp, link);
+  summary_.checkpoint = dir;
+  wire::Envelope report;
+  auto* r = report.mutable_checkpoint_report();
+  r->set_applied_steps(applied_);
+  r->set_state_hash(state_record(model_, applied_).state_hash());
+  r->set_path(fs::absolute(dir).string());
+  net_.send_to_coordinator(report);
+  log(fmt::format("checkpoint {}", dir.string()));
+}
+
+PeerSummary Member::run() {
+  log(fmt::format("serving on {}; joining {}", net_.endpoint(), options_.coordinator));
+  wire::Welcome welcome = join();
+  build(welcome);
+  log(fmt::format("joined run {} ({} finalized steps{})", run_id_, welcome.finalized_steps(),
+                  checkpointer_ ? ", checkpointer" : ""));
+  sync_state(welcome.state(), {welcome.holders().begin(), welcome.holders().end()});
+  catch_up(welcome.finalized_steps());
+  bool finished = false;
+  while (!stop_.load() && !finished) {
+    std::optional<wire::Envelope> m;
+    if (!deferred_.empty()) {
+      m = std::move(deferred_.front());
+      deferred_.pop_front();
+    } else {
+      m = net_.next_from_coordinator(0.2);
+    }
+    if (!m) {
+      // Idle: a syncing member catches up on what is final.
+      if (!ledger_.empty() && ledger_.rbegin()->first >= applied_) catch_up(ledger_.rbegin()->first + 1);
+      continue;
+    }
+    if (handle_passive(*m)) continue;
+    if (m->has_round_start()) {
+      const auto& round = m->round_start();
+      catch_up(round.apply_through());
+      net_.set_status(applied_, round.step() + 1);
+      train_round(round);
+    } else if (m->has_resync()) {
+      log("my parameters disagree with the majority; resynchronising");
+      sync_state(m->resync().state(), {m->resync().holders().begin(), m->resync().holders().end()});
+    } else if (m->has_finished()) {
+      catch_up(m->finished().steps());
+      finished = true;
+    } else if (m->has_refused()) {
+      fail("the coordinator refused this peer: {}", m->refused().reason());
+    }
+  }
+  if (finished) {
+    log(fmt::format("run finished after {} steps; state {}", applied_, summary_.state_hash));
+    if (checkpointer_) write_checkpoint();
+  } else {
+    wire::Envelope leave;
+    leave.mutable_leave();
+    net_.send_to_coordinator(leave);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the Leave go out
+    log("left the run");
+  }
+  summary_.applied_steps = applied_;
+  summary_.state_hash = state_hash_hex(state_record(model_, applied_));
+  return summary_;
+}
+
+}  // namespace
+
+PeerSummary run_peer(const net::Identity& identity, const PeerOptions& options,
+                     const std::atomic<bool>& stop) {
+  Member member(identity, options, stop);
+  return member.run();
+}
+
+}  // namespace agora::peer
