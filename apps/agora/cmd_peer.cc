@@ -13,6 +13,7 @@ void add_peer_command(CLI::App& app) {
     std::string listen = "tcp://0.0.0.0:*", advertise, misbehave;
     int64_t threads = 0;
     double slowdown = 1.0;
+    double join_timeout = 60;
     bool quiet = false;
   };
   auto args = std::make_shared<Args>();
@@ -40,6 +41,8 @@ void add_peer_command(CLI::App& app) {
   cmd->add_option("--misbehave", args->misbehave, "Testing: garbage-payload")
       ->check(CLI::IsMember({"", "garbage-payload"}))
       ->group("");
+  cmd->add_option("--join-timeout", args->join_timeout,
+                  "Seconds to wait for the coordinator's welcome before giving up");
   cmd->add_flag("--quiet", args->quiet, "No per-round lines");
   cmd->callback([args] {
     const auto& stop = stop_requested();
@@ -55,6 +58,7 @@ void add_peer_command(CLI::App& app) {
     o.slowdown = args->slowdown;
     o.misbehave = args->misbehave;
     o.progress = !args->quiet;
+    o.join_timeout_seconds = args->join_timeout;
     const peer::PeerSummary s = peer::run_peer(identity, o, stop);
     fmt::print("rounds trained {}, steps applied {}, parameters {}\n", s.rounds_trained,
                s.applied_steps, s.state_hash.substr(0, 16));

@@ -39,7 +39,7 @@ class Service {
  private:
   void deliver(Actions actions);
   void print_finalized(uint64_t step, double now);
-  void refuse(const net::Incoming& in, const std::string& reason);
+  void refuse(const net::Incoming& in, const std::string& reason, bool may_rejoin = false);
 
   const RunConfig& config_;
   const net::Identity& identity_;
@@ -56,9 +56,10 @@ class Service {
   bool header_printed_ = false;
 };
 
-void Service::refuse(const net::Incoming& in, const std::string& reason) {
+void Service::refuse(const net::Incoming& in, const std::string& reason, bool may_rejoin) {
   wire::Envelope e;
   e.mutable_refused()->set_reason(reason);
+  e.mutable_refused()->set_may_rejoin(may_rejoin);
   server_->send(in.route, e);
 }
 
@@ -160,6 +161,11 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
                   static_cast<uint64_t>(config_.train.batch_size), n, allowlist};
   machine_ = std::make_unique<StateMachine>(options, std::move(state));
   printed_ = machine_->state().finalized_steps();
+  // Members of a resumed run reconnect without joining again: their transport keys follow from
+  // the ed25519 keys on record.
+  for (const auto& [key, member] : machine_->state().members) {
+    key_of_curve_[net::curve_public_of(key)] = key;
+  }
 
   context_ = std::make_unique<net::Context>(admission);
   const net::DecodeLimits control{net::kMaxControlBytes, net::kMaxControlBytes};
@@ -196,7 +202,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       }
       const auto key = key_of_curve_.find(in->curve_key);
       if (key == key_of_curve_.end()) {
-        refuse(*in, "join first (this connection has not sent a Join)");
+        refuse(*in, "join first (this connection has not sent a Join)", /*may_rejoin=*/true);
         continue;
       }
       route_of_[key->second] = in->route;

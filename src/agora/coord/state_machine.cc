@@ -52,11 +52,15 @@ Actions StateMachine::handle(const net::PublicKey& from, const wire::Envelope& m
   } else {
     auto it = state_.members.find(from);
     if (it == state_.members.end() || it->second.state == MemberState::kLeft) {
-      refuse(from, fmt::format("join first: {} is not a member of run {}", short_hex(from),
-                               options_.run_id));
+      refuse(from,
+             fmt::format("join first: {} is not a member of run {}", short_hex(from),
+                         options_.run_id),
+             /*may_rejoin=*/true);
     } else if (it->second.state == MemberState::kDropped) {
-      refuse(from, fmt::format("{} was dropped from run {}: {}; join again", short_hex(from),
-                               options_.run_id, drop_text(it->second.drop_reason)));
+      refuse(from,
+             fmt::format("{} was dropped from run {}: {}; join again", short_hex(from),
+                         options_.run_id, drop_text(it->second.drop_reason)),
+             it->second.drop_reason == DropReason::kHeartbeatTimeout);
     } else {
       Member& member = it->second;
       member.last_seen = now;
@@ -464,10 +468,11 @@ void StateMachine::send(const PublicKey& to, wire::Envelope message) {
   out_->send.push_back(Outgoing{to, std::move(message)});
 }
 
-void StateMachine::refuse(const PublicKey& to, const std::string& reason) {
+void StateMachine::refuse(const PublicKey& to, const std::string& reason, bool may_rejoin) {
   ++state_.counters.refusals;
   wire::Envelope message;
   message.mutable_refused()->set_reason(reason);
+  message.mutable_refused()->set_may_rejoin(may_rejoin);
   send(to, std::move(message));
   log(fmt::format("refused {}: {}", short_hex(to), reason));
 }

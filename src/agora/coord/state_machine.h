@@ -124,7 +124,7 @@ class StateMachine {
   StateRecord newest_state(std::vector<PublicKey>* holders) const;
 
   void send(const PublicKey& to, wire::Envelope message);
-  void refuse(const PublicKey& to, const std::string& reason);
+  void refuse(const PublicKey& to, const std::string& reason, bool may_rejoin = false);
   void log(const std::string& line);
 
   Options options_;

@@ -245,6 +245,7 @@ void StateMachine::drop(Member& member, DropReason reason, const std::string& wh
   wire::Envelope message;
   message.mutable_refused()->set_reason(
       fmt::format("dropped from run {}: {}", options_.run_id, why));
+  message.mutable_refused()->set_may_rejoin(reason == DropReason::kHeartbeatTimeout);
   send(member.key, std::move(message));
 }
 

@@ -92,6 +92,8 @@ class Member {
   std::map<uint64_t, std::vector<wire::CommitRecord>> ledger_;
   std::vector<wire::Member> members_;
   std::deque<wire::Envelope> deferred_;
+  uint64_t next_round_ = 0;             // the RoundStart awaited (heartbeats say so)
+  std::optional<wire::Envelope> last_commit_;  // re-sent if its round is announced again
   PeerSummary summary_;
 };
 
@@ -101,7 +103,15 @@ wire::Welcome Member::join() {
   join.mutable_join()->set_endpoint(net_.endpoint());
   join.mutable_join()->set_agent("agora 0.1.0");
   auto last_sent = Clock::now() - std::chrono::hours(1);
+  const auto started = Clock::now();
   while (!stop_.load()) {
+    if (Clock::now() - started > std::chrono::duration<double>(options_.join_timeout_seconds)) {
+      fail("no answer from the coordinator at {} within {:.0f} s; check the address and its key, "
+           "that its port is reachable through firewalls, and that this peer's public key ({}) "
+           "is on the run's allowlist",
+           options_.coordinator, options_.join_timeout_seconds,
+           net::key_to_hex(identity_.public_key()));
+    }
     if (Clock::now() - last_sent > std::chrono::seconds(5)) {
       net_.send_to_coordinator(join);
       last_sent = Clock::now();
@@ -109,7 +119,10 @@ wire::Welcome Member::join() {
     auto m = net_.next_from_coordinator(0.2);
     if (!m) continue;
     if (m->has_welcome()) return m->welcome();
-    if (m->has_refused()) fail("the coordinator refused this peer: {}", m->refused().reason());
+    // may_rejoin answers a message that overtook the Join; anything else is final.
+    if (m->has_refused() && !m->refused().may_rejoin()) {
+      fail("the coordinator refused this peer: {}", m->refused().reason());
+    }
     if (m->has_finished()) fail("the run has finished ({} steps)", m->finished().steps());
   }
   fail("stopped before joining");
@@ -154,6 +167,8 @@ void Member::build(const wire::Welcome& welcome) {
 }
 
 void Member::sync_state(const wire::StateRecord& state, const std::vector<wire::Member>& holders) {
+  // Until a round names the members, the holders are whom a joiner can fetch payloads from.
+  if (members_.empty()) members_ = holders;
   if (state.applied_steps() == 0) {
     // Step 0's state is the seed's initialisation, which every member computes for itself.
     torch::manual_seed(config_.seed);
@@ -242,6 +257,7 @@ void Member::after_apply() {
     net_.publish_snapshot(applied_, snapshot_of(model_));
     net_.send_to_coordinator(report);
     summary_.state_hash = state_hash_hex(report.state_report().state());
+    log(fmt::format("state after {} steps {}", applied_, summary_.state_hash));
   }
   const uint64_t keep = 4 * static_cast<uint64_t>(n.hash_interval) + 16;
   if (applied_ > keep) net_.blobs().prune_below(applied_ - keep);
@@ -249,7 +265,7 @@ void Member::after_apply() {
   if (checkpointer_ && every > 0 && applied_ > 0 && applied_ % static_cast<uint64_t>(every) == 0) {
     write_checkpoint();
   }
-  net_.set_status(applied_, 0);
+  net_.set_status(applied_, next_round_);
 }
 
 void Member::train_round(const wire::RoundStart& round) {
@@ -278,15 +294,17 @@ void Member::train_round(const wire::RoundStart& round) {
       loss_sum += loss.item<double>();
     }
   }
-  if (config_.optimizer.grad_clip > 0) {
-    torch::nn::utils::clip_grad_norm_(params_, config_.optimizer.grad_clip);
-  }
-  Contribution own = strategy_->contribute(context);
+  // Throughput is measured over forward and backward alone: the strategy's step costs the same
+  // whatever the share, and counting it would make a small share look slow and shrink further.
   double compute = std::chrono::duration<double>(Clock::now() - started).count();
   if (options_.slowdown > 1.0) {
     std::this_thread::sleep_for(std::chrono::duration<double>((options_.slowdown - 1.0) * compute));
     compute *= options_.slowdown;
   }
+  if (config_.optimizer.grad_clip > 0) {
+    torch::nn::utils::clip_grad_norm_(params_, config_.optimizer.grad_clip);
+  }
+  Contribution own = strategy_->contribute(context);
   if (options_.misbehave == "garbage-payload") own.bytes.resize(own.bytes.size() / 2);
   const std::string hash = digest(own.bytes);
   net_.blobs().put(hash, own.bytes, step);
@@ -302,6 +320,7 @@ void Member::train_round(const wire::RoundStart& round) {
   c->set_loss(loss_sum);
   c->set_payload_bytes(own.bytes.size());
   net_.send_to_coordinator(commit);
+  last_commit_ = commit;
   ++summary_.rounds_trained;
   log(fmt::format("step {:>5}  loss {:.4f}  {} seqs  {:.2f} s  payload {} B", step, loss_sum,
                   total, compute, own.bytes.size()));
@@ -359,8 +378,17 @@ PeerSummary Member::run() {
     if (handle_passive(*m)) continue;
     if (m->has_round_start()) {
       const auto& round = m->round_start();
+      if (round.step() < next_round_) {
+        // Announced again (the coordinator restarted, or a heartbeat crossed our commit): the
+        // work is done; make sure the coordinator has the commitment.
+        if (last_commit_ && last_commit_->commit().record().step() == round.step()) {
+          net_.send_to_coordinator(*last_commit_);
+        }
+        continue;
+      }
       catch_up(round.apply_through());
-      net_.set_status(applied_, round.step() + 1);
+      next_round_ = round.step() + 1;
+      net_.set_status(applied_, next_round_);
       train_round(round);
     } else if (m->has_resync()) {
       log("my parameters disagree with the majority; resynchronising");
@@ -369,7 +397,20 @@ PeerSummary Member::run() {
       catch_up(m->finished().steps());
       finished = true;
     } else if (m->has_refused()) {
-      fail("the coordinator refused this peer: {}", m->refused().reason());
+      if (!m->refused().may_rejoin()) {
+        fail("the coordinator refused this peer: {}", m->refused().reason());
+      }
+      // The coordinator does not know us (it lost its database, or dropped us for silence):
+      // join again and take the majority's parameters.
+      log("the coordinator does not know this peer; joining again");
+      const wire::Welcome welcome = join();
+      checkpointer_ = welcome.checkpointer();
+      // Parameters at or past the majority's record are kept (the hash reports will catch a
+      // disagreement); only a peer that fell behind fetches.
+      if (welcome.state().applied_steps() > applied_) {
+        sync_state(welcome.state(), {welcome.holders().begin(), welcome.holders().end()});
+      }
+      catch_up(welcome.finalized_steps());
     }
   }
   if (finished) {

@@ -43,6 +43,7 @@ struct PeerOptions {
   double slowdown = 1.0;
   std::string misbehave;
   bool progress = true;  // one line per round on stderr
+  double join_timeout_seconds = 60;  // no Welcome by then: a clear error (wrong key, allowlist)
 };
 
 struct PeerSummary {

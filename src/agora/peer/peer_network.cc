@@ -454,7 +454,13 @@ void PeerNetwork::run() {
       }
     }
     finish_jobs();
-    if (now >= next_heartbeat) {
+    bool joined;
+    {
+      std::lock_guard lock(mutex_);
+      joined = !run_id_.empty();
+    }
+    // Heartbeats start once the run is known: before its Join, the coordinator would refuse them.
+    if (joined && now >= next_heartbeat) {
       wire::Envelope hb;
       {
         std::lock_guard lock(mutex_);
