@@ -1,7 +1,7 @@
 # The README's two commands:
-#   make demo   set up, build, and run the main job on the bundled corpus
+#   make demo   set up, build, and run the main job: a decentralized run on this machine
 #   make test   set up, build, and run every test (unit, CLI, parity, short fuzz runs)
-# Other targets: setup, build, data, fuzz-build, bench, clean.
+# Other targets: setup, build, data, fuzz-build, demo-local, bench, clean.
 
 BUILD      ?= build
 FUZZ_BUILD ?= build-fuzz
@@ -11,7 +11,7 @@ AGORA      := $(BUILD)/apps/agora/agora
 DATA       := data
 SP_MODEL   := $(DATA)/tokenizer/agora-8k.model
 
-.PHONY: all setup build fuzz-build data demo test bench clean
+.PHONY: all setup build fuzz-build data demo demo-local test bench clean
 
 all: build
 
@@ -44,9 +44,15 @@ $(DATA)/tokens/gpt2/meta.json: | build
 
 data: build $(DATA)/tokens/sp8k/meta.json $(DATA)/tokens/gpt2/meta.json
 
-# The main job on one machine: train the small preset on the bundled corpus for a few minutes,
-# evaluate the checkpoint, and sample from it.
+# The main job: a decentralized run on this machine. A coordinator and four peers, each its own
+# process talking CURVE-encrypted ZeroMQ over loopback, train the tiny model with DeMo on the
+# bundled corpus; the run ends with a checkpoint and a sample from it (a few minutes on 2 cores).
 demo: data
+	@echo
+	$(AGORA) demo --peers 4 --config configs/network-demo.toml
+
+# The same corpus on one machine, one process: train the small preset, evaluate, sample.
+demo-local: data
 	@echo
 	$(AGORA) stats $(DATA)/tokens/sp8k --top 5
 	@echo
@@ -66,6 +72,7 @@ bench: build data
 	$(BUILD)/bench/optimizer/bench_optimizer --json out/bench/optimizer.json
 	$(BUILD)/bench/payload/bench_payload --json out/bench/payload.json
 	$(BUILD)/bench/convergence/bench_convergence --json out/bench/convergence.json
+	python3 bench/network/bench_network.py --agora $(AGORA) --data $(DATA)/tokens/sp8k --json out/bench/network.json
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

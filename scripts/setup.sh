@@ -8,7 +8,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-# System packages. python3-numpy runs the independent readers in the tests (llm.c shards,
+# System packages. ZeroMQ (with CURVE), protobuf and SQLite carry the decentralized runs.
+# python3-numpy runs the independent readers in the tests (llm.c shards,
 # safetensors, the numpy Llama reference); python3-torch is the Python side of bench/trainer and
 # bench/optimizer and runs the independent DeMo reference in the tests; gnuplot-nox draws the
 # benchmarks' plots.
@@ -20,6 +21,7 @@ packages=(
   libpcre2-dev libsentencepiece-dev sentencepiece libsodium-dev
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler libsqlite3-dev
   bible-kjv fortunes fortunes-min
   python3-numpy python3-torch gnuplot-nox
 )

@@ -62,6 +62,10 @@ void add_peer_command(CLI::App& app) {
     const peer::PeerSummary s = peer::run_peer(identity, o, stop);
     fmt::print("rounds trained {}, steps applied {}, parameters {}\n", s.rounds_trained,
                s.applied_steps, s.state_hash.substr(0, 16));
+    if (s.wall_seconds > 0) {
+      fmt::print("compute {:.1f} s of {:.1f} s wall ({:.1f}% utilisation)\n", s.compute_seconds,
+                 s.wall_seconds, 100.0 * s.compute_seconds / s.wall_seconds);
+    }
     if (!s.checkpoint.empty()) fmt::print("checkpoint {}\n", s.checkpoint.string());
   });
 }

@@ -104,10 +104,15 @@ void Service::print_finalized(uint64_t step, double now) {
   const int64_t parameters = config_.model.vocab_size > 0 ? config_.model.num_parameters() : 0;
   const double allreduce = 4.0 * static_cast<double>(parameters);
   if (options_.json_lines) {
+    nlohmann::json authors = nlohmann::json::array();
+    for (const CommitRecord& r : set) authors.push_back(net::short_key(r.author));
     const nlohmann::json row = {{"event", "step"},
+                                {"time", now},
+                                {"authors", authors},
                                 {"step", step},
                                 {"loss", counted > 0 ? loss : NAN},
                                 {"peers", set.size()},
+                                {"sequences", sequences},
                                 {"tokens_per_second", tokens_per_second},
                                 {"payload_bytes", bytes},
                                 {"allreduce_bytes", allreduce}};

@@ -94,6 +94,8 @@ class Member {
   std::deque<wire::Envelope> deferred_;
   uint64_t next_round_ = 0;             // the RoundStart awaited (heartbeats say so)
   std::optional<wire::Envelope> last_commit_;  // re-sent if its round is announced again
+  std::optional<Clock::time_point> first_round_;  // when the first RoundStart was acted on
+  Clock::time_point last_commit_at_;
   PeerSummary summary_;
 };
 
@@ -243,7 +245,12 @@ void Member::apply_step(uint64_t step) {
   }
   const StepContext context{static_cast<int64_t>(step), config_.learning_rate(static_cast<int64_t>(step)),
                             static_cast<int64_t>(std::max<size_t>(1, set.size()))};
+  const auto apply_started = Clock::now();
   if (!contributions.empty()) strategy_->apply(context, contributions);
+  if (first_round_) {
+    summary_.compute_seconds +=
+        std::chrono::duration<double>(Clock::now() - apply_started).count();
+  }
   ++applied_;
   ledger_.erase(ledger_.begin(), ledger_.lower_bound(applied_ > 64 ? applied_ - 64 : 0));
   after_apply();
@@ -321,6 +328,10 @@ void Member::train_round(const wire::RoundStart& round) {
   c->set_payload_bytes(own.bytes.size());
   net_.send_to_coordinator(commit);
   last_commit_ = commit;
+  last_commit_at_ = Clock::now();
+  // The sleep of --slowdown counts as compute: it stands for slower hardware.
+  summary_.compute_seconds += std::chrono::duration<double>(last_commit_at_ - started).count();
+  summary_.wall_seconds = std::chrono::duration<double>(last_commit_at_ - *first_round_).count();
   ++summary_.rounds_trained;
   log(fmt::format("step {:>5}  loss {:.4f}  {} seqs  {:.2f} s  payload {} B", step, loss_sum,
                   total, compute, own.bytes.size()));
@@ -386,6 +397,7 @@ PeerSummary Member::run() {
         }
         continue;
       }
+      if (!first_round_) first_round_ = Clock::now();
       catch_up(round.apply_through());
       next_round_ = round.step() + 1;
       net_.set_status(applied_, next_round_);

@@ -48,6 +48,11 @@ struct PeerOptions {
 
 struct PeerSummary {
   uint64_t rounds_trained = 0;
+  // Time training rounds (forward, backward, the strategy's step) and applying finalized steps,
+  // and the wall time from the first round to the last commit: their ratio is the peer's
+  // compute utilisation (bench/network).
+  double compute_seconds = 0;
+  double wall_seconds = 0;
   uint64_t applied_steps = 0;
   std::string state_hash;  // hex, after the last applied step
   std::filesystem::path checkpoint;
