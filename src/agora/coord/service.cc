@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -50,6 +51,7 @@ class Service {
   std::unique_ptr<net::Server> server_;
   std::map<std::string, net::PublicKey> key_of_curve_;
   std::map<net::PublicKey, std::string> route_of_;
+  std::map<net::PublicKey, std::deque<wire::Envelope>> undelivered_;
   std::map<uint64_t, StepCommits> commits_;
   uint64_t printed_ = 0;
   double last_final_at_ = 0;
@@ -76,9 +78,17 @@ void Service::deliver(Actions actions) {
   }
   while (printed_ < machine_->state().finalized_steps()) print_finalized(printed_++, now);
   std::fflush(stdout);
-  for (const Outgoing& out : actions.send) {
+  for (Outgoing& out : actions.send) {
     const auto route = route_of_.find(out.to);
-    if (route != route_of_.end()) server_->send(route->second, out.message);
+    if (route != route_of_.end()) {
+      server_->send(route->second, out.message);
+    } else {
+      // Not connected since this process started (a resumed run): it goes out with the member's
+      // first message. Only the newest few are kept; the protocol re-asks for anything older.
+      auto& queue = undelivered_[out.to];
+      queue.push_back(std::move(out.message));
+      if (queue.size() > 16) queue.pop_front();
+    }
   }
 }
 
@@ -133,6 +143,7 @@ void Service::print_finalized(uint64_t step, double now) {
 
 uint64_t Service::run(const std::atomic<bool>& stop) {
   const NetworkConfig& n = config_.network;
+  check_decentralized(config_);
   const auto resolve = [&](const std::string& p) {
     return fs::path(p).is_absolute() ? fs::path(p) : options_.base_dir / p;
   };
@@ -187,7 +198,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
   if (resumed) deliver(machine_->resume(wall_now()));
 
   double finished_at = 0, next_tick = 0;
-  uint64_t dropped_seen = 0;
+  uint64_t dropped_seen = 0, refused_seen = 0;
   while (!stop.load()) {
     zmq::pollitem_t item{server_->socket().handle(), 0, ZMQ_POLLIN, 0};
     zmq::poll(&item, 1, std::chrono::milliseconds(100));
@@ -211,6 +222,10 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
         continue;
       }
       route_of_[key->second] = in->route;
+      if (auto pending = undelivered_.find(key->second); pending != undelivered_.end()) {
+        for (const auto& message : pending->second) server_->send(in->route, message);
+        undelivered_.erase(pending);
+      }
       if (m.has_commit()) commits_[m.commit().record().step()].by_author[key->second] = m.commit();
       deliver(machine_->handle(key->second, m, wall_now()));
     }
@@ -219,6 +234,13 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       std::fprintf(stderr, "coordinator: dropped a malformed message (%s); %llu so far\n",
                    server_->last_drop_reason().c_str(),
                    static_cast<unsigned long long>(dropped_seen));
+    }
+    if (context_->refused() > refused_seen) {
+      refused_seen = context_->refused();
+      std::fprintf(stderr,
+                   "coordinator: refused a connection whose key is not on the allowlist; %llu "
+                   "so far\n",
+                   static_cast<unsigned long long>(refused_seen));
     }
     const double now = wall_now();
     if (now >= next_tick) {

@@ -189,7 +189,12 @@ void StateMachine::finalize(CollectingStep& step) {
     std::set<PublicKey> holders = step.holders[c.payload_hash];
     holders.insert(c.author);  // the author holds its own payload
     auto member = state_.members.find(c.author);
-    if (static_cast<double>(holders.size()) > needed) {
+    // However small the quorum, the author's own copy never suffices while someone else was
+    // expected to fetch it: a payload nobody else could verify is not applied.
+    const bool others_expected =
+        step.expected.size() > (step.expected.contains(c.author) ? 1u : 0u);
+    const bool verified_elsewhere = holders.size() > 1 || !others_expected;
+    if (static_cast<double>(holders.size()) > needed && verified_elsewhere) {
       final_set.push_back(c);
       ++state_.counters.payloads_final;
       if (member != state_.members.end()) member->second.strikes = 0;

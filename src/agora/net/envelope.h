@@ -22,7 +22,9 @@ inline constexpr size_t kMaxControlBytes = 1 << 20;
 
 struct DecodeLimits {
   size_t max_control = kMaxControlBytes;
-  size_t max_data = size_t{256} << 20;  // Blob and TensorData: network.max_payload_mib
+  // Blob and TensorData: one payload or one tensor. 1 GiB holds the largest tensor of the 1b
+  // preset (its 393 MiB embedding) with room, and stays far below protobuf's 2 GiB ceiling.
+  size_t max_data = size_t{1} << 30;
 };
 
 // The message, or a plain-words reason why the bytes were refused.

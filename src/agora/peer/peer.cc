@@ -13,12 +13,14 @@
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
 #include "agora/data/sampler.h"
+#include "agora/obs/progress.h"
 #include "agora/optim/demo.h"
 #include "agora/peer/model_state.h"
 #include "agora/peer/peer_network.h"
 #include "agora/train/batches.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/data_meta.h"
+#include "agora/train/device.h"
 #include "agora/train/run_config.h"
 #include "agora/train/strategy_factory.h"
 
@@ -84,6 +86,7 @@ class Member {
   std::string tokenizer_spec_;
   int64_t eot_id_ = 0;
   bool checkpointer_ = false;
+  torch::Device device_{torch::kCPU};
   Llama model_{nullptr};
   std::unique_ptr<Strategy> strategy_;
   std::vector<torch::Tensor> params_;
@@ -132,14 +135,7 @@ wire::Welcome Member::join() {
 
 void Member::build(const wire::Welcome& welcome) {
   config_ = RunConfig::parse(welcome.run_config_toml(), "the coordinator's run config");
-  if (config_.optimizer.name != "demo") {
-    fail("optimizer.name = {}: decentralized runs support \"demo\" (all-reduce AdamW and DiLoCo "
-         "run with agora train --simulate-peers)",
-         config_.optimizer.name);
-  }
-  if (config_.demo.lookahead) {
-    fail("demo.lookahead is not supported in decentralized runs yet (allowed: false)");
-  }
+  check_decentralized(config_);
   if (!options_.data.empty()) config_.data.dir = options_.data.string();
   const DataMeta meta = read_data_meta(config_.data.dir);
   if (config_.model.vocab_size == 0) config_.set_vocab_size(meta.vocab_size);
@@ -150,8 +146,10 @@ void Member::build(const wire::Welcome& welcome) {
                                      : static_cast<int>(std::thread::hardware_concurrency()));
   run_id_ = welcome.run_id();
   checkpointer_ = welcome.checkpointer();
+  device_ = resolve_device(config_.train.device);
   torch::manual_seed(config_.seed);  // every member starts from the same initialisation
   model_ = Llama(config_.model);
+  model_->to(device_);
   model_->train();
   strategy_ = make_strategy(config_, model_);
   params_ = model_->parameters();
@@ -174,7 +172,7 @@ void Member::sync_state(const wire::StateRecord& state, const std::vector<wire::
   if (state.applied_steps() == 0) {
     // Step 0's state is the seed's initialisation, which every member computes for itself.
     torch::manual_seed(config_.seed);
-    Llama fresh(config_.model);
+    Llama fresh(config_.model);  // on the CPU, as model_ was made: the same initial bits
     torch::NoGradGuard no_grad;
     auto target = model_->named_parameters();
     for (const auto& item : fresh->named_parameters()) target[item.key()].copy_(item.value());
@@ -287,13 +285,15 @@ void Member::train_round(const wire::RoundStart& round) {
                             static_cast<int64_t>(std::max<size_t>(1, members_.size()))};
   strategy_->before_forward(context);
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  const AutocastGuard autocast(device_, config_.train.dtype == "bfloat16");
   const int64_t b = config_.train.micro_batch_size, T = config_.data.seq_len;
   double loss_sum = 0;
   for (const auto& range : round.assignment()) {
     for (uint64_t done = 0; done < range.count(); done += static_cast<uint64_t>(b)) {
       if (stop_.load()) return;
       const int64_t count = static_cast<int64_t>(std::min<uint64_t>(b, range.count() - done));
-      const torch::Tensor tokens = read_sequences(*sampler_, range.first() + done, count);
+      const torch::Tensor tokens =
+          read_sequences(*sampler_, range.first() + done, count).to(device_);
       const torch::Tensor logits = model_->forward(tokens.narrow(1, 0, T));
       const torch::Tensor loss = next_token_loss(logits, tokens.narrow(1, 1, T)) *
                                  (static_cast<double>(count) / static_cast<double>(total));
@@ -416,6 +416,11 @@ PeerSummary Member::run() {
       // join again and take the majority's parameters.
       log("the coordinator does not know this peer; joining again");
       const wire::Welcome welcome = join();
+      if (welcome.run_id() != run_id_) {
+        fail("the coordinator now runs another run ({}, this peer trained {}); restart the peer "
+             "to join the new run",
+             welcome.run_id(), run_id_);
+      }
       checkpointer_ = welcome.checkpointer();
       // Parameters at or past the majority's record are kept (the hash reports will catch a
       // disagreement); only a peer that fell behind fetches.
@@ -435,6 +440,11 @@ PeerSummary Member::run() {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the Leave go out
     log("left the run");
   }
+  const NetworkCounters c = net_.counters();
+  log(fmt::format("payloads fetched {}, rejected {}; {} received, {} served; {} malformed "
+                  "messages dropped",
+                  c.payloads_fetched, c.payloads_rejected, format_bytes(c.bytes_received),
+                  format_bytes(c.bytes_sent), c.dropped_messages));
   summary_.applied_steps = applied_;
   summary_.state_hash = state_hash_hex(state_record(model_, applied_));
   return summary_;

@@ -212,10 +212,9 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
                       DoubleRange::greater_than(1));
   net.max_strikes = toml.get_int("network.max_strikes", net.max_strikes, {1, 1000});
   net.hash_interval = toml.get_int("network.hash_interval", net.hash_interval, {1, kMaxInt});
-  net.quorum = toml.get_double("network.quorum", net.quorum, DoubleRange::between(0, 1, true, false));
+  net.quorum = toml.get_double("network.quorum", net.quorum, DoubleRange::between(0, 1, false, true));
   net.checkpointers = toml.get_int("network.checkpointers", net.checkpointers, {0, 1 << 20});
   net.state_db = toml.get_string("network.state_db", net.state_db, /*allow_empty=*/false);
-  net.max_payload_mib = toml.get_int("network.max_payload_mib", net.max_payload_mib, {1, 1 << 16});
 }
 
 // The rules that span keys; each single key was range-checked as it was read.
@@ -374,7 +373,6 @@ std::string RunConfig::to_toml() const {
   out += fmt::format("quorum = {}\n", toml_float(net.quorum));
   out += fmt::format("checkpointers = {}\n", net.checkpointers);
   out += fmt::format("state_db = {}\n", toml_quote(net.state_db));
-  out += fmt::format("max_payload_mib = {}\n", net.max_payload_mib);
   return out;
 }
 
@@ -420,6 +418,17 @@ bool RunConfig::operator==(const RunConfig& other) const {
          model_overrides == other.model_overrides && data == other.data && train == other.train &&
          optimizer == other.optimizer && demo == other.demo && adamw == other.adamw &&
          diloco == other.diloco && schedule == other.schedule && network == other.network;
+}
+
+void check_decentralized(const RunConfig& config) {
+  if (config.optimizer.name != "demo") {
+    fail("optimizer.name = \"{}\" cannot run decentralized yet (allowed: \"demo\"; all-reduce "
+         "AdamW and DiLoCo run with agora train --simulate-peers)",
+         config.optimizer.name);
+  }
+  if (config.demo.lookahead) {
+    fail("demo.lookahead = true cannot run decentralized yet (allowed: false)");
+  }
 }
 
 }  // namespace agora

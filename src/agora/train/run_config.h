@@ -40,7 +40,7 @@
 //   listen = "tcp://0.0.0.0:7400", allowlist = "", min_peers = 2, warmup_seconds = 2.0,
 //   overlap = 1, deadline_factor = 3.0, min_deadline_seconds = 10.0, witness_seconds = 10.0,
 //   heartbeat_timeout_seconds = 15.0, max_strikes = 3, hash_interval = 10, quorum = 0.5,
-//   checkpointers = 1, state_db = "coordinator.db", max_payload_mib = 256
+//   checkpointers = 1, state_db = "coordinator.db"
 //
 // Torch-free: the CLI, tests and the coordinator read configs without libtorch.
 #pragma once
@@ -143,10 +143,9 @@ struct NetworkConfig {
   double heartbeat_timeout_seconds = 15;  // silence after which a member is dropped
   int64_t max_strikes = 3;                // missed deadlines / undelivered payloads before a drop
   int64_t hash_interval = 10;             // K: peers report their parameter hash every K steps
-  double quorum = 0.5;  // a payload is final when more than quorum x members hold it
+  double quorum = 0.5;  // in [0, 1): a payload is final when more than quorum x members hold it
   int64_t checkpointers = 1;  // members asked to write checkpoints (train.checkpoint_interval)
   std::string state_db = "coordinator.db";  // the coordinator's SQLite file
-  int64_t max_payload_mib = 256;  // the largest payload or tensor a peer accepts
 
   bool operator==(const NetworkConfig&) const = default;
 };
@@ -202,5 +201,9 @@ struct RunConfig {
 
   bool operator==(const RunConfig& other) const;
 };
+
+// Throws Error when `config` cannot train as a decentralized run today: the network applies
+// DeMo payloads only (optimizer.name = "demo"), without the look-ahead variant.
+void check_decentralized(const RunConfig& config);
 
 }  // namespace agora
