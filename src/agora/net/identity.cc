@@ -58,6 +58,19 @@ Identity Identity::generate() {
   return id;
 }
 
+Identity Identity::from_seed(std::string_view seed) {
+  initialise_sodium();
+  if (seed.size() != crypto_sign_SEEDBYTES) {
+    fail("an identity seed has {} bytes; expected {}", seed.size(), crypto_sign_SEEDBYTES);
+  }
+  Identity id;
+  id.public_key_.resize(crypto_sign_PUBLICKEYBYTES);
+  id.secret_.resize(crypto_sign_SECRETKEYBYTES);
+  crypto_sign_seed_keypair(reinterpret_cast<unsigned char*>(id.public_key_.data()),
+                           reinterpret_cast<unsigned char*>(id.secret_.data()), bytes_of(seed));
+  return id;
+}
+
 Identity Identity::load(const fs::path& path) {
   initialise_sodium();
   struct stat info {};
@@ -85,11 +98,7 @@ Identity Identity::load(const fs::path& path) {
                                  "key file " + path.string() + ": seed");
   const PublicKey expected = key_from_hex(j["public"].get<std::string>(),
                                           "key file " + path.string() + ": public key");
-  Identity id;
-  id.public_key_.resize(crypto_sign_PUBLICKEYBYTES);
-  id.secret_.resize(crypto_sign_SECRETKEYBYTES);
-  crypto_sign_seed_keypair(reinterpret_cast<unsigned char*>(id.public_key_.data()),
-                           reinterpret_cast<unsigned char*>(id.secret_.data()), bytes_of(seed));
+  Identity id = from_seed(seed);
   if (id.public_key_ != expected) {
     fail("key file {}: the public key does not belong to the seed (the file was edited or is "
          "corrupt)",

@@ -31,6 +31,9 @@ class Identity {
  public:
   // A fresh random identity.
   static Identity generate();
+  // The identity of a 32-byte seed (tests and fuzzing need the same keys every run); throws
+  // Error for another length.
+  static Identity from_seed(std::string_view seed);
   // Reads a key file; throws Error naming the file and what is wrong with it.
   static Identity load(const std::filesystem::path& path);
   // Writes the key file with mode 0600; refuses to replace an existing file unless `overwrite`.
