@@ -235,7 +235,7 @@ def main():
     ap.add_argument("--agora", default="build/apps/agora/agora")
     ap.add_argument("--data", default="data/tokens/sp8k")
     ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--scenario", default="all", choices=["all", "utilisation", "straggler", "join"])
     ap.add_argument("--keep", action="store_true", help="keep the runs' folders (logs)")
     args = ap.parse_args()
