@@ -41,6 +41,11 @@ void run_demo(const DemoArgs& args) {
   const auto& stop = stop_requested();
   const std::string agora = self_path();
   const fs::path out = args.out, keys = out / "keys";
+  // Each demo starts afresh; only ever delete a folder that an earlier demo made.
+  if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(out / "allowlist.txt")) {
+    fail("--out {} exists and is not an earlier demo's folder; choose another (or remove it)",
+         out.string());
+  }
   fs::remove_all(out);
   fs::create_directories(keys);
 
