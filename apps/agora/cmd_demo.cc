@@ -2,6 +2,7 @@
 // separate processes talking CURVE-encrypted ZeroMQ over loopback, with fresh keys and an
 // allowlist, train on the bundled corpus, and the last checkpoint writes a sample.
 #include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include "agora/core/error.h"
 #include "agora/net/identity.h"
 #include "agora/obs/progress.h"
+#include "agora/train/run_config.h"
 #include "child_process.h"
 #include "commands.h"
 #include "signals.h"
@@ -68,9 +70,19 @@ void run_demo(const DemoArgs& args) {
       "network.allowlist=\"" + (out / "allowlist.txt").string() + "\"", "--set",
       "network.state_db=\"" + (out / "coordinator.db").string() + "\"", "--set",
       fmt::format("network.min_peers={}", args.peers)};
+  std::vector<std::string> overrides;
   if (args.steps > 0) {
+    overrides.push_back(fmt::format("train.steps={}", args.steps));
+    // A short demo keeps a warmup that fits in it.
+    const RunConfig base = RunConfig::load(args.config);
+    if (base.schedule.warmup_steps > args.steps) {
+      overrides.push_back(fmt::format("schedule.warmup_steps={}", args.steps / 10));
+    }
+  }
+  RunConfig::load(args.config, overrides);  // a bad config fails here, before anything starts
+  for (const std::string& o : overrides) {
     coordinator_argv.push_back("--set");
-    coordinator_argv.push_back(fmt::format("train.steps={}", args.steps));
+    coordinator_argv.push_back(o);
   }
   fmt::print("agora demo: a coordinator and {} peers on loopback (logs in {})\n", args.peers,
              out.string());
@@ -139,6 +151,12 @@ void run_demo(const DemoArgs& args) {
   }
   int status = 0;
   wait_child(coord, 10, &status);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    stop_all();
+    std::ifstream log(out / "coordinator.log");
+    fail("the coordinator stopped with an error:\n{}",
+         std::string(std::istreambuf_iterator<char>(log), {}));
+  }
   for (size_t i = 1; i < children.size(); ++i) {
     if (!wait_child(children[i], 60, nullptr)) stop_child(children[i], 5);
   }
