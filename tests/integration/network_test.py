@@ -212,6 +212,30 @@ def scenario_kill_peer(agora, data):
     run.cleanup()
 
 
+def scenario_restart_peer(agora, data):
+    """A peer killed with SIGKILL and started again with the same key rejoins and catches up."""
+    run = Run(agora, data, "rejoin", peers=3, steps=40, sets=["network.min_peers=2"])
+    run.start_coordinator()
+    for i in range(3):
+        run.start_peer(i)
+    run.wait_final(8)
+    run.peers[2].send_signal(signal.SIGKILL)
+    run.peers[2].wait()
+    killed_at = max(run.states(2))
+    time.sleep(1)
+    run.start_peer(2)  # same key, same log (appended)
+    run.wait_finished()
+    later = [s for s in run.states(2) if s > killed_at + 1]
+    if not later:
+        run.fail("the restarted peer reported no state after rejoining")
+    if len(run.peer_log(2).split("joined run")) < 3:
+        run.fail("the restarted peer did not join again")
+    run.check_identical(range(3), at_least=30)
+    print(f"killed after step {killed_at}, rejoined with the same key, matched the majority at "
+          f"{len(later)} later steps")
+    run.cleanup()
+
+
 def scenario_join(agora, data):
     """A peer that joins mid-run fetches the parameters, catches up and matches the majority."""
     run = Run(agora, data, "join", peers=3, steps=40, sets=["network.min_peers=2"])
@@ -325,6 +349,7 @@ SCENARIOS = {
     "train": scenario_train,
     "kill_peer": scenario_kill_peer,
     "join": scenario_join,
+    "restart_peer": scenario_restart_peer,
     "coordinator_restart": scenario_coordinator_restart,
     "allowlist": scenario_allowlist,
     "tamper": scenario_tamper,
