@@ -236,6 +236,37 @@ def scenario_restart_peer(agora, data):
     run.cleanup()
 
 
+def scenario_all_leave(agora, data):
+    """Every peer dies: restarted, the run goes back to its newest checkpoint and finishes."""
+    run = Run(agora, data, "all-leave", peers=2, steps=30,
+              sets=["network.min_peers=2", "network.checkpointers=2",
+                    "train.checkpoint_interval=10"])
+    run.start_coordinator()
+    run.start_peer(0)
+    run.start_peer(1)
+    run.wait_final(14)
+    for i in (0, 1):
+        run.peers[i].send_signal(signal.SIGKILL)
+        run.peers[i].wait()
+    run.wait_until("both peers to be dropped",
+                   lambda: sum("dropped" in e for e in run.events()) >= 2, 30)
+    run.start_peer(0)
+    run.start_peer(1)
+    run.wait_finished()
+    if not any("restarts from the checkpoint" in e for e in run.events()):
+        run.fail("the run did not go back to its checkpoint")
+    for i in (0, 1):
+        if "parameters after step 10 loaded from" not in run.peer_log(i):
+            run.fail(f"peer {i} did not load its checkpoint after step 10")
+    steps = [r["step"] for r in run.steps_final()]
+    if steps[-1] != 29:
+        run.fail(f"the run did not finish all 30 steps: {steps[-5:]}")
+    run.check_identical([0, 1], at_least=25)
+    print("both peers killed after 14 steps; restarted, the run went back to the checkpoint "
+          "after step 10 and finished with identical peers")
+    run.cleanup()
+
+
 def scenario_join(agora, data):
     """A peer that joins mid-run fetches the parameters, catches up and matches the majority."""
     run = Run(agora, data, "join", peers=3, steps=40, sets=["network.min_peers=2"])
@@ -350,6 +381,7 @@ SCENARIOS = {
     "kill_peer": scenario_kill_peer,
     "join": scenario_join,
     "restart_peer": scenario_restart_peer,
+    "all_leave": scenario_all_leave,
     "coordinator_restart": scenario_coordinator_restart,
     "allowlist": scenario_allowlist,
     "tamper": scenario_tamper,

@@ -187,6 +187,7 @@ struct Counters {
   uint64_t payloads_final = 0;
   uint64_t payloads_not_final = 0;
   uint64_t resyncs_sent = 0;
+  uint64_t restarts = 0;  // times every member left and the run went back to a checkpoint
   uint64_t events = 0;  // the seq of the newest event
   bool operator==(const Counters&) const = default;
 };

@@ -54,6 +54,7 @@ class Service {
   std::map<net::PublicKey, std::deque<wire::Envelope>> undelivered_;
   std::map<uint64_t, StepCommits> commits_;
   uint64_t printed_ = 0;
+  uint64_t saved_steps_ = 0;  // finalized steps in the database
   double last_final_at_ = 0;
   bool header_printed_ = false;
 };
@@ -68,7 +69,10 @@ void Service::refuse(const net::Incoming& in, const std::string& reason, bool ma
 void Service::deliver(Actions actions) {
   const double now = wall_now();
   // Persist first: a peer must never hear of a state a crash could forget.
-  store_->save(machine_->state());
+  const uint64_t final_steps = machine_->state().finalized_steps();
+  store_->save(machine_->state(), /*allow_rollback=*/final_steps < saved_steps_);
+  saved_steps_ = final_steps;
+  printed_ = std::min(printed_, final_steps);
   for (const std::string& line : actions.log) {
     if (options_.json_lines) {
       std::printf("%s\n", nlohmann::json{{"event", "log"}, {"text", line}}.dump().c_str());
@@ -176,7 +180,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
   Options options{run_id, toml, static_cast<uint64_t>(config_.train.steps),
                   static_cast<uint64_t>(config_.train.batch_size), n, allowlist};
   machine_ = std::make_unique<StateMachine>(options, std::move(state));
-  printed_ = machine_->state().finalized_steps();
+  printed_ = saved_steps_ = machine_->state().finalized_steps();
   // Members of a resumed run reconnect without joining again: their transport keys follow from
   // the ed25519 keys on record.
   for (const auto& [key, member] : machine_->state().members) {

@@ -182,6 +182,15 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
                              printable(join.endpoint())));
     return;
   }
+  // Every other member is gone and the joiner does not hold the newest recorded state: nobody
+  // can serve the parameters, so the run restarts from its newest checkpoint (DESIGN.md
+  // section 1), or from the initialisation when none was reported.
+  bool others = false;
+  for (const auto& [key, other] : state_.members) others = others || (key != from && current(other));
+  const uint64_t newest = state_.state_reports.empty() ? 0 : state_.state_reports.rbegin()->first;
+  if (!others && state_.finalized_steps() > 0 && join.applied_steps() < newest) {
+    restart_from_checkpoint();
+  }
   Member& m = state_.members[from];
   m.key = from;
   m.endpoint = join.endpoint();
@@ -220,6 +229,40 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   log(fmt::format("{} {} ({}) at {} as {}{}; {} active", short_hex(from),
                   rejoin ? "rejoined" : "joined", m.agent, m.endpoint, to_string(m.state),
                   m.checkpointer ? ", checkpointer" : "", active_count()));
+}
+
+void StateMachine::restart_from_checkpoint() {
+  const uint64_t final_steps = state_.finalized_steps();
+  const CheckpointRecord* best = nullptr;
+  for (const CheckpointRecord& c : state_.checkpoints) {
+    if (c.applied_steps <= final_steps && (!best || c.applied_steps > best->applied_steps)) best = &c;
+  }
+  const uint64_t to = best ? best->applied_steps : 0;
+  if (state_.round) {
+    for (const auto& [key, ranges] : state_.round->assignments) return_sequences(state_.queue, ranges);
+    state_.round.reset();
+  }
+  for (const auto& [step, collecting] : state_.collecting) {
+    for (const auto& [key, ranges] : collecting.ranges) return_sequences(state_.queue, ranges);
+  }
+  state_.collecting.clear();
+  state_.finalized.resize(to);
+  state_.next_step = to;
+  std::erase_if(state_.state_reports, [&](const auto& item) { return item.first >= to; });
+  if (best) {
+    // The checkpoint's writer stands for its hash until someone loads it and reports.
+    HashReports& reports = state_.state_reports[to];
+    reports.records[best->state_hash] = StateRecord{to, best->state_hash, {}, {}};
+    reports.reported[best->reporter] = best->state_hash;
+  }
+  if (state_.phase == Phase::kTraining) set_phase(Phase::kPaused, state_.phase_since);
+  ++state_.counters.restarts;
+  log(fmt::format(
+      "no member holds the parameters: the run restarts from {} after step {} (steps {}..{} are "
+      "undone; their data is not trained again)",
+      best ? fmt::format("the checkpoint {} wrote to {}", short_hex(best->reporter), best->path)
+           : std::string("the initialisation"),
+      to, to, final_steps - 1));
 }
 
 void StateMachine::on_heartbeat(Member& member, const wire::Heartbeat& heartbeat, double now) {
@@ -354,13 +397,16 @@ void StateMachine::on_state_report(Member& member, const wire::StateReport& repo
   }
   HashReports& r = reports[k];
   r.reported[member.key] = s.state_hash();
-  if (!r.records.contains(s.state_hash())) {
+  // The first full record naming a hash is kept; a checkpoint's stand-in (no tensor list, see
+  // restart_from_checkpoint) gives way to the first member that loaded it and reported in full.
+  const auto known = r.records.find(s.state_hash());
+  if (known == r.records.end() || known->second.tensor_names.empty()) {
     StateRecord record;
     record.applied_steps = k;
     record.state_hash = s.state_hash();
     record.tensor_names.assign(s.tensor_names().begin(), s.tensor_names().end());
     record.tensor_hashes.assign(s.tensor_hashes().begin(), s.tensor_hashes().end());
-    r.records.emplace(s.state_hash(), std::move(record));
+    r.records[s.state_hash()] = std::move(record);
   }
   while (reports.size() > kMaxStateReportSteps) reports.erase(reports.begin());
   if (reports.contains(k)) check_hashes(k);

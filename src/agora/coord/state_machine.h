@@ -87,6 +87,8 @@ class StateMachine {
   // Message handlers; the member exists and is kActive or kSyncing unless noted.
   void on_join(const net::PublicKey& from, const wire::Join& join, double now);  // anyone
   void on_heartbeat(Member& member, const wire::Heartbeat& heartbeat, double now);
+  // Every member left: back to the newest checkpoint (or step 0); in-flight data is requeued.
+  void restart_from_checkpoint();
   void on_leave(Member& member);
   void on_commit(Member& member, const wire::Commit& commit);
   void on_witness(Member& member, const wire::Witness& witness);

@@ -201,6 +201,7 @@ json counters_json(const Counters& c) {
           {"payloads_final", c.payloads_final},
           {"payloads_not_final", c.payloads_not_final},
           {"resyncs_sent", c.resyncs_sent},
+          {"restarts", c.restarts},
           {"events", c.events}};
 }
 
@@ -220,6 +221,7 @@ Counters counters_from(const json& j) {
   c.payloads_final = j.at("payloads_final");
   c.payloads_not_final = j.at("payloads_not_final");
   c.resyncs_sent = j.at("resyncs_sent");
+  c.restarts = j.value("restarts", uint64_t{0});
   c.events = j.at("events");
   return c;
 }
@@ -524,7 +526,7 @@ std::optional<RunState> Store::load() const {
   }
 }
 
-void Store::save(const RunState& s) {
+void Store::save(const RunState& s, bool allow_rollback) {
   if (!run()) {
     fail("coordinator database {}: bind it to a run before saving a state", path_.string());
   }
@@ -539,7 +541,13 @@ void Store::save(const RunState& s) {
       Statement count(db_, path_, "SELECT COUNT(*) FROM finalized_steps");
       count.step();
       const uint64_t on_disk = count.uint64(0);
-      if (on_disk > s.finalized.size()) {
+      if (on_disk > s.finalized.size() && allow_rollback) {
+        // The run went back to a checkpoint (every member had left): the undone steps go.
+        Statement drop_steps(db_, path_, "DELETE FROM finalized_steps WHERE step >= ?");
+        drop_steps.bind(1, static_cast<uint64_t>(s.finalized.size())).run();
+        Statement drop_rows(db_, path_, "DELETE FROM ledger WHERE step >= ?");
+        drop_rows.bind(1, static_cast<uint64_t>(s.finalized.size())).run();
+      } else if (on_disk > s.finalized.size()) {
         fail(
             "coordinator database {} holds {} finalized steps but the state to save has {}: "
             "the ledger never shrinks (is this the state of another run?)",
@@ -549,7 +557,8 @@ void Store::save(const RunState& s) {
       Statement row(db_, path_,
                     "INSERT INTO ledger (step, position, author, payload_hash, signature) "
                     "VALUES (?, ?, ?, ?, ?)");
-      for (uint64_t t = on_disk; t < s.finalized.size(); ++t) {
+      for (uint64_t t = std::min<uint64_t>(on_disk, s.finalized.size()); t < s.finalized.size();
+           ++t) {
         step.bind(1, t).bind(2, static_cast<int64_t>(s.finalized[t].size())).run();
         for (size_t i = 0; i < s.finalized[t].size(); ++i) {
           const CommitRecord& c = s.finalized[t][i];

@@ -69,7 +69,9 @@ class Store {
   // Replaces the saved state with `state` in one transaction. Throws Error when the file is not
   // bound to a run, when state's ledger is shorter than the file's, or on any SQLite error (the
   // transaction is rolled back and the previous state stays).
-  void save(const RunState& state);
+  // `allow_rollback`: the state's ledger may be shorter than the file's because the run went
+  // back to a checkpoint (StateMachine after every member left); the undone steps are deleted.
+  void save(const RunState& state, bool allow_rollback = false);
 
  private:
   Store(std::filesystem::path path, sqlite3* db) : path_(std::move(path)), db_(db) {}

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <thread>
@@ -70,9 +71,13 @@ class Member {
   bool handle_passive(const wire::Envelope& m);
   void catch_up(uint64_t target);
   void apply_step(uint64_t step);
-  void after_apply();
+  // Reports the state every hash_interval steps, and whenever `force_report` (after a sync,
+  // so that the member can serve what it loaded).
+  void after_apply(bool force_report = false);
   void train_round(const wire::RoundStart& round);
   void write_checkpoint();
+  std::filesystem::path checkpoint_root() const;
+  void load_local_checkpoint(const wire::StateRecord& state);
   void log(const std::string& text) { say(options_.progress, who_, text); }
 
   const net::Identity& identity_;
@@ -107,6 +112,7 @@ wire::Welcome Member::join() {
   join.mutable_join()->set_key(identity_.public_key());
   join.mutable_join()->set_endpoint(net_.endpoint());
   join.mutable_join()->set_agent("agora 0.1.0");
+  join.mutable_join()->set_applied_steps(applied_);
   auto last_sent = Clock::now() - std::chrono::hours(1);
   const auto started = Clock::now();
   while (!stop_.load()) {
@@ -177,6 +183,10 @@ void Member::sync_state(const wire::StateRecord& state, const std::vector<wire::
     auto target = model_->named_parameters();
     for (const auto& item : fresh->named_parameters()) target[item.key()].copy_(item.value());
     applied_ = 0;
+  } else if (std::none_of(holders.begin(), holders.end(), [&](const wire::Member& h) {
+               return h.key() != identity_.public_key();
+             })) {
+    load_local_checkpoint(state);
   } else {
     const auto started = Clock::now();
     log(fmt::format("fetching the parameters after step {} from {} member(s)",
@@ -194,7 +204,26 @@ void Member::sync_state(const wire::StateRecord& state, const std::vector<wire::
   }
   strategy_ = make_strategy(config_, model_);  // a cold momentum, as DESIGN.md prescribes
   params_ = model_->parameters();
-  after_apply();
+  ledger_.clear();  // finalized sets are re-asked from here on (the run may have gone back)
+  after_apply(/*force_report=*/true);
+}
+
+void Member::load_local_checkpoint(const wire::StateRecord& state) {
+  // Nobody else holds these parameters: the run restarted from a checkpoint after every member
+  // left, and this peer must bring it.
+  const fs::path dir = checkpoint_root() / fmt::format("checkpoint_{:06}", state.applied_steps());
+  if (!fs::exists(dir)) {
+    fail("no member holds the parameters after step {}, and {} does not exist; the run restarts "
+         "from that checkpoint: copy it there from the machine that wrote it (the coordinator's "
+         "log names it) and start this peer again",
+         state.applied_steps(), dir.string());
+  }
+  const LoadedCheckpoint checkpoint = load_checkpoint(dir, device_);
+  std::map<std::string, torch::Tensor> source;
+  for (const auto& item : checkpoint.model->named_parameters()) source[item.key()] = item.value();
+  copy_parameters(model_, source, dir.string());
+  applied_ = state.applied_steps();
+  log(fmt::format("parameters after step {} loaded from {}", applied_, dir.string()));
 }
 
 bool Member::handle_passive(const wire::Envelope& m) {
@@ -254,9 +283,9 @@ void Member::apply_step(uint64_t step) {
   after_apply();
 }
 
-void Member::after_apply() {
+void Member::after_apply(bool force_report) {
   const auto& n = config_.network;
-  if (applied_ % static_cast<uint64_t>(n.hash_interval) == 0) {
+  if (force_report || applied_ % static_cast<uint64_t>(n.hash_interval) == 0) {
     wire::Envelope report;
     *report.mutable_state_report()->mutable_state() = state_record(model_, applied_);
     net_.publish_snapshot(applied_, snapshot_of(model_));
@@ -337,10 +366,13 @@ void Member::train_round(const wire::RoundStart& round) {
                   total, compute, own.bytes.size()));
 }
 
+fs::path Member::checkpoint_root() const {
+  return options_.checkpoint_dir.empty() ? fs::path("runs") / ("peer-" + who_)
+                                         : options_.checkpoint_dir;
+}
+
 void Member::write_checkpoint() {
-  const fs::path root = options_.checkpoint_dir.empty()
-                            ? fs::path("runs") / ("peer-" + who_)
-                            : options_.checkpoint_dir;
+  const fs::path root = checkpoint_root();
   fs::create_directories(root);
   const fs::path dir = root / fmt::format("checkpoint_{:06}", applied_);
   CheckpointMeta meta;
@@ -423,8 +455,10 @@ PeerSummary Member::run() {
       }
       checkpointer_ = welcome.checkpointer();
       // Parameters at or past the majority's record are kept (the hash reports will catch a
-      // disagreement); only a peer that fell behind fetches.
-      if (welcome.state().applied_steps() > applied_) {
+      // disagreement); a peer that fell behind fetches, and so does one whose steps the run
+      // undid (it went back to a checkpoint).
+      if (welcome.state().applied_steps() > applied_ || welcome.finalized_steps() < applied_) {
+        next_round_ = std::min<uint64_t>(next_round_, welcome.finalized_steps());
         sync_state(welcome.state(), {welcome.holders().begin(), welcome.holders().end()});
       }
       catch_up(welcome.finalized_steps());
