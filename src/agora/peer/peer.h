@@ -2,8 +2,10 @@
 //
 // run_peer() joins the coordinator, builds the model and strategy from the run config the
 // coordinator hands out, obtains the current parameters (the seed's initialisation at step 0;
-// otherwise the majority's state fetched tensor by tensor from several members, then the
-// finalized steps since), and runs the round loop (DESIGN.md section 1):
+// otherwise the majority's state fetched tensor by tensor from several members, or, when no
+// member holds it because the run restarted from a checkpoint, that checkpoint from its own
+// checkpoint_dir; then the finalized steps since), and runs the round loop (DESIGN.md
+// section 1):
 //
 //   RoundStart(s): apply every finalized step below apply_through, in order, each one's payloads
 //                  in the canonical order (the strategy sorts them) -> train the assigned sequence
