@@ -255,15 +255,18 @@ def scenario_all_leave(agora, data):
     run.wait_finished()
     if not any("restarts from the checkpoint" in e for e in run.events()):
         run.fail("the run did not go back to its checkpoint")
-    for i in (0, 1):
-        if "parameters after step 10 loaded from" not in run.peer_log(i):
-            run.fail(f"peer {i} did not load its checkpoint after step 10")
+    # The first to rejoin brings its checkpoint; the other loads its own or fetches it from the
+    # first, whichever the coordinator's record allows when it joins.
+    loaded = [i for i in (0, 1) if "parameters after step 10 loaded from" in run.peer_log(i)]
+    fetched = [i for i in (0, 1) if "fetching the parameters after step 10" in run.peer_log(i)]
+    if not loaded or len(set(loaded + fetched)) != 2:
+        run.fail(f"loaded the checkpoint: {loaded}; fetched it from a member: {fetched}")
     steps = [r["step"] for r in run.steps_final()]
     if steps[-1] != 29:
         run.fail(f"the run did not finish all 30 steps: {steps[-5:]}")
     run.check_identical([0, 1], at_least=25)
-    print("both peers killed after 14 steps; restarted, the run went back to the checkpoint "
-          "after step 10 and finished with identical peers")
+    print(f"both peers killed after 14 steps; restarted, the run went back to the checkpoint "
+          f"after step 10 (loaded by {loaded}, fetched by {fetched}) and finished identical")
     run.cleanup()
 
 
