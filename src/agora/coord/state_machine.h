@@ -11,7 +11,9 @@
 //   - every sequence id is trained into a final payload exactly once: ids of a missed deadline,
 //     a departed member or a payload that did not become final go back to the queue and are
 //     handed out first in the next round;
-//   - steps finalize strictly in order; the ledger only grows;
+//   - steps finalize strictly in order; the ledger only grows, except when every member has left
+//     and a joiner cannot hold the newest state: then the run goes back to its newest
+//     checkpoint (restart_from_checkpoint, counted in Counters::restarts);
 //   - a message that breaks the rules (bad signature, wrong step, from a stranger...) never
 //     changes what is trusted: it is dropped, counted and logged, or answered with Refused;
 //   - it never throws for anything a peer sends; Error only for a caller's bug (a bad Options).

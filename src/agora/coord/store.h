@@ -5,7 +5,8 @@
 //     with the previous state or the new one, never a mix;
 //   - load() gives back a RunState equal (operator==) to the last one saved;
 //   - the finalized ledger is append-only on disk: a save inserts only steps the file does not
-//     hold yet, and refuses a state whose ledger is shorter than the file's;
+//     hold yet, and refuses a state whose ledger is shorter than the file's, unless the caller
+//     says the run went back to a checkpoint (allow_rollback);
 //   - a file belongs to one run (bind()) and one schema version; opening another version, or
 //     binding to another run, is an Error that names the file and both values.
 //
