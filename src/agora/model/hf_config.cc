@@ -108,8 +108,9 @@ ModelConfig from_hf_config_json(std::string_view json_text, std::string_view sou
   for (const char* bias : {"attention_bias", "mlp_bias"}) {
     if (r.boolean(bias, false)) fail("{}: {} is true, agora's model has no biases", source, bias);
   }
+  // Compared by division: head_dim * num_heads overflows for hostile values.
   if (j.contains("head_dim") && !j["head_dim"].is_null() && c.num_heads > 0 &&
-      r.integer("head_dim") * c.num_heads != c.hidden_size) {
+      (c.hidden_size % c.num_heads != 0 || r.integer("head_dim") != c.hidden_size / c.num_heads)) {
     fail("{}: head_dim {} times num_attention_heads {} is not hidden_size {}", source,
          r.integer("head_dim"), c.num_heads, c.hidden_size);
   }
