@@ -1,13 +1,13 @@
 // agora demo: a whole decentralized run on this machine. A coordinator and N peers start as
 // separate processes talking CURVE-encrypted ZeroMQ over loopback, with fresh keys and an
 // allowlist, train on the bundled corpus, and the last checkpoint writes a sample.
+#include <fmt/format.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
-#include <fmt/format.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -65,10 +65,20 @@ void run_demo(const DemoArgs& args) {
 
   const std::string endpoint = fmt::format("tcp://127.0.0.1:{}", free_port());
   std::vector<std::string> coordinator_argv = {
-      agora, "coordinator", "--config", args.config, "--key", (keys / "coordinator.key").string(),
-      "--json", "--set", "network.listen=\"" + endpoint + "\"", "--set",
-      "network.allowlist=\"" + (out / "allowlist.txt").string() + "\"", "--set",
-      "network.state_db=\"" + (out / "coordinator.db").string() + "\"", "--set",
+      agora,
+      "coordinator",
+      "--config",
+      args.config,
+      "--key",
+      (keys / "coordinator.key").string(),
+      "--json",
+      "--set",
+      "network.listen=\"" + endpoint + "\"",
+      "--set",
+      "network.allowlist=\"" + (out / "allowlist.txt").string() + "\"",
+      "--set",
+      "network.state_db=\"" + (out / "coordinator.db").string() + "\"",
+      "--set",
       fmt::format("network.min_peers={}", args.peers)};
   std::vector<std::string> overrides;
   if (args.steps > 0) {
@@ -89,21 +99,20 @@ void run_demo(const DemoArgs& args) {
   std::vector<Child> children;
   children.push_back(spawn("coordinator", coordinator_argv, out / "coordinator.log", true));
   for (int64_t i = 0; i < args.peers; ++i) {
-    children.push_back(spawn(
-        fmt::format("peer-{}", i),
-        {agora, "peer", "--coordinator", endpoint, "--coordinator-key",
-         net::key_to_hex(coordinator.public_key()), "--key",
-         (keys / fmt::format("peer-{}.key", i)).string(), "--data", args.data, "--listen",
-         "tcp://127.0.0.1:*", "--threads", "1", "--checkpoint-dir",
-         (out / fmt::format("peer-{}", i)).string()},
-        out / fmt::format("peer-{}.log", i), false));
+    children.push_back(spawn(fmt::format("peer-{}", i),
+                             {agora, "peer", "--coordinator", endpoint, "--coordinator-key",
+                              net::key_to_hex(coordinator.public_key()), "--key",
+                              (keys / fmt::format("peer-{}.key", i)).string(), "--data", args.data,
+                              "--listen", "tcp://127.0.0.1:*", "--threads", "1", "--checkpoint-dir",
+                              (out / fmt::format("peer-{}", i)).string()},
+                             out / fmt::format("peer-{}.log", i), false));
   }
   const auto stop_all = [&] {
     for (auto it = children.rbegin(); it != children.rend(); ++it) stop_child(*it, 10);
   };
 
-  fmt::print("{:>6}  {:>8}  {:>5}  {:>10}  {:>12}  {:>14}\n", "step", "loss", "peers",
-             "tokens/s", "sent/peer", "all-reduce");
+  fmt::print("{:>6}  {:>8}  {:>5}  {:>10}  {:>12}  {:>14}\n", "step", "loss", "peers", "tokens/s",
+             "sent/peer", "all-reduce");
   const auto started = std::chrono::steady_clock::now();
   std::string buffer;
   double first_loss = NAN, last_loss = NAN, bytes_sum = 0, allreduce = 0, tps_sum = 0;
@@ -141,8 +150,9 @@ void run_demo(const DemoArgs& args) {
           std::fflush(stdout);
         } else if (j.value("event", "") == "log") {
           const std::string text = j.value("text", "");
-          if (text.find("joined") != std::string::npos || text.find("dropped") != std::string::npos ||
-              text.find("left") != std::string::npos || text.find("finished") != std::string::npos) {
+          if (text.find("joined") != std::string::npos ||
+              text.find("dropped") != std::string::npos || text.find("left") != std::string::npos ||
+              text.find("finished") != std::string::npos) {
             fmt::print("        | {}\n", text);
           }
         }
@@ -167,10 +177,11 @@ void run_demo(const DemoArgs& args) {
   }
   fmt::print("\nagora demo: {} steps in {} with {} peers; loss {:.3f} -> {:.3f}\n", rows,
              format_duration(seconds), args.peers, first_loss, last_loss);
-  fmt::print("  mean {:.0f} tokens/s; each peer sent {} per step where an fp32 all-reduce sends "
-             "{} ({:.0f}x less)\n",
-             tps_sum / static_cast<double>(rows), format_bytes(bytes_sum / rows),
-             format_bytes(allreduce), bytes_sum > 0 ? allreduce / (bytes_sum / rows) : 0.0);
+  fmt::print(
+      "  mean {:.0f} tokens/s; each peer sent {} per step where an fp32 all-reduce sends "
+      "{} ({:.0f}x less)\n",
+      tps_sum / static_cast<double>(rows), format_bytes(bytes_sum / rows), format_bytes(allreduce),
+      bytes_sum > 0 ? allreduce / (bytes_sum / rows) : 0.0);
   fs::path checkpoint;
   for (int64_t i = 0; i < args.peers; ++i) {
     const fs::path latest = out / fmt::format("peer-{}", i) / "latest";

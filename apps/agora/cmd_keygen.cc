@@ -19,8 +19,10 @@ void add_keygen_command(CLI::App& app) {
     const net::Identity id = net::Identity::generate();
     id.save(args->out, args->force);
     // The public key alone on stdout, so scripts can capture it; the explanation on stderr.
-    fmt::print(stderr, "wrote {}; its public key (give it to the coordinator's allowlist, or to "
-                       "peers as --coordinator-key):\n", args->out);
+    fmt::print(stderr,
+               "wrote {}; its public key (give it to the coordinator's allowlist, or to "
+               "peers as --coordinator-key):\n",
+               args->out);
     fmt::print("{}\n", net::key_to_hex(id.public_key()));
   });
 }

@@ -23,8 +23,7 @@ void add_peer_command(CLI::App& app) {
   cmd->add_option("--coordinator-key", args->coordinator_key,
                   "The coordinator's public key (64 hex characters)")
       ->required();
-  cmd->add_option("--key", args->key, "This peer's identity (agora keygen --out FILE)")
-      ->required();
+  cmd->add_option("--key", args->key, "This peer's identity (agora keygen --out FILE)")->required();
   cmd->add_option("--data", args->data, "This machine's copy of the run's token folder");
   cmd->add_option("--checkpoint-dir", args->checkpoint_dir,
                   "Where to write checkpoints if the coordinator makes this peer a checkpointer");
@@ -34,8 +33,7 @@ void add_peer_command(CLI::App& app) {
   cmd->add_option("--advertise", args->advertise,
                   "The endpoint other peers dial to reach --listen (tcp://PUBLIC-IP:PORT)");
   cmd->add_option("--threads", args->threads, "Compute threads (default: the run config's)");
-  cmd->add_option("--slowdown", args->slowdown,
-                  "Testing: make compute this many times slower")
+  cmd->add_option("--slowdown", args->slowdown, "Testing: make compute this many times slower")
       ->check(CLI::Range(1.0, 100.0))
       ->group("");
   cmd->add_option("--misbehave", args->misbehave, "Testing: garbage-payload")

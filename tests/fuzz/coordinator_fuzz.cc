@@ -37,7 +37,8 @@ struct Input {
 const std::vector<agora::net::Identity>& identities() {
   static const std::vector<agora::net::Identity> ids = [] {
     std::vector<agora::net::Identity> v;
-    for (char c = 'a'; c <= 'd'; ++c) v.push_back(agora::net::Identity::from_seed(std::string(32, c)));
+    for (char c = 'a'; c <= 'd'; ++c)
+      v.push_back(agora::net::Identity::from_seed(std::string(32, c)));
     return v;
   }();
   return ids;
@@ -89,7 +90,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 3:
         e.mutable_witness()->set_step(step);
-        for (int i = in.byte() % 4; i > 0; --i) e.mutable_witness()->add_held(std::string(32, static_cast<char>(in.byte() % 4)));
+        for (int i = in.byte() % 4; i > 0; --i)
+          e.mutable_witness()->add_held(std::string(32, static_cast<char>(in.byte() % 4)));
         break;
       case 4: {
         auto* s = e.mutable_state_report()->mutable_state();

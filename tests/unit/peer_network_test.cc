@@ -16,11 +16,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string digest(std::string_view bytes) {
-  const auto d = blake2b256(bytes);
-  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
-}
-
 // A coordinator that only listens: it collects what peers send it.
 struct FakeCoordinator {
   net::Identity id = net::Identity::generate();
@@ -61,7 +56,7 @@ struct Node {
   }
   // Stores `bytes` as its payload for `step` and returns the signed commitment.
   wire::CommitRecord commit(uint64_t step, const std::string& bytes) {
-    const std::string hash = digest(bytes);
+    const std::string hash = blake2b256_bytes(bytes);
     net->blobs().put(hash, bytes, step);
     wire::CommitRecord r;
     r.set_author(id.public_key());
@@ -143,7 +138,7 @@ TEST(PeerNetworkTest, FetchesAStateTensorByTensorAndChecksEachHash) {
   state.set_applied_steps(10);
   for (const auto& [name, t] : *snapshot) {
     state.add_tensor_names(name);
-    state.add_tensor_hashes(digest(t.data));
+    state.add_tensor_hashes(blake2b256_bytes(t.data));
   }
   const Snapshot got = a.net->fetch_state(state, {b.member(), c.member()}, 30);
   EXPECT_EQ(got.at("w").data, std::string(8, '\1'));

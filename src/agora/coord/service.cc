@@ -21,8 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // What the commits of one step said, for its table row.
@@ -137,9 +136,9 @@ void Service::print_finalized(uint64_t step, double now) {
                   "bytes/peer", "all-reduce");
       header_printed_ = true;
     }
-    std::printf("%8llu  %8.4f  %5zu  %10.0f  %12s  %14s\n",
-                static_cast<unsigned long long>(step), counted > 0 ? loss : NAN, set.size(),
-                tokens_per_second, format_bytes(bytes).c_str(),
+    std::printf("%8llu  %8.4f  %5zu  %10.0f  %12s  %14s\n", static_cast<unsigned long long>(step),
+                counted > 0 ? loss : NAN, set.size(), tokens_per_second,
+                format_bytes(bytes).c_str(),
                 parameters > 0 ? format_bytes(allreduce).c_str() : "?");
   }
   commits_.erase(commits_.begin(), commits_.upper_bound(step));
@@ -164,9 +163,10 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
   bool resumed = false;
   if (auto run = store_->run()) {
     if (run->run_config_toml != toml) {
-      fail("{} belongs to run {}, started with a different run config; restart with that config "
-           "(the database holds it) or set network.state_db to a new file for a new run",
-           store_->path().string(), run->run_id);
+      fail(
+          "{} belongs to run {}, started with a different run config; restart with that config "
+          "(the database holds it) or set network.state_db to a new file for a new run",
+          store_->path().string(), run->run_id);
     }
     run_id = run->run_id;
     if (auto loaded = store_->load()) {
@@ -177,8 +177,12 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
     run_id = net::key_to_hex(net::Identity::generate().public_key()).substr(0, 16);
     store_->bind(run_id, toml);
   }
-  Options options{run_id, toml, static_cast<uint64_t>(config_.train.steps),
-                  static_cast<uint64_t>(config_.train.batch_size), n, allowlist};
+  Options options{run_id,
+                  toml,
+                  static_cast<uint64_t>(config_.train.steps),
+                  static_cast<uint64_t>(config_.train.batch_size),
+                  n,
+                  allowlist};
   machine_ = std::make_unique<StateMachine>(options, std::move(state));
   printed_ = saved_steps_ = machine_->state().finalized_steps();
   // Members of a resumed run reconnect without joining again: their transport keys follow from
@@ -190,11 +194,11 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
   context_ = std::make_unique<net::Context>(admission);
   const net::DecodeLimits control{net::kMaxControlBytes, net::kMaxControlBytes};
   server_ = std::make_unique<net::Server>(*context_, identity_, n.listen, control);
-  std::fprintf(stderr,
-               "coordinator %s: run %s %s on %s (%s); state in %s\n",
+  std::fprintf(stderr, "coordinator %s: run %s %s on %s (%s); state in %s\n",
                net::key_to_hex(identity_.public_key()).c_str(), run_id.c_str(),
-               resumed ? fmt::format("resumed at step {}", machine_->state().finalized_steps()).c_str()
-                       : "started",
+               resumed
+                   ? fmt::format("resumed at step {}", machine_->state().finalized_steps()).c_str()
+                   : "started",
                server_->bound_endpoint().c_str(),
                allowlist.empty() ? "open to any key"
                                  : fmt::format("{} allowed keys", allowlist.size()).c_str(),
@@ -275,9 +279,10 @@ std::set<net::PublicKey> read_allowlist(const fs::path& path) {
                                   fmt::format("{} line {}", path.string(), number)));
   }
   if (keys.empty()) {
-    fail("allowlist {} holds no key; list one 64-hex public key per line (agora keygen prints "
-         "them), or set network.allowlist = \"\" for an open run",
-         path.string());
+    fail(
+        "allowlist {} holds no key; list one 64-hex public key per line (agora keygen prints "
+        "them), or set network.allowlist = \"\" for an open run",
+        path.string());
   }
   return keys;
 }

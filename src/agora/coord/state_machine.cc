@@ -52,10 +52,10 @@ Actions StateMachine::handle(const net::PublicKey& from, const wire::Envelope& m
   } else {
     auto it = state_.members.find(from);
     if (it == state_.members.end() || it->second.state == MemberState::kLeft) {
-      refuse(from,
-             fmt::format("join first: {} is not a member of run {}", short_hex(from),
-                         options_.run_id),
-             /*may_rejoin=*/true);
+      refuse(
+          from,
+          fmt::format("join first: {} is not a member of run {}", short_hex(from), options_.run_id),
+          /*may_rejoin=*/true);
     } else if (it->second.state == MemberState::kDropped) {
       refuse(from,
              fmt::format("{} was dropped from run {}: {}; join again", short_hex(from),
@@ -186,9 +186,12 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   // can serve the parameters, so the run restarts from its newest checkpoint (DESIGN.md
   // section 1), or from the initialisation when none was reported.
   bool others = false;
-  for (const auto& [key, other] : state_.members) others = others || (key != from && current(other));
+  for (const auto& [key, other] : state_.members)
+    others = others || (key != from && current(other));
   const uint64_t newest = state_.state_reports.empty() ? 0 : state_.state_reports.rbegin()->first;
-  if (!others && state_.finalized_steps() > 0 && join.applied_steps() < newest) {
+  // A fresh process (0 applied steps) holds nothing at all, whatever was reported.
+  const bool holds_nothing = join.applied_steps() == 0 || join.applied_steps() < newest;
+  if (!others && state_.finalized_steps() > 0 && holds_nothing) {
     restart_from_checkpoint();
   }
   Member& m = state_.members[from];
@@ -235,11 +238,13 @@ void StateMachine::restart_from_checkpoint() {
   const uint64_t final_steps = state_.finalized_steps();
   const CheckpointRecord* best = nullptr;
   for (const CheckpointRecord& c : state_.checkpoints) {
-    if (c.applied_steps <= final_steps && (!best || c.applied_steps > best->applied_steps)) best = &c;
+    if (c.applied_steps <= final_steps && (!best || c.applied_steps > best->applied_steps))
+      best = &c;
   }
   const uint64_t to = best ? best->applied_steps : 0;
   if (state_.round) {
-    for (const auto& [key, ranges] : state_.round->assignments) return_sequences(state_.queue, ranges);
+    for (const auto& [key, ranges] : state_.round->assignments)
+      return_sequences(state_.queue, ranges);
     state_.round.reset();
   }
   for (const auto& [step, collecting] : state_.collecting) {

@@ -23,6 +23,11 @@ std::array<uint8_t, 32> blake2b256(std::string_view bytes) {
   return out;
 }
 
+std::string blake2b256_bytes(std::string_view bytes) {
+  const auto digest = blake2b256(bytes);
+  return std::string(reinterpret_cast<const char*>(digest.data()), digest.size());
+}
+
 uint64_t stable_hash64(std::string_view bytes) {
   const auto digest = blake2b256(bytes);
   uint64_t value = 0;

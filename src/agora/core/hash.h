@@ -17,6 +17,8 @@ uint64_t stable_hash64(std::string_view bytes);
 
 // BLAKE2b-256 of `bytes`.
 std::array<uint8_t, 32> blake2b256(std::string_view bytes);
+// The same 32 bytes in a std::string: how hashes travel in protobuf bytes fields and map keys.
+std::string blake2b256_bytes(std::string_view bytes);
 
 // BLAKE2b-256 over data that arrives in pieces (e.g. a model's tensors, one after another).
 class Blake2bHasher {

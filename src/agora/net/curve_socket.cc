@@ -11,7 +11,9 @@ namespace {
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "agora";
 
-std::string to_string(const zmq::message_t& m) { return std::string(m.to_string_view()); }
+std::string to_string(const zmq::message_t& m) {
+  return std::string(m.to_string_view());
+}
 
 }  // namespace
 
@@ -85,9 +87,10 @@ Server::Server(Context& context, const Identity& identity, const std::string& en
   try {
     socket_.bind(endpoint);
   } catch (const zmq::error_t& e) {
-    fail("cannot listen on {}: {} (is another process using the port? allowed: "
-         "tcp://HOST:PORT)",
-         endpoint, e.what());
+    fail(
+        "cannot listen on {}: {} (is another process using the port? allowed: "
+        "tcp://HOST:PORT)",
+        endpoint, e.what());
   }
 }
 

@@ -90,19 +90,21 @@ Identity Identity::load(const fs::path& path) {
   }
   if (!j.is_object() || j.value("kind", "") != "agora-ed25519" || !j["public"].is_string() ||
       !j["seed"].is_string()) {
-    fail("key file {} is not an agora identity (expected kind \"agora-ed25519\" with \"public\" "
-         "and \"seed\" strings)",
-         path.string());
+    fail(
+        "key file {} is not an agora identity (expected kind \"agora-ed25519\" with \"public\" "
+        "and \"seed\" strings)",
+        path.string());
   }
   const std::string seed = unhex(j["seed"].get<std::string>(), crypto_sign_SEEDBYTES,
                                  "key file " + path.string() + ": seed");
-  const PublicKey expected = key_from_hex(j["public"].get<std::string>(),
-                                          "key file " + path.string() + ": public key");
+  const PublicKey expected =
+      key_from_hex(j["public"].get<std::string>(), "key file " + path.string() + ": public key");
   Identity id = from_seed(seed);
   if (id.public_key_ != expected) {
-    fail("key file {}: the public key does not belong to the seed (the file was edited or is "
-         "corrupt)",
-         path.string());
+    fail(
+        "key file {}: the public key does not belong to the seed (the file was edited or is "
+        "corrupt)",
+        path.string());
   }
   return id;
 }
@@ -113,8 +115,8 @@ void Identity::save(const fs::path& path, bool overwrite) const {
          path.string());
   }
   const std::string seed(secret_.data(), crypto_sign_SEEDBYTES);
-  const nlohmann::json j = {{"kind", "agora-ed25519"}, {"public", hex(public_key_)},
-                            {"seed", hex(seed)}};
+  const nlohmann::json j = {
+      {"kind", "agora-ed25519"}, {"public", hex(public_key_)}, {"seed", hex(seed)}};
   const std::string text = j.dump(2) + "\n";
   const fs::path tmp = path.string() + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -133,7 +135,9 @@ std::string Identity::sign(std::string_view message) const {
   return signature;
 }
 
-std::string Identity::curve_public() const { return curve_public_of(public_key_); }
+std::string Identity::curve_public() const {
+  return curve_public_of(public_key_);
+}
 
 std::string Identity::curve_secret() const {
   std::string out(crypto_scalarmult_curve25519_BYTES, '\0');
@@ -162,13 +166,17 @@ std::string curve_public_of(const PublicKey& key) {
   return out;
 }
 
-std::string key_to_hex(const PublicKey& key) { return hex(key); }
+std::string key_to_hex(const PublicKey& key) {
+  return hex(key);
+}
 
 PublicKey key_from_hex(std::string_view text, std::string_view what) {
   return unhex(text, kKeyBytes, what);
 }
 
-std::string short_key(const PublicKey& key) { return hex(key).substr(0, 8); }
+std::string short_key(const PublicKey& key) {
+  return hex(key).substr(0, 8);
+}
 
 std::string commit_signing_bytes(std::string_view run_id, uint64_t step,
                                  std::string_view payload_hash) {

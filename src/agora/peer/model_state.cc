@@ -13,11 +13,6 @@ std::string tensor_bytes(const torch::Tensor& t) {
   return std::string(static_cast<const char*>(c.data_ptr()), c.numel() * sizeof(float));
 }
 
-std::string digest(std::string_view bytes) {
-  const auto d = blake2b256(bytes);
-  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
-}
-
 }  // namespace
 
 wire::StateRecord state_record(Llama& model, uint64_t applied_steps) {
@@ -25,12 +20,12 @@ wire::StateRecord state_record(Llama& model, uint64_t applied_steps) {
   record.set_applied_steps(applied_steps);
   std::string all;
   for (const auto& item : model->named_parameters()) {
-    const std::string h = digest(tensor_bytes(item.value()));
+    const std::string h = blake2b256_bytes(tensor_bytes(item.value()));
     record.add_tensor_names(item.key());
     record.add_tensor_hashes(h);
     all += h;
   }
-  record.set_state_hash(digest(all));
+  record.set_state_hash(blake2b256_bytes(all));
   return record;
 }
 
@@ -55,8 +50,8 @@ void load_snapshot(Llama& model, const Snapshot& snapshot) {
     const std::vector<int64_t> shape(item.value().sizes().begin(), item.value().sizes().end());
     if (t.dtype != "F32" || t.shape != shape ||
         t.data.size() != static_cast<size_t>(item.value().numel()) * sizeof(float)) {
-      fail("fetched tensor {} is {} {} ({} bytes); this model needs F32 of shape [{}]",
-           item.key(), t.dtype, fmt::join(t.shape, "x"), t.data.size(), fmt::join(shape, "x"));
+      fail("fetched tensor {} is {} {} ({} bytes); this model needs F32 of shape [{}]", item.key(),
+           t.dtype, fmt::join(t.shape, "x"), t.data.size(), fmt::join(shape, "x"));
     }
     const torch::Tensor source =
         torch::from_blob(const_cast<char*>(t.data.data()), shape, torch::kFloat32);

@@ -4,9 +4,9 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <deque>
 #include <map>
 #include <thread>
@@ -30,11 +30,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string digest(std::string_view bytes) {
-  const auto d = blake2b256(bytes);
-  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
-}
 
 void say(bool enabled, const std::string& who, const std::string& text) {
   if (!enabled) return;
@@ -100,8 +95,8 @@ class Member {
   std::map<uint64_t, std::vector<wire::CommitRecord>> ledger_;
   std::vector<wire::Member> members_;
   std::deque<wire::Envelope> deferred_;
-  uint64_t next_round_ = 0;             // the RoundStart awaited (heartbeats say so)
-  std::optional<wire::Envelope> last_commit_;  // re-sent if its round is announced again
+  uint64_t next_round_ = 0;                       // the RoundStart awaited (heartbeats say so)
+  std::optional<wire::Envelope> last_commit_;     // re-sent if its round is announced again
   std::optional<Clock::time_point> first_round_;  // when the first RoundStart was acted on
   Clock::time_point last_commit_at_;
   PeerSummary summary_;
@@ -117,11 +112,12 @@ wire::Welcome Member::join() {
   const auto started = Clock::now();
   while (!stop_.load()) {
     if (Clock::now() - started > std::chrono::duration<double>(options_.join_timeout_seconds)) {
-      fail("no answer from the coordinator at {} within {:.0f} s; check the address and its key, "
-           "that its port is reachable through firewalls, and that this peer's public key ({}) "
-           "is on the run's allowlist",
-           options_.coordinator, options_.join_timeout_seconds,
-           net::key_to_hex(identity_.public_key()));
+      fail(
+          "no answer from the coordinator at {} within {:.0f} s; check the address and its key, "
+          "that its port is reachable through firewalls, and that this peer's public key ({}) "
+          "is on the run's allowlist",
+          options_.coordinator, options_.join_timeout_seconds,
+          net::key_to_hex(identity_.public_key()));
     }
     if (Clock::now() - last_sent > std::chrono::seconds(5)) {
       net_.send_to_coordinator(join);
@@ -213,10 +209,11 @@ void Member::load_local_checkpoint(const wire::StateRecord& state) {
   // left, and this peer must bring it.
   const fs::path dir = checkpoint_root() / fmt::format("checkpoint_{:06}", state.applied_steps());
   if (!fs::exists(dir)) {
-    fail("no member holds the parameters after step {}, and {} does not exist; the run restarts "
-         "from that checkpoint: copy it there from the machine that wrote it (the coordinator's "
-         "log names it) and start this peer again",
-         state.applied_steps(), dir.string());
+    fail(
+        "no member holds the parameters after step {}, and {} does not exist; the run restarts "
+        "from that checkpoint: copy it there from the machine that wrote it (the coordinator's "
+        "log names it) and start this peer again",
+        state.applied_steps(), dir.string());
   }
   const LoadedCheckpoint checkpoint = load_checkpoint(dir, device_);
   std::map<std::string, torch::Tensor> source;
@@ -268,15 +265,16 @@ void Member::apply_step(uint64_t step) {
   }
   std::vector<Contribution> contributions;
   for (const auto& record : set) {
-    contributions.push_back({net::key_to_hex(record.author()), *net_.blobs().get(record.payload_hash())});
+    contributions.push_back(
+        {net::key_to_hex(record.author()), *net_.blobs().get(record.payload_hash())});
   }
-  const StepContext context{static_cast<int64_t>(step), config_.learning_rate(static_cast<int64_t>(step)),
+  const StepContext context{static_cast<int64_t>(step),
+                            config_.learning_rate(static_cast<int64_t>(step)),
                             static_cast<int64_t>(std::max<size_t>(1, set.size()))};
   const auto apply_started = Clock::now();
   if (!contributions.empty()) strategy_->apply(context, contributions);
   if (first_round_) {
-    summary_.compute_seconds +=
-        std::chrono::duration<double>(Clock::now() - apply_started).count();
+    summary_.compute_seconds += std::chrono::duration<double>(Clock::now() - apply_started).count();
   }
   ++applied_;
   ledger_.erase(ledger_.begin(), ledger_.lower_bound(applied_ > 64 ? applied_ - 64 : 0));
@@ -342,7 +340,7 @@ void Member::train_round(const wire::RoundStart& round) {
   }
   Contribution own = strategy_->contribute(context);
   if (options_.misbehave == "garbage-payload") own.bytes.resize(own.bytes.size() / 2);
-  const std::string hash = digest(own.bytes);
+  const std::string hash = blake2b256_bytes(own.bytes);
   net_.blobs().put(hash, own.bytes, step);
   wire::Envelope commit;
   auto* c = commit.mutable_commit();
@@ -362,8 +360,8 @@ void Member::train_round(const wire::RoundStart& round) {
   summary_.compute_seconds += std::chrono::duration<double>(last_commit_at_ - started).count();
   summary_.wall_seconds = std::chrono::duration<double>(last_commit_at_ - *first_round_).count();
   ++summary_.rounds_trained;
-  log(fmt::format("step {:>5}  loss {:.4f}  {} seqs  {:.2f} s  payload {} B", step, loss_sum,
-                  total, compute, own.bytes.size()));
+  log(fmt::format("step {:>5}  loss {:.4f}  {} seqs  {:.2f} s  payload {} B", step, loss_sum, total,
+                  compute, own.bytes.size()));
 }
 
 fs::path Member::checkpoint_root() const {
@@ -377,7 +375,8 @@ void Member::write_checkpoint() {
   const fs::path dir = root / fmt::format("checkpoint_{:06}", applied_);
   CheckpointMeta meta;
   meta.step = static_cast<int64_t>(applied_);
-  meta.tokens_seen = applied_ * static_cast<uint64_t>(config_.train.batch_size * config_.data.seq_len);
+  meta.tokens_seen =
+      applied_ * static_cast<uint64_t>(config_.train.batch_size * config_.data.seq_len);
   meta.eot_id = eot_id_;
   if (!fs::exists(dir)) {
     save_checkpoint(dir, model_, meta, tokenizer_spec_, config_.to_toml(), std::nullopt);
@@ -415,7 +414,8 @@ PeerSummary Member::run() {
     }
     if (!m) {
       // Idle: a syncing member catches up on what is final.
-      if (!ledger_.empty() && ledger_.rbegin()->first >= applied_) catch_up(ledger_.rbegin()->first + 1);
+      if (!ledger_.empty() && ledger_.rbegin()->first >= applied_)
+        catch_up(ledger_.rbegin()->first + 1);
       continue;
     }
     if (handle_passive(*m)) continue;
@@ -449,9 +449,10 @@ PeerSummary Member::run() {
       log("the coordinator does not know this peer; joining again");
       const wire::Welcome welcome = join();
       if (welcome.run_id() != run_id_) {
-        fail("the coordinator now runs another run ({}, this peer trained {}); restart the peer "
-             "to join the new run",
-             welcome.run_id(), run_id_);
+        fail(
+            "the coordinator now runs another run ({}, this peer trained {}); restart the peer "
+            "to join the new run",
+            welcome.run_id(), run_id_);
       }
       checkpointer_ = welcome.checkpointer();
       // Parameters at or past the majority's record are kept (the hash reports will catch a
@@ -475,7 +476,8 @@ PeerSummary Member::run() {
     log("left the run");
   }
   const NetworkCounters c = net_.counters();
-  log(fmt::format("payloads fetched {}, rejected {}; {} received, {} served; {} malformed "
+  log(
+      fmt::format("payloads fetched {}, rejected {}; {} received, {} served; {} malformed "
                   "messages dropped",
                   c.payloads_fetched, c.payloads_rejected, format_bytes(c.bytes_received),
                   format_bytes(c.bytes_sent), c.dropped_messages));

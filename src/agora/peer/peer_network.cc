@@ -11,13 +11,7 @@ namespace agora::peer {
 namespace {
 
 double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string digest(std::string_view bytes) {
-  const auto d = blake2b256(bytes);
-  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -33,9 +27,9 @@ struct PeerNetwork::Want {
   double timeout = 10;
   bool done = false, ok = false;
   std::string reason;
-  wire::CommitRecord record;   // payloads
-  std::string expected_hash;   // tensors
-  TensorBytes tensor;          // tensors, once fetched
+  wire::CommitRecord record;  // payloads
+  std::string expected_hash;  // tensors
+  TensorBytes tensor;         // tensors, once fetched
 };
 
 // A set of wants that finishes together: a step's collection, an ensure(), a state fetch.
@@ -103,9 +97,10 @@ void PeerNetwork::collect(uint64_t step, std::vector<wire::CommitRecord> commits
   submit(collect_job(step, std::move(commits), members, witness));
 }
 
-std::shared_ptr<PeerNetwork::Job> PeerNetwork::collect_job(
-    uint64_t step, std::vector<wire::CommitRecord> commits,
-    const std::vector<wire::Member>& members, bool witness) {
+std::shared_ptr<PeerNetwork::Job> PeerNetwork::collect_job(uint64_t step,
+                                                           std::vector<wire::CommitRecord> commits,
+                                                           const std::vector<wire::Member>& members,
+                                                           bool witness) {
   auto job = std::make_shared<Job>();
   job->step = step;
   job->witness = witness;
@@ -169,8 +164,8 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
                                   const std::vector<wire::Member>& holders,
                                   double timeout_seconds) {
   if (state.tensor_names_size() != state.tensor_hashes_size()) {
-    fail("the coordinator's state record lists {} tensors but {} hashes",
-         state.tensor_names_size(), state.tensor_hashes_size());
+    fail("the coordinator's state record lists {} tensors but {} hashes", state.tensor_names_size(),
+         state.tensor_hashes_size());
   }
   std::vector<wire::Member> others;
   for (const auto& h : holders) {
@@ -264,7 +259,7 @@ void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
           std::lock_guard lock(mutex_);
           counters_.bytes_received += data.size();
         }
-        if (digest(data) != want.key) {
+        if (blake2b256_bytes(data) != want.key) {
           // A relay (or the author) sent bytes that are not the committed payload: ask another.
           want.reason = fmt::format("{} served bytes that do not match the committed hash", source);
           std::lock_guard lock(mutex_);
@@ -281,8 +276,8 @@ void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
         }
         const wire::CommitRecord& r = want.record;
         std::string why;
-        if (!net::verify_signature(r.author(), net::commit_signing_bytes(run_id, r.step(), want.key),
-                                   r.signature())) {
+        if (!net::verify_signature(
+                r.author(), net::commit_signing_bytes(run_id, r.step(), want.key), r.signature())) {
           why = "the author's signature over the commitment does not verify";
         } else if (validator) {
           why = validator(data);
@@ -308,9 +303,9 @@ void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
           std::lock_guard lock(mutex_);
           counters_.bytes_received += t.data().size();
         }
-        if (digest(t.data()) != want.expected_hash) {
-          want.reason = fmt::format("{} served a tensor that does not match the majority's hash",
-                                    source);
+        if (blake2b256_bytes(t.data()) != want.expected_hash) {
+          want.reason =
+              fmt::format("{} served a tensor that does not match the majority's hash", source);
           advance(want, now);
           return;
         }
@@ -419,9 +414,8 @@ void PeerNetwork::run() {
   double next_heartbeat = 0;
   while (!stop_.load()) {
     pump_commands();
-    std::vector<zmq::pollitem_t> items = {
-        {server_->socket().handle(), 0, ZMQ_POLLIN, 0},
-        {coordinator_->socket().handle(), 0, ZMQ_POLLIN, 0}};
+    std::vector<zmq::pollitem_t> items = {{server_->socket().handle(), 0, ZMQ_POLLIN, 0},
+                                          {coordinator_->socket().handle(), 0, ZMQ_POLLIN, 0}};
     std::vector<std::string> endpoints;
     for (auto& [endpoint, client] : clients_) {
       items.push_back({client->socket().handle(), 0, ZMQ_POLLIN, 0});
