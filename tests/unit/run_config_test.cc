@@ -86,6 +86,9 @@ TEST(RunConfigTest, EmptyDocumentGivesEveryDefault) {
   EXPECT_EQ(config.schedule.warmup_steps, 100);
   EXPECT_EQ(config.schedule.min_lr_ratio, 0.1);
   EXPECT_EQ(config.schedule.decay_fraction, 0.2);
+  EXPECT_EQ(config.tst.bag, 1);
+  EXPECT_EQ(config.tst.fraction, 0.0);
+  EXPECT_EQ(config.tst_switch_step(), 0);
 }
 
 TEST(RunConfigTest, ExampleConfigsLoadAndRoundTrip) {
@@ -371,7 +374,7 @@ TEST(RunConfigTest, UnknownKeys) {
       "yarn_beta_slow, yarn_factor, yarn_original_max_seq_len)");
   EXPECT_EQ(error_of("[whatever]\n"),
             "configs/x.toml: unknown key 'whatever' (allowed at the top level: adamw, data, demo, "
-            "diloco, model, network, optimizer, schedule, seed, train)");
+            "diloco, model, network, optimizer, schedule, seed, train, tst)");
   EXPECT_EQ(error_of("sed = 1\n[data]\nseqlen = 5\n"),
             "configs/x.toml: unknown key 'data.seqlen' (did you mean 'data.seq_len'?)\n"
             "configs/x.toml: unknown key 'sed' (did you mean 'seed'?)");
@@ -448,6 +451,36 @@ TEST(RunConfigTest, CrossFieldRules) {
   EXPECT_NO_THROW(parse("[train]\nsteps = 100\nbatch_size = 8\nmicro_batch_size = 8"));
   EXPECT_NO_THROW(parse("[train]\nsteps = 1\n[schedule]\nwarmup_steps = 1\nkind = \"constant\""));
   EXPECT_NO_THROW(parse("[train]\nsteps = 1000\n[schedule]\nkind = \"wsd\"\nwarmup_steps = 800"));
+}
+
+TEST(RunConfigTest, TokenSuperposition) {
+  const RunConfig config = parse("[train]\nsteps = 1000\n[tst]\nbag = 6\nfraction = 0.3");
+  EXPECT_EQ(config.tst.bag, 6);
+  EXPECT_EQ(config.tst_switch_step(), 300);
+  EXPECT_EQ(config.bag_at(0), 6);
+  EXPECT_EQ(config.bag_at(299), 6);
+  EXPECT_EQ(config.bag_at(300), 1);
+  EXPECT_EQ(config.bag_at(999), 1);
+  // 300 steps of 32 x 256 x 6 data tokens, then 32 x 256 each.
+  EXPECT_EQ(config.data_tokens_through(0), 0u);
+  EXPECT_EQ(config.data_tokens_through(300), 300u * 32 * 256 * 6);
+  EXPECT_EQ(config.data_tokens_through(1000), 300u * 32 * 256 * 6 + 700u * 32 * 256);
+  expect_round_trip(config);
+  // round(fraction x steps): 0.3 x 5 = 1.5 rounds to 2.
+  EXPECT_EQ(
+      parse("[train]\nsteps = 5\n[schedule]\nwarmup_steps = 0\n[tst]\nbag = 2\nfraction = 0.3")
+          .tst_switch_step(),
+      2);
+
+  EXPECT_EQ(error_of("[tst]\nbag = 0"),
+            "configs/x.toml: tst.bag = 0 is invalid (allowed: an integer in [1, 1024])");
+  EXPECT_EQ(error_of("[tst]\nfraction = 1.0"),
+            "configs/x.toml: tst.fraction = 1.0 is invalid (allowed: a number in [0, 1))");
+  EXPECT_EQ(error_of("[tst]\nbag = 4"),
+            "configs/x.toml: tst.bag = 4 with tst.fraction = 0 trains no step in bags "
+            "(round(fraction x train.steps = 1000) = 0; allowed: a fraction of at least 0.5 / "
+            "train.steps, typically 0.2 to 0.4, or tst.bag = 1 to turn superposition off)");
+  EXPECT_NE(error_of("[tst]\nbags = 4").find("did you mean"), std::string::npos);
 }
 
 // A config with lr 1, so learning_rate() is the schedule's multiplier.

@@ -143,6 +143,48 @@ TEST_F(SamplerTest, WindowsFollowTheLayout) {
   }
 }
 
+// Bags of s tokens (TST): a window is T + 1 bags, windows start every s * T tokens and share one
+// bag with the next, so every bag after a shard's first is a target bag exactly once.
+TEST_F(SamplerTest, BagWindowsFollowTheLayout) {
+  const uint32_t T = 2, s = 3;
+  // s * (T + 1) = 9 tokens make one window: 8 is too short, 9 and 14 hold one, 15 two, 27 four.
+  const std::vector<size_t> sizes = {8, 9, 14, 15, 27};
+  std::vector<std::shared_ptr<const ShardReader>> shards;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    shards.push_back(make_shard("b" + std::to_string(i) + ".bin", sizes[i], 1000 * i));
+  }
+  const Sampler sampler(shards, T, 5, s);
+  EXPECT_EQ(sampler.bag(), s);
+  EXPECT_EQ(sampler.window_tokens(), 9u);
+  ASSERT_EQ(sampler.windows_per_epoch(), 0u + 1 + 1 + 2 + 4);
+  const std::vector<Sampler::Window> expected = {{1, 0}, {2, 0}, {3, 0},  {3, 6},
+                                                 {4, 0}, {4, 6}, {4, 12}, {4, 18}};
+  for (uint64_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(sampler.window_at(i), expected[i]) << "window " << i;
+  }
+  // read() writes the s * (T + 1) consecutive tokens of the window.
+  std::vector<TokenId> got(sampler.window_tokens());
+  for (uint64_t q = 0; q < 2 * expected.size(); ++q) {
+    const Sampler::Window w = sampler.window(q);
+    sampler.read(q, got.data());
+    for (size_t k = 0; k < got.size(); ++k) {
+      ASSERT_EQ(got[k], 1000 * w.shard + w.first_token + k) << "sequence " << q;
+    }
+  }
+  // bag = 1 is the ordinary sampler, window for window.
+  const Sampler plain(shards, T, 5), one(shards, T, 5, 1);
+  ASSERT_EQ(plain.windows_per_epoch(), one.windows_per_epoch());
+  for (uint64_t q = 0; q < 50; ++q) EXPECT_EQ(plain.window(q), one.window(q));
+  EXPECT_THROW(Sampler(shards, T, 5, 0), Error);
+  try {
+    Sampler({make_shard("short.bin", 8)}, T, 5, s);
+    ADD_FAILURE() << "a shard shorter than one bag window was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("9 tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bags of 3"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(SamplerTest, EveryWindowOncePerEpochAndTokensMatch) {
   const uint32_t T = 3;
   std::vector<std::shared_ptr<const ShardReader>> shards = {

@@ -183,6 +183,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
                   static_cast<uint64_t>(config_.train.batch_size),
                   n,
                   allowlist};
+  options.tst_switch_step = static_cast<uint64_t>(config_.tst_switch_step());
   machine_ = std::make_unique<StateMachine>(options, std::move(state));
   printed_ = saved_steps_ = machine_->state().finalized_steps();
   // Members of a resumed run reconnect without joining again: their transport keys follow from

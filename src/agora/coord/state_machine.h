@@ -50,6 +50,7 @@ struct Options {
   uint64_t batch_size = 0;      // train.batch_size: sequences per step (global batch)
   NetworkConfig network;
   std::set<net::PublicKey> allowlist;  // empty = open run (anyone may join)
+  uint64_t tst_switch_step = 0;        // RunConfig::tst_switch_step(): logged when it opens
 };
 
 struct Outgoing {

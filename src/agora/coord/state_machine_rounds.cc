@@ -120,6 +120,9 @@ void StateMachine::open_round(double now) {
   for (const Member* m : members) send(m->key, round_start_for(m->key, now));
   log(fmt::format("round {} opened: {} sequences to {} members ({}), deadline {:.1f} s", t,
                   options_.batch_size, members.size(), split, seconds));
+  if (t == options_.tst_switch_step && t > 0) {
+    log(fmt::format("step {}: token superposition ends; next-token training from here on", t));
+  }
 }
 
 void StateMachine::close_round(double now) {
@@ -141,6 +144,7 @@ void StateMachine::close_round(double now) {
     if (total_count(ranges) == 0) continue;  // nothing was asked of it
     Member& m = state_.members.at(key);
     missed.push_back(short_hex(key));
+    ++state_.counters.deadline_misses;
     // A member that left or restarted (rejoined, now syncing) walked out; no strike.
     if (m.state == MemberState::kActive) {
       strike(m, fmt::format("missed the deadline of round {}", round.step));

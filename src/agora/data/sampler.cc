@@ -88,12 +88,12 @@ uint64_t KeyedPermutation::operator()(uint64_t k) const {
 // Sampler
 
 Sampler::Sampler(std::vector<std::shared_ptr<const ShardReader>> shards, uint32_t seq_len,
-                 uint64_t seed)
-    : Sampler(std::move(shards), seq_len, seed, "") {}
+                 uint64_t seed, uint32_t bag)
+    : Sampler(std::move(shards), seq_len, seed, bag, "") {}
 
 Sampler::Sampler(std::vector<std::shared_ptr<const ShardReader>> shards, uint32_t seq_len,
-                 uint64_t seed, const std::string& source)
-    : shards_(std::move(shards)), seq_len_(seq_len), seed_(seed) {
+                 uint64_t seed, uint32_t bag, const std::string& source)
+    : shards_(std::move(shards)), seq_len_(seq_len), bag_(bag), seed_(seed) {
   if (shards_.empty()) fail("sampler: no shards given{}", source.empty() ? "" : " by " + source);
   for (size_t i = 0; i < shards_.size(); ++i) {
     if (!shards_[i]) fail("sampler: shard {} is null", i);
@@ -102,6 +102,7 @@ Sampler::Sampler(std::vector<std::shared_ptr<const ShardReader>> shards, uint32_
     fail("sampler: {} shards, at most {}", shards_.size(), UINT32_MAX);
   }
   if (seq_len == 0) fail("sampler: seq_len is 0; a window needs at least one input token");
+  if (bag == 0) fail("sampler: bag is 0; a bag holds at least one token");
   const std::string where = source.empty()
                                 ? fmt::format("{} shard(s) starting with {}", shards_.size(),
                                               shards_.front()->path().string())
@@ -111,19 +112,20 @@ Sampler::Sampler(std::vector<std::shared_ptr<const ShardReader>> shards, uint32_
   for (const auto& shard : shards_) {
     const uint64_t n = shard->num_tokens();
     total_tokens += n;
-    total_windows_ += n < 2 ? 0 : (n - 1) / seq_len_;
+    total_windows_ += n < window_tokens() ? 0 : (n - bag_) / stride();
     window_end_.push_back(total_windows_);
   }
   if (total_windows_ == 0) {
     fail(
         "sampler: {} hold(s) {} tokens in all, but no shard has the {} tokens that one window of "
-        "seq_len {} needs",
-        where, total_tokens, uint64_t{seq_len_} + 1, seq_len_);
+        "seq_len {}{} needs",
+        where, total_tokens, window_tokens(), seq_len_,
+        bag_ > 1 ? fmt::format(" in bags of {}", bag_) : "");
   }
 }
 
 Sampler Sampler::from_directory(const std::filesystem::path& dir, std::string_view split,
-                                uint32_t seq_len, uint64_t seed) {
+                                uint32_t seq_len, uint64_t seed, uint32_t bag) {
   if (split.empty() || split.find_first_of("_/") != std::string_view::npos) {
     fail("sampler: split name \"{}\" is not allowed; use a word such as \"train\" or \"val\"",
          split);
@@ -157,7 +159,7 @@ Sampler Sampler::from_directory(const std::filesystem::path& dir, std::string_vi
   for (const auto& path : paths) {
     shards.push_back(std::make_shared<const ShardReader>(ShardReader::open(path)));
   }
-  return Sampler(std::move(shards), seq_len, seed,
+  return Sampler(std::move(shards), seq_len, seed, bag,
                  fmt::format("the {} \"{}\" shard(s) in {}", paths.size(), split, dir.string()));
 }
 
@@ -170,7 +172,7 @@ Sampler::Window Sampler::window_at(uint64_t index) const {
   const auto it = std::upper_bound(window_end_.begin(), window_end_.end(), index);
   const size_t shard = static_cast<size_t>(it - window_end_.begin());
   const uint64_t shard_begin = shard == 0 ? 0 : window_end_[shard - 1];
-  return Window{static_cast<uint32_t>(shard), (index - shard_begin) * seq_len_};
+  return Window{static_cast<uint32_t>(shard), (index - shard_begin) * stride()};
 }
 
 Sampler::Window Sampler::window(uint64_t sequence_id) const {

@@ -8,8 +8,13 @@
 //   inputs and the T targets, shifted by one). In a shard of n tokens window i starts at token
 //   i * T, so neighbouring windows share one token and every token after a shard's first is a
 //   target exactly once. A shard holds (n - 1) / T windows (0 when n < T + 1); windows never
-//   cross shards. Global window indices run through the shards in the order given. A caller that
-//   wants longer windows (s * T tokens for superposition training) passes s * T as seq_len.
+//   cross shards. Global window indices run through the shards in the order given.
+//
+// Bags (Token Superposition Training, ALGORITHMS.md section 4). With bag = s > 1 every unit
+//   above is a bag of s consecutive tokens: a window is T + 1 bags (s * (T + 1) tokens: T input
+//   bags and T target bags, shifted by one bag), window i starts at token i * s * T, neighbouring
+//   windows share one bag, and a shard holds (n - s) / (s * T) windows (0 when n < s * (T + 1)).
+//   bag = 1 is exactly the layout above.
 //
 // Order. W = windows per epoch. Sequence id q is slot k = q % W of epoch e = q / W, and trains
 //   on window P_{seed,e}(k), where P is KeyedPermutation below. Each epoch therefore visits every
@@ -75,20 +80,22 @@ class Sampler {
     bool operator==(const Window&) const = default;
   };
 
-  // Throws Error when `shards` is empty or null, seq_len is 0, or no shard is long enough for
-  // one window (the message says how many tokens one window needs).
-  Sampler(std::vector<std::shared_ptr<const ShardReader>> shards, uint32_t seq_len, uint64_t seed);
+  // Throws Error when `shards` is empty or null, seq_len or bag is 0, or no shard is long enough
+  // for one window (the message says how many tokens one window needs).
+  Sampler(std::vector<std::shared_ptr<const ShardReader>> shards, uint32_t seq_len, uint64_t seed,
+          uint32_t bag = 1);
 
   // All `dir`/*.bin whose name, split at underscores, has `split` as a word: train_000000.bin
   // as agora writes them, and fineweb_train_000001.bin or tiny_val.bin as llm.c does. Sorted by
   // file name (byte order), so every peer sees the same order. Throws Error naming the folder
   // when it cannot be listed, holds no such file, or its shards hold no window.
   static Sampler from_directory(const std::filesystem::path& dir, std::string_view split,
-                                uint32_t seq_len, uint64_t seed);
+                                uint32_t seq_len, uint64_t seed, uint32_t bag = 1);
 
   uint32_t seq_len() const { return seq_len_; }
-  // seq_len() + 1: the tokens read() writes.
-  uint32_t window_tokens() const { return seq_len_ + 1; }
+  uint32_t bag() const { return bag_; }
+  // bag() * (seq_len() + 1): the tokens read() writes.
+  uint64_t window_tokens() const { return uint64_t{bag_} * (uint64_t{seq_len_} + 1); }
   uint64_t seed() const { return seed_; }
   // W: windows in one epoch (> 0).
   uint64_t windows_per_epoch() const { return total_windows_; }
@@ -103,13 +110,16 @@ class Sampler {
   void read(uint64_t sequence_id, TokenId* out) const;
 
  private:
+  // Tokens from one window's start to the next's: bag * seq_len.
+  uint64_t stride() const { return uint64_t{bag_} * seq_len_; }
   Sampler(std::vector<std::shared_ptr<const ShardReader>> shards, uint32_t seq_len, uint64_t seed,
-          const std::string& source);
+          uint32_t bag, const std::string& source);
 
   std::vector<std::shared_ptr<const ShardReader>> shards_;
   // window_end_[i]: global index one past shard i's last window (a prefix sum).
   std::vector<uint64_t> window_end_;
   uint32_t seq_len_;
+  uint32_t bag_;
   uint64_t seed_;
   uint64_t total_windows_ = 0;
 };

@@ -151,12 +151,20 @@ const std::pair<torch::Tensor, torch::Tensor>& LlamaImpl::rotary(int64_t length,
 torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, KvCache* cache) {
   if (tokens.dim() != 2)
     fail("model input must be [batch, time] token ids, got {} dims", tokens.dim());
-  const int64_t T = tokens.size(1);
+  return forward_embeddings(model->embed_tokens(tokens), cache);
+}
+
+torch::Tensor LlamaImpl::forward_embeddings(const torch::Tensor& input, KvCache* cache) {
+  if (input.dim() != 3 || input.size(2) != config_.hidden_size) {
+    fail("model input vectors must be [batch, time, {}], got {}", config_.hidden_size,
+         c10::str(input.sizes()));
+  }
+  const int64_t T = input.size(1);
   const int64_t start = cache ? cache->length : 0;
   if (!cache && T > config_.max_seq_len) {
     fail("sequence of {} tokens is longer than the model's context ({})", T, config_.max_seq_len);
   }
-  const auto& [cos_all, sin_all] = rotary(start + T, tokens.device());
+  const auto& [cos_all, sin_all] = rotary(start + T, input.device());
   const torch::Tensor cos = cos_all.narrow(0, start, T), sin = sin_all.narrow(0, start, T);
 
   torch::Tensor logn_scale;
@@ -167,14 +175,14 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, KvCache* cache) {
     logn_scale = torch::log(torch::arange(start + 1, start + T + 1,
                                           torch::TensorOptions().dtype(torch::kFloat32)))
                      .div(std::log(double(train_len)))
-                     .to(tokens.device());
+                     .to(input.device());
   }
 
   if (cache && cache->keys.empty()) {
     cache->keys.resize(config_.num_layers);
     cache->values.resize(config_.num_layers);
   }
-  torch::Tensor x = model->embed_tokens(tokens);
+  torch::Tensor x = input;
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     x = model->layers->at<DecoderLayerImpl>(i).forward(x, cos, sin, logn_scale,
                                                        cache ? &cache->keys[i] : nullptr,

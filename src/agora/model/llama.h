@@ -95,6 +95,10 @@ class LlamaImpl : public torch::nn::Module {
   // tokens: [B, T] int64 -> logits [B, T, padded_vocab_size]. Without a cache T must not exceed
   // max_seq_len; with one, positions continue from cache->length and the cache grows.
   torch::Tensor forward(const torch::Tensor& tokens, KvCache* cache = nullptr);
+  // The same from input vectors instead of token ids: x [B, T, hidden_size], e.g. the mean of
+  // several tokens' embeddings (train/superposition.h). forward(tokens) is
+  // forward_embeddings(model->embed_tokens(tokens)).
+  torch::Tensor forward_embeddings(const torch::Tensor& x, KvCache* cache = nullptr);
 
   const ModelConfig& config() const { return config_; }
   // The output projection's weight (the embedding's when tied).

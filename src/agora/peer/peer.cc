@@ -19,6 +19,7 @@
 #include "agora/peer/model_state.h"
 #include "agora/peer/peer_network.h"
 #include "agora/train/batches.h"
+#include "agora/train/superposition.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/data_meta.h"
 #include "agora/train/device.h"
@@ -91,6 +92,7 @@ class Member {
   std::unique_ptr<Strategy> strategy_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<Sampler> bag_sampler_;  // TST phase 1 (steps < config_.tst_switch_step())
   uint64_t applied_ = 0;
   std::map<uint64_t, std::vector<wire::CommitRecord>> ledger_;
   std::vector<wire::Member> members_;
@@ -166,6 +168,12 @@ void Member::build(const wire::Welcome& welcome) {
   });
   sampler_ = std::make_unique<Sampler>(Sampler::from_directory(
       config_.data.dir, "train", static_cast<uint32_t>(config_.data.seq_len), config_.seed));
+  if (config_.tst_switch_step() > 0) {
+    bag_sampler_ = std::make_unique<Sampler>(
+        Sampler::from_directory(config_.data.dir, "train",
+                                static_cast<uint32_t>(config_.data.seq_len), config_.seed,
+                                static_cast<uint32_t>(config_.tst.bag)));
+  }
 }
 
 void Member::sync_state(const wire::StateRecord& state, const std::vector<wire::Member>& holders) {
@@ -314,16 +322,25 @@ void Member::train_round(const wire::RoundStart& round) {
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
   const AutocastGuard autocast(device_, config_.train.dtype == "bfloat16");
   const int64_t b = config_.train.micro_batch_size, T = config_.data.seq_len;
+  // Every member switches at the same step: the step, not the member, decides the phase.
+  const bool bagged = static_cast<int64_t>(step) < config_.tst_switch_step();
+  if (static_cast<int64_t>(step) == config_.tst_switch_step() && step > 0) {
+    log(fmt::format("step {:>5}  token superposition ends: next-token training from here on",
+                    step));
+  }
   double loss_sum = 0;
   for (const auto& range : round.assignment()) {
     for (uint64_t done = 0; done < range.count(); done += static_cast<uint64_t>(b)) {
       if (stop_.load()) return;
       const int64_t count = static_cast<int64_t>(std::min<uint64_t>(b, range.count() - done));
       const torch::Tensor tokens =
-          read_sequences(*sampler_, range.first() + done, count).to(device_);
-      const torch::Tensor logits = model_->forward(tokens.narrow(1, 0, T));
-      const torch::Tensor loss = next_token_loss(logits, tokens.narrow(1, 1, T)) *
-                                 (static_cast<double>(count) / static_cast<double>(total));
+          read_sequences(bagged ? *bag_sampler_ : *sampler_, range.first() + done, count)
+              .to(device_);
+      const torch::Tensor mean_loss =
+          bagged ? superposition_loss(model_, tokens, config_.tst.bag)
+                 : next_token_loss(model_->forward(tokens.narrow(1, 0, T)), tokens.narrow(1, 1, T));
+      const torch::Tensor loss =
+          mean_loss * (static_cast<double>(count) / static_cast<double>(total));
       loss.backward();
       loss_sum += loss.item<double>();
     }
@@ -375,8 +392,7 @@ void Member::write_checkpoint() {
   const fs::path dir = root / fmt::format("checkpoint_{:06}", applied_);
   CheckpointMeta meta;
   meta.step = static_cast<int64_t>(applied_);
-  meta.tokens_seen =
-      applied_ * static_cast<uint64_t>(config_.train.batch_size * config_.data.seq_len);
+  meta.tokens_seen = config_.data_tokens_through(static_cast<int64_t>(applied_));
   meta.eot_id = eot_id_;
   if (!fs::exists(dir)) {
     save_checkpoint(dir, model_, meta, tokenizer_spec_, config_.to_toml(), std::nullopt);

@@ -1,4 +1,6 @@
 // Validation loss: the mean next-token cross-entropy over consecutive windows of a token set.
+// With a sampler of bag s > 1 it is the superposition loss instead (train/superposition.h): the
+// mean over positions of the mean of s cross-entropies against the next bag.
 //
 // Window i covers tokens [i*T, (i+1)*T] of its shard: inputs [i*T, (i+1)*T), targets shifted by
 // one; a final partial window is dropped; windows never cross shards (Sampler::window_at's

@@ -194,6 +194,11 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
   schedule.decay_fraction = toml.get_double("schedule.decay_fraction", schedule.decay_fraction,
                                             DoubleRange::between(0, 1, true, false));
 
+  TstConfig& tst = config.tst;
+  tst.bag = toml.get_int("tst.bag", tst.bag, {1, 1024});
+  tst.fraction =
+      toml.get_double("tst.fraction", tst.fraction, DoubleRange::between(0, 1, false, true));
+
   NetworkConfig& net = config.network;
   net.listen = toml.get_string("network.listen", net.listen, /*allow_empty=*/false);
   net.allowlist = toml.get_string("network.allowlist", net.allowlist);
@@ -201,18 +206,19 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
   net.warmup_seconds =
       toml.get_double("network.warmup_seconds", net.warmup_seconds, DoubleRange::at_least(0));
   net.overlap = toml.get_int("network.overlap", net.overlap, {0, 1});
-  net.deadline_factor = toml.get_double("network.deadline_factor", net.deadline_factor,
-                                        DoubleRange::at_least(1));
+  net.deadline_factor =
+      toml.get_double("network.deadline_factor", net.deadline_factor, DoubleRange::at_least(1));
   net.min_deadline_seconds = toml.get_double(
       "network.min_deadline_seconds", net.min_deadline_seconds, DoubleRange::greater_than(0));
-  net.witness_seconds = toml.get_double("network.witness_seconds", net.witness_seconds,
-                                        DoubleRange::greater_than(0));
+  net.witness_seconds =
+      toml.get_double("network.witness_seconds", net.witness_seconds, DoubleRange::greater_than(0));
   net.heartbeat_timeout_seconds =
       toml.get_double("network.heartbeat_timeout_seconds", net.heartbeat_timeout_seconds,
                       DoubleRange::greater_than(1));
   net.max_strikes = toml.get_int("network.max_strikes", net.max_strikes, {1, 1000});
   net.hash_interval = toml.get_int("network.hash_interval", net.hash_interval, {1, kMaxInt});
-  net.quorum = toml.get_double("network.quorum", net.quorum, DoubleRange::between(0, 1, false, true));
+  net.quorum =
+      toml.get_double("network.quorum", net.quorum, DoubleRange::between(0, 1, false, true));
   net.checkpointers = toml.get_int("network.checkpointers", net.checkpointers, {0, 1 << 20});
   net.state_db = toml.get_string("network.state_db", net.state_db, /*allow_empty=*/false);
 }
@@ -247,6 +253,14 @@ void check_cross_field(const TomlConfig& toml, const RunConfig& config) {
         origin(toml, {"schedule.warmup_steps", "schedule.decay_fraction", "train.steps"}),
         schedule.warmup_steps, train.steps, config.decay_steps(),
         train.steps - config.decay_steps());
+  }
+  if (config.tst.bag > 1 && config.tst_switch_step() == 0) {
+    fail(
+        "{}: tst.bag = {} with tst.fraction = {} trains no step in bags (round(fraction x "
+        "train.steps = {}) = 0; allowed: a fraction of at least 0.5 / train.steps, typically 0.2 "
+        "to 0.4, or tst.bag = 1 to turn superposition off)",
+        origin(toml, {"tst.bag", "tst.fraction", "train.steps"}), config.tst.bag,
+        config.tst.fraction, train.steps);
   }
   // The model's shape is checked now even before the data's vocabulary is known, with a stand-in
   // vocabulary, so a bad hidden_size / num_heads fails at load rather than minutes later.
@@ -357,6 +371,10 @@ std::string RunConfig::to_toml() const {
   out += fmt::format("min_lr_ratio = {}\n", toml_float(schedule.min_lr_ratio));
   out += fmt::format("decay_fraction = {}\n", toml_float(schedule.decay_fraction));
 
+  out += "\n[tst]\n";
+  out += fmt::format("bag = {}\n", tst.bag);
+  out += fmt::format("fraction = {}\n", toml_float(tst.fraction));
+
   const NetworkConfig& net = network;
   out += "\n[network]\n";
   out += fmt::format("listen = {}\n", toml_quote(net.listen));
@@ -392,6 +410,23 @@ int64_t RunConfig::decay_steps() const {
   return std::clamp<int64_t>(rounded, 1, train.steps);
 }
 
+int64_t RunConfig::tst_switch_step() const {
+  return std::clamp<int64_t>(std::llround(tst.fraction * static_cast<double>(train.steps)), 0,
+                             train.steps);
+}
+
+int64_t RunConfig::bag_at(int64_t step) const {
+  return step < tst_switch_step() ? tst.bag : 1;
+}
+
+uint64_t RunConfig::data_tokens_through(int64_t steps) const {
+  const auto per_step = static_cast<uint64_t>(train.batch_size * data.seq_len);
+  const auto bagged =
+      static_cast<uint64_t>(std::min(std::max<int64_t>(steps, 0), tst_switch_step()));
+  const auto plain = static_cast<uint64_t>(std::max<int64_t>(steps, 0)) - bagged;
+  return per_step * (bagged * static_cast<uint64_t>(tst.bag) + plain);
+}
+
 double RunConfig::learning_rate(int64_t step) const {
   if (step < 0) fail("learning_rate: step = {} is invalid (allowed: an integer >= 0)", step);
   const double lr = optimizer.lr;
@@ -417,14 +452,16 @@ bool RunConfig::operator==(const RunConfig& other) const {
   return seed == other.seed && models_equal(model, other.model) &&
          model_overrides == other.model_overrides && data == other.data && train == other.train &&
          optimizer == other.optimizer && demo == other.demo && adamw == other.adamw &&
-         diloco == other.diloco && schedule == other.schedule && network == other.network;
+         diloco == other.diloco && schedule == other.schedule && tst == other.tst &&
+         network == other.network;
 }
 
 void check_decentralized(const RunConfig& config) {
   if (config.optimizer.name != "demo") {
-    fail("optimizer.name = \"{}\" cannot run decentralized yet (allowed: \"demo\"; all-reduce "
-         "AdamW and DiLoCo run with agora train --simulate-peers)",
-         config.optimizer.name);
+    fail(
+        "optimizer.name = \"{}\" cannot run decentralized yet (allowed: \"demo\"; all-reduce "
+        "AdamW and DiLoCo run with agora train --simulate-peers)",
+        config.optimizer.name);
   }
   if (config.demo.lookahead) {
     fail("demo.lookahead = true cannot run decentralized yet (allowed: false)");

@@ -36,6 +36,8 @@
 //   pseudo_gradient_dtype = "float32"   # float32 | bfloat16 | int8 (per-row scales)
 //   [schedule]
 //   kind = "cosine", warmup_steps = 100, min_lr_ratio = 0.1, decay_fraction = 0.2
+//   [tst]                       # Token Superposition Training (ALGORITHMS.md section 4)
+//   bag = 1, fraction = 0.0     # the first round(fraction * steps) steps read bags of `bag`
 //   [network]                   # decentralized runs only (agora coordinator / agora peer)
 //   listen = "tcp://0.0.0.0:7400", allowlist = "", min_peers = 2, warmup_seconds = 2.0,
 //   overlap = 1, deadline_factor = 3.0, min_deadline_seconds = 10.0, witness_seconds = 10.0,
@@ -129,14 +131,26 @@ struct ScheduleConfig {
   bool operator==(const ScheduleConfig&) const = default;
 };
 
+// Token Superposition Training (ALGORITHMS.md section 4). Phase 1, steps [0, switch_step()):
+// each sequence reads bag * seq_len data tokens, each bag of `bag` consecutive tokens enters the
+// model as the mean of their embeddings, and position j predicts every token of bag j + 1. Phase
+// 2, the rest: ordinary next-token training. One model, optimizer state and lr schedule
+// throughout. bag = 1 (the default) is ordinary training at every step.
+struct TstConfig {
+  int64_t bag = 1;        // s: tokens per bag in phase 1
+  double fraction = 0.0;  // r: the share of train.steps in phase 1, in [0, 1)
+
+  bool operator==(const TstConfig&) const = default;
+};
+
 // A decentralized run (docs/protocol.md). The coordinator reads all of it; peers receive the
 // coordinator's config when they join, so every member trains with the same settings.
 struct NetworkConfig {
   std::string listen = "tcp://0.0.0.0:7400";  // the coordinator's control socket
-  std::string allowlist;  // a file of hex ed25519 public keys, one per line; "" = open run
-  int64_t min_peers = 2;  // rounds run while at least this many members are active
-  double warmup_seconds = 2.0;  // once min_peers joined, wait this long for more before step 0
-  int64_t overlap = 1;          // 0 = synchronous; 1 = fetch step s while computing step s + 1
+  std::string allowlist;         // a file of hex ed25519 public keys, one per line; "" = open run
+  int64_t min_peers = 2;         // rounds run while at least this many members are active
+  double warmup_seconds = 2.0;   // once min_peers joined, wait this long for more before step 0
+  int64_t overlap = 1;           // 0 = synchronous; 1 = fetch step s while computing step s + 1
   double deadline_factor = 3.0;  // round deadline: factor x the slowest expected compute time
   double min_deadline_seconds = 10.0;     // ... but never less than this
   double witness_seconds = 10.0;          // after a commit phase closes: time to fetch and witness
@@ -165,6 +179,7 @@ struct RunConfig {
   AdamWConfig adamw;
   DiLoCoConfig diloco;
   ScheduleConfig schedule;
+  TstConfig tst;
   NetworkConfig network;
 
   // Reads `path`, applies each "key=value" override in order, validates. Throws Error.
@@ -198,6 +213,15 @@ struct RunConfig {
   double learning_rate(int64_t step) const;
   // D above; 0 for kinds other than wsd.
   int64_t decay_steps() const;
+
+  // TST: the first step of phase 2, round(tst.fraction * train.steps). Steps before it train
+  // on bags even when tst.bag = 1, which is ordinary training by another road (the tests
+  // compare the two bit for bit).
+  int64_t tst_switch_step() const;
+  // The bag size step `step` trains with: tst.bag before the switch, 1 from it on.
+  int64_t bag_at(int64_t step) const;
+  // Data tokens that steps [0, steps) read: sum over steps of batch_size * seq_len * bag_at(step).
+  uint64_t data_tokens_through(int64_t steps) const;
 
   bool operator==(const RunConfig& other) const;
 };

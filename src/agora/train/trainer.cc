@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -24,6 +25,7 @@
 #include "agora/train/evaluate.h"
 #include "agora/train/parameter_hash.h"
 #include "agora/train/strategy_factory.h"
+#include "agora/train/superposition.h"
 
 namespace agora {
 namespace fs = std::filesystem;
@@ -45,9 +47,10 @@ class StepLine {
     const bool last = s.step + 1 == total_;
     if (!tty_ && (s.step + 1) % interval_ != 0 && !last) return;
     const std::string line = fmt::format(
-        "step {:>6}/{}  loss {:.4f}  lr {:.2e}  |g| {:.3f}  {:.0f} tok/s  {}/peer  ETA {}",
-        s.step + 1, total_, s.loss, s.lr, s.grad_norm, s.tokens_per_second,
-        format_bytes(static_cast<double>(s.payload_bytes)), format_duration(eta_seconds));
+        "step {:>6}/{}  loss {:.4f}{}  lr {:.2e}  |g| {:.3f}  {:.0f} tok/s  {}/peer  ETA {}",
+        s.step + 1, total_, s.loss, s.bag > 1 ? fmt::format(" (bags of {})", s.bag) : "", s.lr,
+        s.grad_norm, s.tokens_per_second, format_bytes(static_cast<double>(s.payload_bytes)),
+        format_duration(eta_seconds));
     std::fprintf(stderr, tty_ ? "\r\033[2K%s" : "%s\n", line.c_str());
     std::fflush(stderr);
     pending_ = tty_;
@@ -187,10 +190,22 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
       Sampler::from_directory(config.data.dir, "train", config.data.seq_len, config.seed);
   const Sampler val_data =
       Sampler::from_directory(config.data.dir, "val", config.data.seq_len, config.seed);
+  // TST phase 1 reads windows of tst.bag * (T + 1) tokens from samplers of their own.
+  const int64_t switch_step = config.tst_switch_step(), bag = config.tst.bag;
+  std::optional<Sampler> bag_train, bag_val;
+  if (switch_step > 0) {
+    bag_train = Sampler::from_directory(config.data.dir, "train", config.data.seq_len, config.seed,
+                                        static_cast<uint32_t>(bag));
+    if (bag > 1) {
+      bag_val = Sampler::from_directory(config.data.dir, "val", config.data.seq_len, config.seed,
+                                        static_cast<uint32_t>(bag));
+    }
+  }
 
   TrainSummary summary;
   summary.parameters = config.model.num_parameters();
   summary.simulated_peers = N;
+  summary.tst_switch_step = switch_step;
   int64_t start = 0;
   if (!options.resume.empty()) {
     const LoadedCheckpoint checkpoint = load_checkpoint(options.resume, device);
@@ -224,15 +239,32 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
       fmt::format("training {} ({:.2f}M parameters) on {} for {} steps of {} x {} tokens with {}{}",
                   config.model.preset, summary.parameters / 1e6, device.str(), t.steps, B, T,
                   config.optimizer.name, N > 1 ? fmt::format(", {} simulated peers", N) : ""));
+  if (switch_step > start) {
+    line.message(fmt::format(
+        "token superposition: steps 0-{} read bags of {} tokens ({} data tokens per sequence), "
+        "then next-token training",
+        switch_step - 1, bag, bag * T));
+  }
   for (const std::string& warning : replicas[0].strategy->warnings()) {
     line.message("warning: " + warning);
   }
   if (!options.save_payloads.empty()) fs::create_directories(options.save_payloads);
 
+  double train_seconds = 0;  // in training steps only: what bench/tst compares
   const auto run_eval = [&](int64_t step) {
     const EvalResult r = evaluate(model, val_data, t.eval_windows, b);
     summary.val_history.emplace_back(step, r.loss);
-    line.message(fmt::format("step {:>6}  val_loss {:.4f}  ({} windows)", step, r.loss, r.windows));
+    EvalPoint point{step, r.loss, NAN, train_seconds};
+    std::string bag_text;
+    // While the model has only ever seen bags, the bag loss says how phase 1 itself is going.
+    if (bag_val && step <= switch_step) {
+      point.bag_val_loss = evaluate(model, *bag_val, t.eval_windows, b).loss;
+      summary.bag_val_history.emplace_back(step, point.bag_val_loss);
+      bag_text = fmt::format("  bag_val_loss {:.4f} (bags of {})", point.bag_val_loss, bag);
+    }
+    line.message(fmt::format("step {:>6}  val_loss {:.4f}{}  ({} windows)", step, r.loss, bag_text,
+                             r.windows));
+    if (options.on_eval) options.on_eval(point);
     return r.loss;
   };
   const auto save = [&](int64_t steps_done, double val_loss) {
@@ -240,7 +272,7 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
     fs::create_directories(t.out_dir);
     CheckpointMeta meta;
     meta.step = steps_done;
-    meta.tokens_seen = static_cast<uint64_t>(steps_done * B * T);
+    meta.tokens_seen = config.data_tokens_through(steps_done);
     meta.eot_id = data.eot_id;
     meta.val_loss = val_loss;
     TrainingState state{gather_state(replicas), at::detail::getDefaultCPUGenerator().get_state()};
@@ -258,6 +290,13 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
   double last_val = NAN;
   std::vector<Contribution> contributions(static_cast<size_t>(N));
   for (int64_t step = start; step < t.steps; ++step) {
+    const bool bagged = step < switch_step;
+    if (step == switch_step && switch_step > 0) {
+      line.message(fmt::format(
+          "step {:>6}  token superposition ends: next-token training from here on, same "
+          "weights, optimizer state and schedule (the loss jumps for a while)",
+          step));
+    }
     const auto step_start = Clock::now();
     const StepContext context{step, config.learning_rate(step), N};
     double loss_sum = 0, norm_sum = 0;
@@ -269,9 +308,13 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
       double loss_peer = 0;
       for (int64_t k = 0; k < accumulation; ++k) {
         const uint64_t first = static_cast<uint64_t>(step * B + i * per_peer + k * b);
-        const torch::Tensor tokens = read_sequences(train_data, first, b).to(device);
-        const torch::Tensor logits = r.model->forward(tokens.narrow(1, 0, T));
-        const torch::Tensor loss = next_token_loss(logits, tokens.narrow(1, 1, T)) / accumulation;
+        const torch::Tensor tokens =
+            read_sequences(bagged ? *bag_train : train_data, first, b).to(device);
+        const torch::Tensor loss =
+            (bagged ? superposition_loss(r.model, tokens, bag)
+                    : next_token_loss(r.model->forward(tokens.narrow(1, 0, T)),
+                                      tokens.narrow(1, 1, T))) /
+            accumulation;
         loss.backward();
         loss_peer += loss.item<double>();
       }
@@ -299,8 +342,10 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
 
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+    train_seconds += seconds;
     const StepStats stats{
-        step, loss_sum / N, context.lr, norm_sum / N, B * T / std::max(seconds, 1e-9), bytes / N};
+        step,      loss_sum / N,    context.lr, norm_sum / N, B * T / std::max(seconds, 1e-9),
+        bytes / N, bagged ? bag : 1};
     summary.final_loss = stats.loss;
     summary.payload_bytes_per_peer += static_cast<uint64_t>(stats.payload_bytes);
     if (options.on_step) options.on_step(stats);

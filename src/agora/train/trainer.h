@@ -15,11 +15,19 @@
 // Validation every eval_interval steps and at the end; checkpoints every checkpoint_interval
 // steps and at the end, as OUT/checkpoint_<step>/ with OUT/latest pointing at the newest.
 //
+// Token Superposition Training ([tst], ALGORITHMS.md section 4): steps before
+// config.tst_switch_step() read their sequences from a sampler with bag = tst.bag and train on
+// superposition_loss (train/superposition.h); the rest train on next tokens. The model, the
+// strategy state and the lr schedule carry across the switch untouched; the switch is logged.
+// Validation reports the ordinary next-token loss always, and while the model has trained on
+// bags only, the bag loss as well.
+//
 // Determinism: the same config and seed give the same losses and parameters, number for number,
 // for the same thread count; a run resumed from a checkpoint continues bit-identically to one
 // that never stopped (the step fixes the data, the checkpoint holds weights, moments and RNG).
 #pragma once
 
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -37,6 +45,14 @@ struct StepStats {
   double grad_norm = 0;  // mean over the peers, before clipping
   double tokens_per_second = 0;
   int64_t payload_bytes = 0;  // bytes one peer sent this step (the mean over peers)
+  int64_t bag = 1;            // TST: the bag size this step trained with (1 = next tokens)
+};
+
+struct EvalPoint {
+  int64_t step = 0;           // steps completed
+  double val_loss = 0;        // ordinary next-token loss
+  double bag_val_loss = NAN;  // TST phase 1 only: the superposition loss with tst.bag
+  double train_seconds = 0;   // time in training steps so far, evaluations and checkpoints excluded
 };
 
 struct TrainOptions {
@@ -45,14 +61,17 @@ struct TrainOptions {
   int64_t simulate_peers = 1;                     // N >= 1; the global batch splits N ways
   std::filesystem::path save_payloads;            // if set: DIR/step_<s>_peer-<i>.agp
   std::function<void(const StepStats&)> on_step;  // e.g. tests recording the loss curve
+  std::function<void(const EvalPoint&)> on_eval;  // after each validation
 };
 
 struct TrainSummary {
   int64_t parameters = 0;
-  int64_t first_step = 0, last_step = 0;                // steps run: [first_step, last_step)
-  double final_loss = 0;                                // training loss of the last step
-  double val_loss = 0;                                  // at the end
-  std::vector<std::pair<int64_t, double>> val_history;  // (step, val loss)
+  int64_t first_step = 0, last_step = 0;                    // steps run: [first_step, last_step)
+  double final_loss = 0;                                    // training loss of the last step
+  double val_loss = 0;                                      // at the end
+  std::vector<std::pair<int64_t, double>> val_history;      // (step, val loss)
+  std::vector<std::pair<int64_t, double>> bag_val_history;  // TST phase 1: (step, bag val loss)
+  int64_t tst_switch_step = 0;                              // config.tst_switch_step()
   double seconds = 0;
   double tokens_per_second = 0;
   int64_t simulated_peers = 1;
