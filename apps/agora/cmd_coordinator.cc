@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "agora/coord/service.h"
+#include "agora/obs/log.h"
 #include "commands.h"
 #include "signals.h"
 
@@ -12,6 +13,7 @@ void add_coordinator_command(CLI::App& app) {
     std::string config, key;
     std::vector<std::string> overrides;
     bool json = false;
+    std::string http = "0.0.0.0:7480", log_format = "text";
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("coordinator", "Coordinate a decentralized run ([network] in "
@@ -22,15 +24,23 @@ void add_coordinator_command(CLI::App& app) {
       ->required();
   cmd->add_option("--set", args->overrides, "Override a config key: --set network.min_peers=3");
   cmd->add_flag("--json", args->json, "Print one JSON object per line (steps and events)");
+  cmd->add_option("--http", args->http,
+                  "Serve the web page, JSON API and /metrics on HOST:PORT (0 = any free port; "
+                  "off = no HTTP)")
+      ->capture_default_str();
+  cmd->add_option("--log-format", args->log_format, "Log lines on stderr: text or json")
+      ->capture_default_str();
   cmd->callback([args] {
+    obs::configure_logging("coordinator", obs::parse_log_format(args->log_format));
     const auto& stop = stop_requested();
     const RunConfig config = RunConfig::load(args->config, args->overrides);
     const net::Identity identity = net::Identity::load(args->key);
     coord::ServiceOptions options;
     options.base_dir = std::filesystem::current_path();
     options.json_lines = args->json;
+    if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
     const uint64_t steps = coord::run_coordinator(config, identity, options, stop);
-    fmt::print(stderr, "coordinator: stopped with {} finalized steps\n", steps);
+    obs::log_info({steps, ""}, fmt::format("stopped with {} finalized steps", steps));
   });
 }
 

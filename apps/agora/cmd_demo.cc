@@ -13,6 +13,7 @@
 
 #include "agora/core/error.h"
 #include "agora/net/identity.h"
+#include "agora/obs/log.h"
 #include "agora/obs/progress.h"
 #include "agora/train/run_config.h"
 #include "child_process.h"
@@ -37,9 +38,11 @@ struct DemoArgs {
   std::string data = "data/tokens/sp8k";
   std::string out = "runs/network-demo";
   std::string prompt = "And God said";
+  std::string log_format = "text";  // the children's log lines (in their .log files)
 };
 
 void run_demo(const DemoArgs& args) {
+  obs::configure_logging("demo", obs::parse_log_format(args.log_format));
   const auto& stop = stop_requested();
   const std::string agora = self_path();
   const fs::path out = args.out, keys = out / "keys";
@@ -64,6 +67,7 @@ void run_demo(const DemoArgs& args) {
   allowlist.close();
 
   const std::string endpoint = fmt::format("tcp://127.0.0.1:{}", free_port());
+  const int http_port = free_port();
   std::vector<std::string> coordinator_argv = {
       agora,
       "coordinator",
@@ -72,6 +76,10 @@ void run_demo(const DemoArgs& args) {
       "--key",
       (keys / "coordinator.key").string(),
       "--json",
+      "--http",
+      fmt::format("127.0.0.1:{}", http_port),
+      "--log-format",
+      args.log_format,
       "--set",
       "network.listen=\"" + endpoint + "\"",
       "--set",
@@ -96,16 +104,18 @@ void run_demo(const DemoArgs& args) {
   }
   fmt::print("agora demo: a coordinator and {} peers on loopback (logs in {})\n", args.peers,
              out.string());
+  fmt::print("dashboard: http://127.0.0.1:{}/\n", http_port);
   std::vector<Child> children;
   children.push_back(spawn("coordinator", coordinator_argv, out / "coordinator.log", true));
   for (int64_t i = 0; i < args.peers; ++i) {
-    children.push_back(spawn(fmt::format("peer-{}", i),
-                             {agora, "peer", "--coordinator", endpoint, "--coordinator-key",
-                              net::key_to_hex(coordinator.public_key()), "--key",
-                              (keys / fmt::format("peer-{}.key", i)).string(), "--data", args.data,
-                              "--listen", "tcp://127.0.0.1:*", "--threads", "1", "--checkpoint-dir",
-                              (out / fmt::format("peer-{}", i)).string()},
-                             out / fmt::format("peer-{}.log", i), false));
+    children.push_back(
+        spawn(fmt::format("peer-{}", i),
+              {agora, "peer", "--coordinator", endpoint, "--coordinator-key",
+               net::key_to_hex(coordinator.public_key()), "--key",
+               (keys / fmt::format("peer-{}.key", i)).string(), "--data", args.data, "--listen",
+               "tcp://127.0.0.1:*", "--threads", "1", "--checkpoint-dir",
+               (out / fmt::format("peer-{}", i)).string(), "--log-format", args.log_format},
+              out / fmt::format("peer-{}.log", i), false));
   }
   const auto stop_all = [&] {
     for (auto it = children.rbegin(); it != children.rend(); ++it) stop_child(*it, 10);
@@ -211,6 +221,9 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--data", args->data, "Token folder the peers train on");
   cmd->add_option("--out", args->out, "Folder for keys, logs, the database and checkpoints");
   cmd->add_option("--prompt", args->prompt, "Prompt for the closing sample");
+  cmd->add_option("--log-format", args->log_format,
+                  "The coordinator's and peers' log lines (in --out): text or json")
+      ->capture_default_str();
   cmd->callback([args] { run_demo(*args); });
 }
 

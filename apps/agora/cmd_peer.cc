@@ -1,6 +1,7 @@
 // agora peer: join a decentralized run and train until it finishes or Ctrl-C.
 #include <fmt/format.h>
 
+#include "agora/obs/log.h"
 #include "agora/peer/peer.h"
 #include "commands.h"
 #include "signals.h"
@@ -15,6 +16,7 @@ void add_peer_command(CLI::App& app) {
     double slowdown = 1.0;
     double join_timeout = 60;
     bool quiet = false;
+    std::string metrics, log_format = "text";
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("peer", "Join a decentralized run as a training peer");
@@ -42,7 +44,13 @@ void add_peer_command(CLI::App& app) {
   cmd->add_option("--join-timeout", args->join_timeout,
                   "Seconds to wait for the coordinator's welcome before giving up");
   cmd->add_flag("--quiet", args->quiet, "No per-round lines");
+  cmd->add_option("--metrics", args->metrics,
+                  "Serve Prometheus metrics at http://HOST:PORT/metrics (0 = any free port; "
+                  "default: off)");
+  cmd->add_option("--log-format", args->log_format, "Log lines on stderr: text or json")
+      ->capture_default_str();
   cmd->callback([args] {
+    obs::configure_logging("peer", obs::parse_log_format(args->log_format));
     const auto& stop = stop_requested();
     const net::Identity identity = net::Identity::load(args->key);
     peer::PeerOptions o;
@@ -57,6 +65,9 @@ void add_peer_command(CLI::App& app) {
     o.misbehave = args->misbehave;
     o.progress = !args->quiet;
     o.join_timeout_seconds = args->join_timeout;
+    if (!args->metrics.empty() && args->metrics != "off") {
+      o.metrics = obs::parse_http_address(args->metrics, "--metrics");
+    }
     const peer::PeerSummary s = peer::run_peer(identity, o, stop);
     fmt::print("rounds trained {}, steps applied {}, parameters {}\n", s.rounds_trained,
                s.applied_steps, s.state_hash.substr(0, 16));

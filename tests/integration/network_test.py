@@ -51,9 +51,9 @@ class Run:
                              check=True, capture_output=True, text=True)
         return out.stdout.strip()
 
-    def start_coordinator(self):
+    def start_coordinator(self, extra=("--http", "off")):
         args = [self.agora, "coordinator", "--config", CONFIG, "--key",
-                os.path.join(self.dir, "coordinator.key"), "--json"]
+                os.path.join(self.dir, "coordinator.key"), "--json", *extra]
         for s in self.sets:
             args += ["--set", s]
         out = open(os.path.join(self.dir, "coordinator.jsonl"), "a")
@@ -379,6 +379,25 @@ def scenario_slow_peer(agora, data):
     run.cleanup()
 
 
+def scenario_tst(agora, data):
+    """Token superposition in a decentralized run: every peer trains on bags of 2 for the first
+    half of the steps and switches at the same step; the parameters stay identical throughout."""
+    run = Run(agora, data, "tst", peers=2, steps=12, sets=["tst.bag=2", "tst.fraction=0.5"])
+    run.start_coordinator()
+    for i in range(2):
+        run.start_peer(i)
+    run.wait_finished()
+    steps = run.check_identical(range(2), at_least=12)
+    for i in range(2):
+        switched = re.findall(r"step\s+(\d+)\s+token superposition ends", run.peer_log(i))
+        if switched != ["6"]:
+            run.fail(f"peer {i} logged the switch at steps {switched}, expected [6]")
+    if not any("step 6: token superposition ends" in e for e in run.events()):
+        run.fail("the coordinator's events do not show the switch at step 6")
+    print(f"both peers switched at step 6; identical parameters after each of {len(steps)} steps")
+    run.cleanup()
+
+
 SCENARIOS = {
     "train": scenario_train,
     "kill_peer": scenario_kill_peer,
@@ -389,6 +408,7 @@ SCENARIOS = {
     "allowlist": scenario_allowlist,
     "tamper": scenario_tamper,
     "slow_peer": scenario_slow_peer,
+    "tst": scenario_tst,
 }
 
 if __name__ == "__main__":

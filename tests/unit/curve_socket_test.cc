@@ -101,6 +101,9 @@ TEST(CurveSocketTest, MalformedAndOversizedMessagesAreDroppedAndCounted) {
   EXPECT_EQ(server.dropped(), 2u);
   EXPECT_NE(server.last_drop_reason().find("exceeds its limit"), std::string::npos)
       << server.last_drop_reason();
+  EXPECT_EQ(server.drops_by_reason().at("over_limit"), 1u);
+  EXPECT_EQ(server.drops_by_reason().at("unparsable"), 1u);
+  EXPECT_GT(server.bytes_received(), 0u);
 }
 
 TEST(EnvelopeTest, DecodeRejectsGarbageEmptyAndTooLarge) {
@@ -113,6 +116,14 @@ TEST(EnvelopeTest, DecodeRejectsGarbageEmptyAndTooLarge) {
   const Decoded refused = decode_envelope(bytes, {256, 4096});
   ASSERT_TRUE(std::holds_alternative<std::string>(refused));
   EXPECT_NE(std::get<std::string>(refused).find("larger than any allowed"), std::string::npos);
+  EXPECT_EQ(decode_failure_token(std::get<std::string>(refused)), "too_large");
+  EXPECT_EQ(decode_failure_token(std::get<std::string>(decode_envelope("\x0a\xff"))), "unparsable");
+  EXPECT_EQ(decode_failure_token(std::get<std::string>(decode_envelope(""))), "no_body");
+  wire::Envelope join;
+  join.mutable_join()->set_agent(std::string(1000, 'x'));
+  EXPECT_EQ(decode_failure_token(
+                std::get<std::string>(decode_envelope(encode_envelope(join), {256, 8192}))),
+            "over_limit");
   EXPECT_EQ(kind_name(blob), "blob");
 }
 

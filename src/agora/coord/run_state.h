@@ -188,6 +188,8 @@ struct Counters {
   uint64_t payloads_not_final = 0;
   uint64_t resyncs_sent = 0;
   uint64_t restarts = 0;  // times every member left and the run went back to a checkpoint
+  uint64_t deadline_misses = 0;  // assigned members with a non-empty share and no commit at a close
+  uint64_t checkpoints = 0;      // checkpoint reports accepted
   uint64_t events = 0;  // the seq of the newest event
   bool operator==(const Counters&) const = default;
 };

@@ -98,6 +98,8 @@ json counters_json(const Counters& c) {
           {"payloads_not_final", c.payloads_not_final},
           {"resyncs_sent", c.resyncs_sent},
           {"restarts", c.restarts},
+          {"deadline_misses", c.deadline_misses},
+          {"checkpoints", c.checkpoints},
           {"events", c.events}};
 }
 
@@ -118,6 +120,9 @@ Counters counters_from(const json& j) {
   c.payloads_not_final = j.at("payloads_not_final");
   c.resyncs_sent = j.at("resyncs_sent");
   c.restarts = j.value("restarts", uint64_t{0});
+  // Added with the metrics (issue 7): databases written before lack them.
+  c.deadline_misses = j.value("deadline_misses", uint64_t{0});
+  c.checkpoints = j.value("checkpoints", uint64_t{0});
   c.events = j.at("events");
   return c;
 }

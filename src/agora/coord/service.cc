@@ -3,17 +3,20 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "agora/coord/monitor.h"
 #include "agora/coord/state_machine.h"
 #include "agora/coord/store.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/net/curve_socket.h"
+#include "agora/obs/log.h"
 #include "agora/obs/progress.h"
 
 namespace agora::coord {
@@ -38,8 +41,18 @@ class Service {
 
  private:
   void deliver(Actions actions);
-  void print_finalized(uint64_t step, double now);
+  // Hands a member's message to the state machine, noting what the monitor shows of it.
+  void handle(const net::PublicKey& from, const wire::Envelope& m);
+  StepRow row_of(uint64_t step, double now);
+  void print_row(const StepRow& row);
   void refuse(const net::Incoming& in, const std::string& reason, bool may_rejoin = false);
+  void log(const std::string& text) const {
+    obs::log_info(
+        {machine_ ? std::optional(machine_->state().finalized_steps()) : std::nullopt, ""}, text);
+  }
+  void start_http(const std::string& run_id);
+  // Publishes a new view for the HTTP threads when `force` or 200 ms passed since the last.
+  void publish(bool force);
 
   const RunConfig& config_;
   const net::Identity& identity_;
@@ -56,6 +69,20 @@ class Service {
   uint64_t saved_steps_ = 0;  // finalized steps in the database
   double last_final_at_ = 0;
   bool header_printed_ = false;
+
+  // What the monitor shows beyond RunState; see monitor.h.
+  std::unique_ptr<Monitor> monitor_;
+  std::unique_ptr<obs::HttpServer> http_;
+  struct Totals {
+    uint64_t payload_bytes = 0, commits = 0;
+  };
+  std::map<net::PublicKey, Totals> totals_;  // accepted commits since this process started
+  std::map<net::PublicKey, double> shares_;  // of the newest round opened
+  std::optional<uint64_t> open_round_;       // the open round last seen, to time its close
+  double open_round_at_ = 0;
+  double published_at_ = 0;
+  Phase published_phase_ = Phase::kWaitingForPeers;
+  uint64_t published_steps_ = 0;
 };
 
 void Service::refuse(const net::Incoming& in, const std::string& reason, bool may_rejoin) {
@@ -67,20 +94,45 @@ void Service::refuse(const net::Incoming& in, const std::string& reason, bool ma
 
 void Service::deliver(Actions actions) {
   const double now = wall_now();
-  // Persist first: a peer must never hear of a state a crash could forget.
   const uint64_t final_steps = machine_->state().finalized_steps();
-  store_->save(machine_->state(), /*allow_rollback=*/final_steps < saved_steps_);
-  saved_steps_ = final_steps;
   printed_ = std::min(printed_, final_steps);
+  std::vector<StepRow> rows;
+  for (uint64_t t = printed_; t < final_steps; ++t) rows.push_back(row_of(t, now));
+  // Persist first: a peer must never hear of a state a crash could forget.
+  store_->save(machine_->state(), /*allow_rollback=*/final_steps < saved_steps_, rows);
+  if (final_steps < saved_steps_) monitor_->truncate(final_steps);
+  saved_steps_ = final_steps;
+  monitor_->add_rows(rows);
   for (const std::string& line : actions.log) {
     if (options_.json_lines) {
       std::printf("%s\n", nlohmann::json{{"event", "log"}, {"text", line}}.dump().c_str());
     } else {
-      std::printf("coordinator: %s\n", line.c_str());
+      log(line);
     }
   }
-  while (printed_ < machine_->state().finalized_steps()) print_finalized(printed_++, now);
+  for (const StepRow& row : rows) print_row(row);
+  printed_ = final_steps;
   std::fflush(stdout);
+  // Time the round that just closed (the commit phase: opening to close).
+  const auto& round = machine_->state().round;
+  if (open_round_ && (!round || round->step != *open_round_)) {
+    monitor_->observe_round(now - open_round_at_);
+    open_round_.reset();
+  }
+  if (round && !open_round_) {
+    open_round_ = round->step;
+    open_round_at_ = round->opened_at;
+    shares_.clear();
+    uint64_t total = 0;
+    for (const auto& [key, ranges] : round->assignments) {
+      for (const SequenceRange& r : ranges) total += r.count;
+    }
+    for (const auto& [key, ranges] : round->assignments) {
+      uint64_t mine = 0;
+      for (const SequenceRange& r : ranges) mine += r.count;
+      shares_[key] = total > 0 ? static_cast<double>(mine) / static_cast<double>(total) : 0.0;
+    }
+  }
   for (Outgoing& out : actions.send) {
     const auto route = route_of_.find(out.to);
     if (route != route_of_.end()) {
@@ -93,9 +145,68 @@ void Service::deliver(Actions actions) {
       if (queue.size() > 16) queue.pop_front();
     }
   }
+  publish(false);
 }
 
-void Service::print_finalized(uint64_t step, double now) {
+void Service::handle(const net::PublicKey& from, const wire::Envelope& m) {
+  const uint64_t accepted = machine_->state().counters.commits_accepted;
+  Actions actions = machine_->handle(from, m, wall_now());
+  if (m.has_commit() && machine_->state().counters.commits_accepted > accepted) {
+    Totals& t = totals_[from];
+    ++t.commits;
+    t.payload_bytes += m.commit().payload_bytes();
+  }
+  deliver(std::move(actions));
+}
+
+void Service::publish(bool force) {
+  if (!monitor_) return;
+  const RunState& state = machine_->state();
+  const double now = wall_now();
+  force = force || state.phase != published_phase_ || state.finalized_steps() != published_steps_;
+  if (!force && now - published_at_ < 0.2) return;
+  auto view = std::make_shared<RunView>();
+  view->at = now;
+  view->phase = state.phase;
+  view->finalized_steps = state.finalized_steps();
+  view->counters = state.counters;
+  for (const auto& [key, member] : state.members) {
+    const auto share = shares_.find(key);
+    const auto totals = totals_.find(key);
+    view->members.push_back({member, share != shares_.end() ? share->second : 0.0,
+                             totals != totals_.end() ? totals->second.payload_bytes : 0,
+                             totals != totals_.end() ? totals->second.commits : 0});
+  }
+  view->events = state.events;
+  view->bytes_sent = server_->bytes_sent();
+  view->bytes_received = server_->bytes_received();
+  view->drops_by_reason = server_->drops_by_reason();
+  monitor_->publish(std::move(view));
+  published_at_ = now;
+  published_phase_ = state.phase;
+  published_steps_ = state.finalized_steps();
+}
+
+void Service::start_http(const std::string& run_id) {
+  RunInfo info;
+  info.run_id = run_id;
+  info.preset = config_.model.preset;
+  info.optimizer = config_.optimizer.name;
+  info.parameters = config_.model.vocab_size > 0 ? config_.model.num_parameters() : 0;
+  info.batch_size = config_.train.batch_size;
+  info.seq_len = config_.data.seq_len;
+  info.total_steps = static_cast<uint64_t>(config_.train.steps);
+  info.started_at = wall_now();
+  monitor_ = std::make_unique<Monitor>(std::move(info), store_->step_rows());
+  if (!options_.http) return;
+  http_ = std::make_unique<obs::HttpServer>(*options_.http);
+  monitor_->add_routes(*http_);
+  http_->start();
+  log(fmt::format("dashboard on {}/ (JSON API under /api/, Prometheus metrics at /metrics)",
+                  http_->url()));
+}
+
+StepRow Service::row_of(uint64_t step, double now) {
   const auto& set = machine_->state().finalized.at(step);
   const StepCommits& commits = commits_[step];
   double loss = 0, bytes = 0;
@@ -112,36 +223,54 @@ void Service::print_finalized(uint64_t step, double now) {
   if (counted > 0) loss /= counted, bytes /= counted;
   const double seconds = last_final_at_ > 0 ? now - last_final_at_ : 0;
   last_final_at_ = now;
-  const double tokens_per_second =
-      seconds > 0 ? static_cast<double>(sequences * config_.data.seq_len) / seconds : 0;
   const int64_t parameters = config_.model.vocab_size > 0 ? config_.model.num_parameters() : 0;
-  const double allreduce = 4.0 * static_cast<double>(parameters);
+  StepRow row;
+  row.step = step;
+  row.at = now;
+  row.loss = counted > 0 ? loss : NAN;
+  row.val_loss = NAN;
+  row.learning_rate = config_.learning_rate(static_cast<int64_t>(step));
+  row.tokens_per_second =
+      seconds > 0 ? static_cast<double>(sequences * config_.data.seq_len) / seconds : 0;
+  row.payload_bytes = bytes;
+  row.allreduce_bytes = parameters > 0 ? 4.0 * static_cast<double>(parameters) : NAN;
+  row.peers = set.size();
+  row.sequences = sequences;
+  row.seconds = seconds;
+  commits_.erase(commits_.begin(), commits_.upper_bound(step));
+  return row;
+}
+
+void Service::print_row(const StepRow& row) {
+  const double allreduce = std::isnan(row.allreduce_bytes) ? 0.0 : row.allreduce_bytes;
   if (options_.json_lines) {
     nlohmann::json authors = nlohmann::json::array();
-    for (const CommitRecord& r : set) authors.push_back(net::short_key(r.author));
-    const nlohmann::json row = {{"event", "step"},
-                                {"time", now},
-                                {"authors", authors},
-                                {"step", step},
-                                {"loss", counted > 0 ? loss : NAN},
-                                {"peers", set.size()},
-                                {"sequences", sequences},
-                                {"tokens_per_second", tokens_per_second},
-                                {"payload_bytes", bytes},
-                                {"allreduce_bytes", allreduce}};
-    std::printf("%s\n", row.dump().c_str());
+    for (const CommitRecord& r : machine_->state().finalized.at(row.step)) {
+      authors.push_back(net::short_key(r.author));
+    }
+    const nlohmann::json line = {{"event", "step"},
+                                 {"time", row.at},
+                                 {"authors", authors},
+                                 {"step", row.step},
+                                 {"loss", row.loss},
+                                 {"peers", row.peers},
+                                 {"sequences", row.sequences},
+                                 {"tokens_per_second", row.tokens_per_second},
+                                 {"payload_bytes", row.payload_bytes},
+                                 {"allreduce_bytes", allreduce}};
+    std::printf("%s\n", line.dump().c_str());
   } else {
     if (!header_printed_) {
       std::printf("%8s  %8s  %5s  %10s  %12s  %14s\n", "step", "loss", "peers", "tokens/s",
                   "bytes/peer", "all-reduce");
       header_printed_ = true;
     }
-    std::printf("%8llu  %8.4f  %5zu  %10.0f  %12s  %14s\n", static_cast<unsigned long long>(step),
-                counted > 0 ? loss : NAN, set.size(), tokens_per_second,
-                format_bytes(bytes).c_str(),
-                parameters > 0 ? format_bytes(allreduce).c_str() : "?");
+    std::printf("%8llu  %8.4f  %5llu  %10.0f  %12s  %14s\n",
+                static_cast<unsigned long long>(row.step), row.loss,
+                static_cast<unsigned long long>(row.peers), row.tokens_per_second,
+                format_bytes(row.payload_bytes).c_str(),
+                allreduce > 0 ? format_bytes(allreduce).c_str() : "?");
   }
-  commits_.erase(commits_.begin(), commits_.upper_bound(step));
 }
 
 uint64_t Service::run(const std::atomic<bool>& stop) {
@@ -195,15 +324,15 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
   context_ = std::make_unique<net::Context>(admission);
   const net::DecodeLimits control{net::kMaxControlBytes, net::kMaxControlBytes};
   server_ = std::make_unique<net::Server>(*context_, identity_, n.listen, control);
-  std::fprintf(stderr, "coordinator %s: run %s %s on %s (%s); state in %s\n",
-               net::key_to_hex(identity_.public_key()).c_str(), run_id.c_str(),
-               resumed
-                   ? fmt::format("resumed at step {}", machine_->state().finalized_steps()).c_str()
-                   : "started",
-               server_->bound_endpoint().c_str(),
-               allowlist.empty() ? "open to any key"
-                                 : fmt::format("{} allowed keys", allowlist.size()).c_str(),
-               store_->path().string().c_str());
+  log(fmt::format(
+      "coordinator {}: run {} {} on {} ({}); state in {}", net::key_to_hex(identity_.public_key()),
+      run_id,
+      resumed ? fmt::format("resumed at step {}", machine_->state().finalized_steps()) : "started",
+      server_->bound_endpoint(),
+      allowlist.empty() ? "open to any key" : fmt::format("{} allowed keys", allowlist.size()),
+      store_->path().string()));
+  start_http(run_id);
+  publish(true);
   if (resumed) deliver(machine_->resume(wall_now()));
 
   double finished_at = 0, next_tick = 0;
@@ -236,20 +365,18 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
         undelivered_.erase(pending);
       }
       if (m.has_commit()) commits_[m.commit().record().step()].by_author[key->second] = m.commit();
-      deliver(machine_->handle(key->second, m, wall_now()));
+      handle(key->second, m);
     }
     if (server_->dropped() > dropped_seen) {
       dropped_seen = server_->dropped();
-      std::fprintf(stderr, "coordinator: dropped a malformed message (%s); %llu so far\n",
-                   server_->last_drop_reason().c_str(),
-                   static_cast<unsigned long long>(dropped_seen));
+      obs::log_warn({}, fmt::format("dropped a malformed message ({}); {} so far",
+                                    server_->last_drop_reason(), dropped_seen));
     }
     if (context_->refused() > refused_seen) {
       refused_seen = context_->refused();
-      std::fprintf(stderr,
-                   "coordinator: refused a connection whose key is not on the allowlist; %llu "
-                   "so far\n",
-                   static_cast<unsigned long long>(refused_seen));
+      obs::log_warn({}, fmt::format("refused a connection whose key is not on the allowlist; {} "
+                                    "so far",
+                                    refused_seen));
     }
     const double now = wall_now();
     if (now >= next_tick) {
@@ -261,6 +388,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       if (now - finished_at > 3.0) break;  // long enough for every peer to hear Finished
     }
   }
+  publish(true);
   return machine_->state().finalized_steps();
 }
 

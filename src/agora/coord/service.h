@@ -12,15 +12,21 @@
 // later message from that connection is handled as that member. A message from a key that never
 // joined gets Refused.
 //
-// What it prints: the state machine's log lines, and one table row per finalized step (step,
-// loss, members, tokens/s, bytes per peer, what an fp32 all-reduce would have sent); with
-// `json_lines` the rows are JSON objects on stdout instead (what `agora demo` reads).
+// What it prints: one table row per finalized step on stdout (step, loss, members, tokens/s,
+// bytes per peer, what an fp32 all-reduce would have sent), and the state machine's lines and
+// its own diagnostics through obs/log.h on stderr; with `json_lines` the rows and the state
+// machine's lines are JSON objects on stdout instead (what `agora demo` reads).
+//
+// With `http`, it serves the web page, the JSON API and /metrics (coord/monitor.h) from an
+// immutable view it publishes after handling messages; the HTTP threads never touch RunState.
 #pragma once
 
 #include <atomic>
 #include <filesystem>
+#include <optional>
 
 #include "agora/net/identity.h"
+#include "agora/obs/http_server.h"
 #include "agora/train/run_config.h"
 
 namespace agora::coord {
@@ -28,6 +34,8 @@ namespace agora::coord {
 struct ServiceOptions {
   std::filesystem::path base_dir;  // relative network.allowlist / state_db resolve against this
   bool json_lines = false;
+  // Where to serve the web page, the JSON API and /metrics (coord/monitor.h); none = off.
+  std::optional<obs::HttpAddress> http;
 };
 
 // Runs until the run finishes (and a few seconds more, so every peer hears it) or *stop.

@@ -424,6 +424,7 @@ void StateMachine::on_checkpoint_report(Member& member, const wire::CheckpointRe
                     short_hex(member.key), report.state_hash().size(), kHashBytes));
     return;
   }
+  ++state_.counters.checkpoints;
   state_.checkpoints.push_back(CheckpointRecord{report.applied_steps(), report.state_hash(),
                                                 printable(report.path(), 1024), member.key, now});
   if (state_.checkpoints.size() > kMaxCheckpoints)

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
@@ -63,6 +64,14 @@ class Statement {
     check(sqlite3_clear_bindings(stmt_));
   }
 
+  // SQLite stores a bound NaN as NULL; it reads back as NaN.
+  Statement& bind_real(int i, double v) {
+    return check(std::isnan(v) ? sqlite3_bind_null(stmt_, i) : sqlite3_bind_double(stmt_, i, v));
+  }
+  double real_or_nan(int col) const {
+    return sqlite3_column_type(stmt_, col) == SQLITE_NULL ? NAN : real(col);
+  }
+
   int64_t int64(int col) const { return sqlite3_column_int64(stmt_, col); }
   uint64_t uint64(int col) const { return static_cast<uint64_t>(int64(col)); }
   double real(int col) const { return sqlite3_column_double(stmt_, col); }
@@ -109,6 +118,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   position INTEGER PRIMARY KEY, applied_steps INTEGER NOT NULL, state_hash BLOB NOT NULL,
   path TEXT NOT NULL, reporter BLOB NOT NULL, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, at REAL NOT NULL, text TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS step_stats (
+  step INTEGER PRIMARY KEY, at REAL NOT NULL, loss REAL, val_loss REAL, learning_rate REAL,
+  tokens_per_second REAL, payload_bytes REAL, allreduce_bytes REAL, peers INTEGER NOT NULL,
+  sequences INTEGER NOT NULL, seconds REAL);
 )sql";
 
 }  // namespace
@@ -333,7 +346,21 @@ std::optional<RunState> Store::load() const {
   }
 }
 
-void Store::save(const RunState& s, bool allow_rollback) {
+std::vector<StepRow> Store::step_rows() const {
+  Statement get(db_, path_,
+                "SELECT step, at, loss, val_loss, learning_rate, tokens_per_second, "
+                "payload_bytes, allreduce_bytes, peers, sequences, seconds FROM step_stats "
+                "ORDER BY step");
+  std::vector<StepRow> rows;
+  while (get.step()) {
+    rows.push_back({get.uint64(0), get.real(1), get.real_or_nan(2), get.real_or_nan(3),
+                    get.real_or_nan(4), get.real_or_nan(5), get.real_or_nan(6), get.real_or_nan(7),
+                    get.uint64(8), get.uint64(9), get.real_or_nan(10)});
+  }
+  return rows;
+}
+
+void Store::save(const RunState& s, bool allow_rollback, const std::vector<StepRow>& rows) {
   if (!run()) {
     fail("coordinator database {}: bind it to a run before saving a state", path_.string());
   }
@@ -354,6 +381,8 @@ void Store::save(const RunState& s, bool allow_rollback) {
         drop_steps.bind(1, static_cast<uint64_t>(s.finalized.size())).run();
         Statement drop_rows(db_, path_, "DELETE FROM ledger WHERE step >= ?");
         drop_rows.bind(1, static_cast<uint64_t>(s.finalized.size())).run();
+        Statement drop_stats(db_, path_, "DELETE FROM step_stats WHERE step >= ?");
+        drop_stats.bind(1, static_cast<uint64_t>(s.finalized.size())).run();
       } else if (on_disk > s.finalized.size()) {
         fail(
             "coordinator database {} holds {} finalized steps but the state to save has {}: "
@@ -376,6 +405,26 @@ void Store::save(const RunState& s, bool allow_rollback) {
               .bind_blob(5, c.signature)
               .run();
         }
+      }
+    }
+    {
+      Statement put(db_, path_,
+                    "INSERT OR REPLACE INTO step_stats (step, at, loss, val_loss, learning_rate, "
+                    "tokens_per_second, payload_bytes, allreduce_bytes, peers, sequences, "
+                    "seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      for (const StepRow& r : rows) {
+        put.bind(1, r.step)
+            .bind(2, r.at)
+            .bind_real(3, r.loss)
+            .bind_real(4, r.val_loss)
+            .bind_real(5, r.learning_rate)
+            .bind_real(6, r.tokens_per_second)
+            .bind_real(7, r.payload_bytes)
+            .bind_real(8, r.allreduce_bytes)
+            .bind(9, r.peers)
+            .bind(10, r.sequences)
+            .bind_real(11, r.seconds)
+            .run();
       }
     }
     exec("DELETE FROM members");

@@ -19,8 +19,9 @@
 // Tables (schema version 1): meta (schema_version, run_id, run_config_toml), ledger and
 // finalized_steps (the finalized sets, one row per payload / per step), members, state_reports
 // and state_records (hash reports), checkpoints, events (append-only history; the newest
-// kMaxEvents load back), and run (key 'state': the in-flight parts as JSON: phase, the open
-// round, collecting steps, the data queue, counters).
+// kMaxEvents load back), run (key 'state': the in-flight parts as JSON: phase, the open
+// round, collecting steps, the data queue, counters), and step_stats (a StepRow per finalized
+// step; added without a version change: older files get the table on open).
 //
 // Not thread-safe; one Store per file per process.
 #pragma once
@@ -28,12 +29,30 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "agora/coord/run_state.h"
 
 struct sqlite3;
 
 namespace agora::coord {
+
+// What the service measured of one finalized step (its table row), kept for the dashboard's
+// history (GET /api/history). Not part of RunState: the state machine never reads it.
+struct StepRow {
+  uint64_t step = 0;
+  double at = 0;                 // wall-clock seconds when it became final
+  double loss = 0;               // mean of the final payloads' reported losses; NaN if unknown
+  double val_loss = 0;           // NaN: peers do not report a validation loss yet
+  double learning_rate = 0;      // the schedule's, at this step
+  double tokens_per_second = 0;  // sequences x seq_len since the previous row
+  double payload_bytes = 0;      // mean payload size
+  double allreduce_bytes = 0;    // 4 bytes x parameters: an fp32 all-reduce's share per peer
+  uint64_t peers = 0;            // payloads in the final set
+  uint64_t sequences = 0;        // trained into the final set (of the commits this process saw)
+  double seconds = 0;            // since the previous row; 0 for the first after a start
+  bool operator==(const StepRow&) const = default;
+};
 
 // The run a store file belongs to.
 struct StoredRun {
@@ -72,7 +91,12 @@ class Store {
   // transaction is rolled back and the previous state stays).
   // `allow_rollback`: the state's ledger may be shorter than the file's because the run went
   // back to a checkpoint (StateMachine after every member left); the undone steps are deleted.
-  void save(const RunState& state, bool allow_rollback = false);
+  // `rows`: step rows to record with it (INSERT OR REPLACE); a rollback also deletes the rows
+  // of the undone steps.
+  void save(const RunState& state, bool allow_rollback = false,
+            const std::vector<StepRow>& rows = {});
+  // Every step row recorded, by step.
+  std::vector<StepRow> step_rows() const;
 
  private:
   Store(std::filesystem::path path, sqlite3* db) : path_(std::move(path)), db_(db) {}

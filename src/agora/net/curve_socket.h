@@ -13,12 +13,15 @@
 //   Client: a DEALER socket connected to one server whose key it knows; ZeroMQ reconnects by
 //           itself after the server restarts, and queues what is sent meanwhile.
 //
-// Neither class is thread-safe: one thread owns each socket (ZeroMQ's rule). A Context is
+// Each counts the bytes it sends and receives and the messages it drops, by reason, for
+// /metrics. Neither class is thread-safe: one thread owns each socket (ZeroMQ's rule), and
+// reads its counters. A Context is
 // shared; it owns the ZAP handler thread.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -86,12 +89,21 @@ class Server {
 
   uint64_t dropped() const { return dropped_; }
   const std::string& last_drop_reason() const { return last_drop_; }
+  // Drops by short reason token (frames, unauthenticated, or decode_failure_token()'s).
+  const std::map<std::string, uint64_t>& drops_by_reason() const { return drops_by_reason_; }
+  // Bytes of the frames received (valid or not) and of the messages handed to ZeroMQ.
+  uint64_t bytes_received() const { return bytes_received_; }
+  uint64_t bytes_sent() const { return bytes_sent_; }
 
  private:
+  void drop(std::string_view token, std::string reason);
+
   zmq::socket_t socket_;
   DecodeLimits limits_;
   uint64_t dropped_ = 0;
   std::string last_drop_;
+  std::map<std::string, uint64_t> drops_by_reason_;
+  uint64_t bytes_received_ = 0, bytes_sent_ = 0;
 };
 
 class Client {
@@ -107,6 +119,9 @@ class Client {
 
   uint64_t dropped() const { return dropped_; }
   const std::string& last_drop_reason() const { return last_drop_; }
+  const std::map<std::string, uint64_t>& drops_by_reason() const { return drops_by_reason_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+  uint64_t bytes_sent() const { return bytes_sent_; }
 
  private:
   zmq::socket_t socket_;
@@ -114,6 +129,8 @@ class Client {
   DecodeLimits limits_;
   uint64_t dropped_ = 0;
   std::string last_drop_;
+  std::map<std::string, uint64_t> drops_by_reason_;
+  uint64_t bytes_received_ = 0, bytes_sent_ = 0;
 };
 
 }  // namespace agora::net

@@ -26,6 +26,14 @@ Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits) {
   return envelope;
 }
 
+std::string_view decode_failure_token(std::string_view reason) {
+  // Matches the texts decode_envelope() writes above.
+  if (reason.find("larger than any allowed") != std::string_view::npos) return "too_large";
+  if (reason.find("do not parse") != std::string_view::npos) return "unparsable";
+  if (reason.find("no body") != std::string_view::npos) return "no_body";
+  return "over_limit";
+}
+
 std::string encode_envelope(const wire::Envelope& envelope) {
   return envelope.SerializeAsString();
 }

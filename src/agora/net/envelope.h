@@ -31,6 +31,9 @@ struct DecodeLimits {
 using Decoded = std::variant<wire::Envelope, std::string>;
 
 Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits = {});
+// A short fixed token for a reason decode_envelope() gave, for metrics labels: too_large,
+// unparsable, no_body or over_limit.
+std::string_view decode_failure_token(std::string_view reason);
 std::string encode_envelope(const wire::Envelope& envelope);
 
 // "commit", "blob", ...: the body's kind, for logs and counters ("empty" when none is set).

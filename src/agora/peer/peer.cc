@@ -14,9 +14,11 @@
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
 #include "agora/data/sampler.h"
+#include "agora/obs/log.h"
 #include "agora/obs/progress.h"
 #include "agora/optim/demo.h"
 #include "agora/peer/model_state.h"
+#include "agora/peer/peer_metrics.h"
 #include "agora/peer/peer_network.h"
 #include "agora/train/batches.h"
 #include "agora/train/superposition.h"
@@ -32,12 +34,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void say(bool enabled, const std::string& who, const std::string& text) {
-  if (!enabled) return;
-  std::fprintf(stderr, "[peer %s] %s\n", who.c_str(), text.c_str());
-  std::fflush(stderr);
-}
-
 // Everything one member needs between messages.
 class Member {
  public:
@@ -46,13 +42,16 @@ class Member {
         options_(options),
         stop_(stop),
         who_(net::short_key(identity.public_key())),
-        net_(identity, make_network_options(options)) {}
+        net_(identity, make_network_options(options, &registry_)) {
+    metrics_.watch(net_);
+  }
 
   PeerSummary run();
 
  private:
-  static PeerNetworkOptions make_network_options(const PeerOptions& o) {
+  static PeerNetworkOptions make_network_options(const PeerOptions& o, obs::Registry* registry) {
     PeerNetworkOptions n;
+    n.metrics = registry;
     n.coordinator = o.coordinator;
     n.coordinator_key = o.coordinator_key;
     n.listen = o.listen;
@@ -74,13 +73,20 @@ class Member {
   void write_checkpoint();
   std::filesystem::path checkpoint_root() const;
   void load_local_checkpoint(const wire::StateRecord& state);
-  void log(const std::string& text) { say(options_.progress, who_, text); }
+  // Lines carry the steps applied so far as their step.
+  void log(const std::string& text) {
+    if (options_.progress) obs::log_info({applied_, who_}, text);
+  }
+  void serve_metrics();
 
   const net::Identity& identity_;
   PeerOptions options_;
   const std::atomic<bool>& stop_;
   std::string who_;
+  obs::Registry registry_;  // before net_, which records fetch latencies into it
+  PeerMetrics metrics_{registry_};
   PeerNetwork net_;
+  std::unique_ptr<obs::HttpServer> http_;  // --metrics
 
   RunConfig config_;
   std::string run_id_;
@@ -177,6 +183,7 @@ void Member::build(const wire::Welcome& welcome) {
 }
 
 void Member::sync_state(const wire::StateRecord& state, const std::vector<wire::Member>& holders) {
+  PeerMetrics::Timer timer(metrics_, PeerMetrics::Activity::kFetchingState);
   // Until a round names the members, the holders are whom a joiner can fetch payloads from.
   if (members_.empty()) members_ = holders;
   if (state.applied_steps() == 0) {
@@ -209,6 +216,7 @@ void Member::sync_state(const wire::StateRecord& state, const std::vector<wire::
   strategy_ = make_strategy(config_, model_);  // a cold momentum, as DESIGN.md prescribes
   params_ = model_->parameters();
   ledger_.clear();  // finalized sets are re-asked from here on (the run may have gone back)
+  timer.stop();
   after_apply(/*force_report=*/true);
 }
 
@@ -254,7 +262,9 @@ void Member::catch_up(uint64_t target) {
       net_.send_to_coordinator(ask);
       const auto asked = Clock::now();
       while (ledger_.count(applied_) == 0 && !stop_.load()) {
+        PeerMetrics::Timer waiting(metrics_, PeerMetrics::Activity::kWaiting);
         auto m = net_.next_from_coordinator(0.2);
+        waiting.stop();
         if (m && !handle_passive(*m)) deferred_.push_back(std::move(*m));
         if (Clock::now() - asked > std::chrono::seconds(5)) break;  // ask again
       }
@@ -265,6 +275,7 @@ void Member::catch_up(uint64_t target) {
 }
 
 void Member::apply_step(uint64_t step) {
+  PeerMetrics::Timer timer(metrics_, PeerMetrics::Activity::kApplying);
   const auto& set = ledger_.at(step);
   const auto missing = net_.ensure(step, set, members_, 120);
   if (!missing.empty()) {
@@ -286,6 +297,7 @@ void Member::apply_step(uint64_t step) {
   }
   ++applied_;
   ledger_.erase(ledger_.begin(), ledger_.lower_bound(applied_ > 64 ? applied_ - 64 : 0));
+  timer.stop();  // a checkpoint written by after_apply() counts as checkpointing
   after_apply();
 }
 
@@ -306,6 +318,7 @@ void Member::after_apply(bool force_report) {
     write_checkpoint();
   }
   net_.set_status(applied_, next_round_);
+  metrics_.applied(applied_);
 }
 
 void Member::train_round(const wire::RoundStart& round) {
@@ -377,6 +390,8 @@ void Member::train_round(const wire::RoundStart& round) {
   summary_.compute_seconds += std::chrono::duration<double>(last_commit_at_ - started).count();
   summary_.wall_seconds = std::chrono::duration<double>(last_commit_at_ - *first_round_).count();
   ++summary_.rounds_trained;
+  metrics_.round_trained(loss_sum, context.lr, static_cast<uint64_t>(total),
+                         static_cast<uint64_t>(config_.train.batch_size), T, compute);
   log(fmt::format("step {:>5}  loss {:.4f}  {} seqs  {:.2f} s  payload {} B", step, loss_sum, total,
                   compute, own.bytes.size()));
 }
@@ -387,6 +402,7 @@ fs::path Member::checkpoint_root() const {
 }
 
 void Member::write_checkpoint() {
+  const auto started = Clock::now();
   const fs::path root = checkpoint_root();
   fs::create_directories(root);
   const fs::path dir = root / fmt::format("checkpoint_{:06}", applied_);
@@ -408,10 +424,22 @@ void Member::write_checkpoint() {
   r->set_state_hash(state_record(model_, applied_).state_hash());
   r->set_path(fs::absolute(dir).string());
   net_.send_to_coordinator(report);
+  metrics_.checkpoint_written(std::chrono::duration<double>(Clock::now() - started).count());
   log(fmt::format("checkpoint {}", dir.string()));
 }
 
+void Member::serve_metrics() {
+  if (!options_.metrics) return;
+  http_ = std::make_unique<obs::HttpServer>(*options_.metrics);
+  http_->get("/metrics", [this](const obs::HttpRequest&) {
+    return obs::HttpResponse{200, std::string(obs::kPrometheusContentType), registry_.render()};
+  });
+  http_->start();
+  log(fmt::format("serving Prometheus metrics on {}/metrics", http_->url()));
+}
+
 PeerSummary Member::run() {
+  serve_metrics();
   log(fmt::format("serving on {}; joining {}", net_.endpoint(), options_.coordinator));
   wire::Welcome welcome = join();
   build(welcome);
@@ -426,6 +454,7 @@ PeerSummary Member::run() {
       m = std::move(deferred_.front());
       deferred_.pop_front();
     } else {
+      PeerMetrics::Timer waiting(metrics_, PeerMetrics::Activity::kWaiting);
       m = net_.next_from_coordinator(0.2);
     }
     if (!m) {
@@ -452,6 +481,7 @@ PeerSummary Member::run() {
       train_round(round);
     } else if (m->has_resync()) {
       log("my parameters disagree with the majority; resynchronising");
+      metrics_.resynced();
       sync_state(m->resync().state(), {m->resync().holders().begin(), m->resync().holders().end()});
     } else if (m->has_finished()) {
       catch_up(m->finished().steps());

@@ -26,9 +26,11 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "agora/net/identity.h"
+#include "agora/obs/http_server.h"
 
 namespace agora::peer {
 
@@ -46,6 +48,8 @@ struct PeerOptions {
   std::string misbehave;
   bool progress = true;  // one line per round on stderr
   double join_timeout_seconds = 60;  // no Welcome by then: a clear error (wrong key, allowlist)
+  // Where to serve /metrics (peer_metrics.h); none = off.
+  std::optional<obs::HttpAddress> metrics;
 };
 
 struct PeerSummary {

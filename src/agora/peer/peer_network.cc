@@ -6,12 +6,19 @@
 
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
+#include "agora/obs/metrics_catalogue.h"
 
 namespace agora::peer {
 namespace {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+Traffic traffic_of(const wire::Envelope& m) {
+  if (m.has_get_blob() || m.has_blob()) return Traffic::kPayload;
+  if (m.has_get_tensor() || m.has_tensor_data()) return Traffic::kState;
+  return Traffic::kControl;
 }
 
 }  // namespace
@@ -25,6 +32,7 @@ struct PeerNetwork::Want {
   std::string asked;  // the endpoint asked now; "" = none
   double deadline = 0;
   double timeout = 10;
+  double started = 0;  // when the first source was asked
   bool done = false, ok = false;
   std::string reason;
   wire::CommitRecord record;  // payloads
@@ -53,6 +61,13 @@ PeerNetwork::PeerNetwork(const net::Identity& identity, PeerNetworkOptions optio
   net::DecodeLimits control{net::kMaxControlBytes, net::kMaxControlBytes};
   coordinator_ = std::make_unique<net::Client>(context_, identity_, options_.coordinator,
                                                options_.coordinator_key, control);
+  if (options_.metrics != nullptr) {
+    using obs::metric::kPeerFetchDuration;
+    payload_fetch_ = &obs::histogram(*options_.metrics, kPeerFetchDuration, obs::seconds_buckets(),
+                                     {{"kind", "payload"}});
+    state_fetch_ = &obs::histogram(*options_.metrics, kPeerFetchDuration, obs::seconds_buckets(),
+                                   {{"kind", "state"}});
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -172,6 +187,7 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
     if (h.key() != identity_.public_key()) others.push_back(h);
   }
   if (others.empty()) fail("no member holds the parameters after step {}", state.applied_steps());
+  const double started = now_seconds();
   auto job = std::make_shared<Job>();
   for (int i = 0; i < state.tensor_names_size(); ++i) {
     Want want;
@@ -205,14 +221,44 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
     }
     out[want.key] = std::move(want.tensor);
   }
+  if (state_fetch_ != nullptr) state_fetch_->observe(now_seconds() - started);
   return out;
 }
 
 NetworkCounters PeerNetwork::counters() const {
   std::lock_guard lock(mutex_);
-  NetworkCounters c = counters_;
-  c.dropped_messages += server_->dropped() + coordinator_->dropped();
+  NetworkCounters c = counters_;  // dropped_* come from sync_socket_counters()
+  c.bytes_sent = c.bytes_received = 0;
+  for (size_t k = 0; k < 3; ++k) {
+    c.bytes_sent += c.sent_by_kind[k] = sent_[k].load();
+    c.bytes_received += c.received_by_kind[k] = received_[k].load();
+  }
+  for (size_t r = 0; r < 4; ++r) c.rejected_by_reason[r] = rejected_[r].load();
   return c;
+}
+
+void PeerNetwork::count(Traffic kind, bool sent, uint64_t bytes) {
+  (sent ? sent_ : received_)[static_cast<size_t>(kind)].fetch_add(bytes);
+}
+
+void PeerNetwork::reject(Rejection why) {
+  rejected_[static_cast<size_t>(why)].fetch_add(1);
+}
+
+void PeerNetwork::sync_socket_counters() {
+  // The sockets belong to this thread; copy their drop tallies out when they change.
+  uint64_t dropped = server_->dropped() + coordinator_->dropped();
+  for (const auto& [endpoint, client] : clients_) dropped += client->dropped();
+  if (dropped == dropped_seen_) return;
+  dropped_seen_ = dropped;
+  std::map<std::string, uint64_t> by_reason = server_->drops_by_reason();
+  for (const auto& [reason, n] : coordinator_->drops_by_reason()) by_reason[reason] += n;
+  for (const auto& [endpoint, client] : clients_) {
+    for (const auto& [reason, n] : client->drops_by_reason()) by_reason[reason] += n;
+  }
+  std::lock_guard lock(mutex_);
+  counters_.dropped_messages = dropped;
+  counters_.dropped_by_reason = std::move(by_reason);
 }
 
 net::Client& PeerNetwork::client_for(const wire::Member& member) {
@@ -230,6 +276,8 @@ void PeerNetwork::advance(Want& want, double now) {
     if (source.endpoint() == endpoint_) continue;
     try {
       client_for(source).send(want.request);
+      count(traffic_of(want.request), true, want.request.ByteSizeLong());
+      if (want.started == 0) want.started = now;
     } catch (const Error& e) {
       want.reason = e.what();
       continue;
@@ -241,6 +289,7 @@ void PeerNetwork::advance(Want& want, double now) {
   want.asked.clear();
   want.done = true;
   if (want.reason.empty()) want.reason = "no member could serve it";
+  if (want.request.has_get_blob()) reject(Rejection::kUnavailable);
 }
 
 void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
@@ -255,11 +304,8 @@ void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
       }
       if (reply.has_blob() && want.request.has_get_blob() && reply.blob().hash() == want.key) {
         std::string data = std::move(*reply.mutable_blob()->mutable_data());
-        {
-          std::lock_guard lock(mutex_);
-          counters_.bytes_received += data.size();
-        }
         if (blake2b256_bytes(data) != want.key) {
+          reject(Rejection::kHash);
           // A relay (or the author) sent bytes that are not the committed payload: ask another.
           want.reason = fmt::format("{} served bytes that do not match the committed hash", source);
           std::lock_guard lock(mutex_);
@@ -279,9 +325,12 @@ void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
         if (!net::verify_signature(
                 r.author(), net::commit_signing_bytes(run_id, r.step(), want.key), r.signature())) {
           why = "the author's signature over the commitment does not verify";
+          reject(Rejection::kSignature);
         } else if (validator) {
           why = validator(data);
+          if (!why.empty()) reject(Rejection::kLayout);
         }
+        if (why.empty() && payload_fetch_ != nullptr) payload_fetch_->observe(now - want.started);
         want.done = true;
         want.asked.clear();
         std::lock_guard lock(mutex_);
@@ -299,10 +348,6 @@ void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
           reply.tensor_data().name() == want.key &&
           reply.tensor_data().applied_steps() == want.request.get_tensor().applied_steps()) {
         auto& t = *reply.mutable_tensor_data();
-        {
-          std::lock_guard lock(mutex_);
-          counters_.bytes_received += t.data().size();
-        }
         if (blake2b256_bytes(t.data()) != want.expected_hash) {
           want.reason =
               fmt::format("{} served a tensor that does not match the majority's hash", source);
@@ -323,6 +368,7 @@ void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
 void PeerNetwork::serve(net::Incoming&& in) {
   wire::Envelope reply;
   const wire::Envelope& m = in.message;
+  count(traffic_of(m), false, m.ByteSizeLong());
   if (m.has_get_blob()) {
     if (auto bytes = blobs_.get(m.get_blob().hash())) {
       reply.mutable_blob()->set_hash(m.get_blob().hash());
@@ -351,10 +397,7 @@ void PeerNetwork::serve(net::Incoming&& in) {
   } else {
     return;  // peers only ask for blobs and tensors; anything else is ignored
   }
-  {
-    std::lock_guard lock(mutex_);
-    counters_.bytes_sent += reply.ByteSizeLong();
-  }
+  count(traffic_of(reply), true, reply.ByteSizeLong());
   server_->send(in.route, reply);
 }
 
@@ -372,7 +415,10 @@ void PeerNetwork::pump_commands() {
       }
     }
   }
-  for (const auto& message : outgoing) coordinator_->send(message);
+  for (const auto& message : outgoing) {
+    count(Traffic::kControl, true, message.ByteSizeLong());
+    coordinator_->send(message);
+  }
 }
 
 void PeerNetwork::finish_jobs() {
@@ -407,7 +453,10 @@ void PeerNetwork::finish_jobs() {
     }
   }
   arrived_.notify_all();
-  for (const auto& w : witnesses) coordinator_->send(w);
+  for (const auto& w : witnesses) {
+    count(Traffic::kControl, true, w.ByteSizeLong());
+    coordinator_->send(w);
+  }
 }
 
 void PeerNetwork::run() {
@@ -429,6 +478,7 @@ void PeerNetwork::run() {
     while (auto in = server_->recv()) serve(std::move(*in));
     bool any = false;
     while (auto m = coordinator_->recv()) {
+      count(Traffic::kControl, false, m->ByteSizeLong());
       std::lock_guard lock(mutex_);
       from_coordinator_.push_back(std::move(*m));
       any = true;
@@ -436,8 +486,12 @@ void PeerNetwork::run() {
     if (any) arrived_.notify_all();
     for (const std::string& endpoint : endpoints) {
       net::Client& client = *clients_.at(endpoint);
-      while (auto m = client.recv()) on_reply(endpoint, std::move(*m));
+      while (auto m = client.recv()) {
+        count(traffic_of(*m), false, m->ByteSizeLong());
+        on_reply(endpoint, std::move(*m));
+      }
     }
+    sync_socket_counters();
     const double now = now_seconds();
     for (auto& job : jobs_) {
       for (Want& want : job->wants) {
@@ -461,6 +515,7 @@ void PeerNetwork::run() {
         hb.mutable_heartbeat()->set_applied_steps(applied_steps_);
         hb.mutable_heartbeat()->set_next_round(next_round_);
       }
+      count(Traffic::kControl, true, hb.ByteSizeLong());
       coordinator_->send(hb);
       next_heartbeat = now + 1.0;
     }

@@ -21,6 +21,7 @@
 // (ensure()) and when joining (fetch_state()).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -37,6 +38,7 @@
 #include "agora/net/blob_store.h"
 #include "agora/net/curve_socket.h"
 #include "agora/net/identity.h"
+#include "agora/obs/metrics.h"
 
 namespace agora::peer {
 
@@ -44,6 +46,8 @@ struct PeerNetworkOptions {
   std::string coordinator;             // tcp://host:port
   net::PublicKey coordinator_key;      // its ed25519 key
   std::string listen = "tcp://0.0.0.0:*";  // where this peer serves
+  // Where fetch latencies go (agora_peer_fetch_duration_seconds); none when null.
+  obs::Registry* metrics = nullptr;
   std::string advertise;               // what others dial; "" = the bound endpoint
   net::DecodeLimits limits;
   double blob_timeout_seconds = 10;
@@ -58,9 +62,23 @@ struct TensorBytes {
 };
 using Snapshot = std::map<std::string, TensorBytes>;
 
+// What travels: payloads (GetBlob, Blob), model state (GetTensor, TensorData) and control (the
+// coordinator's connection, NotFound answers).
+enum class Traffic { kPayload = 0, kState = 1, kControl = 2 };
+inline constexpr const char* kTrafficNames[] = {"payload", "state", "control"};
+
+// Why a fetched payload was refused: its bytes did not hash to the commitment (that source is
+// skipped, the next is asked), the author's signature did not verify, the strategy's layout
+// check failed, or no source served it.
+enum class Rejection { kHash = 0, kSignature = 1, kLayout = 2, kUnavailable = 3 };
+inline constexpr const char* kRejectionNames[] = {"hash", "signature", "layout", "unavailable"};
+
 struct NetworkCounters {
-  uint64_t bytes_sent = 0, bytes_received = 0;
+  uint64_t bytes_sent = 0, bytes_received = 0;                 // every kind
+  std::array<uint64_t, 3> sent_by_kind{}, received_by_kind{};  // indexed by Traffic
   uint64_t payloads_fetched = 0, payloads_rejected = 0, dropped_messages = 0;
+  std::array<uint64_t, 4> rejected_by_reason{};       // indexed by Rejection
+  std::map<std::string, uint64_t> dropped_by_reason;  // net::Server::drops_by_reason() tokens
 };
 
 class PeerNetwork {
@@ -100,6 +118,7 @@ class PeerNetwork {
   Snapshot fetch_state(const wire::StateRecord& state, const std::vector<wire::Member>& holders,
                        double timeout_seconds);
 
+  // Thread-safe: the metrics' collector reads them from an HTTP thread.
   NetworkCounters counters() const;
 
  private:
@@ -115,6 +134,9 @@ class PeerNetwork {
   void advance(Want& want, double now);
   void finish_jobs();
   net::Client& client_for(const wire::Member& member);
+  void count(Traffic kind, bool sent, uint64_t bytes);
+  void reject(Rejection why);
+  void sync_socket_counters();
 
   const net::Identity& identity_;
   PeerNetworkOptions options_;
@@ -135,6 +157,12 @@ class PeerNetwork {
   std::function<std::string(std::string_view)> validator_;
   uint64_t applied_steps_ = 0, next_round_ = 0;
   NetworkCounters counters_;
+  // Updated without mutex_ (advance() runs with and without it held).
+  std::array<std::atomic<uint64_t>, 3> sent_{}, received_{};
+  std::array<std::atomic<uint64_t>, 4> rejected_{};
+  uint64_t dropped_seen_ = 0;  // I/O thread only
+  obs::Histogram* payload_fetch_ = nullptr;
+  obs::Histogram* state_fetch_ = nullptr;
 
   std::vector<std::shared_ptr<Job>> jobs_;  // I/O thread only
   std::atomic<bool> stop_{false};

@@ -1,0 +1,107 @@
+#include "agora/obs/http_server.h"
+
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+
+#include "agora/core/error.h"
+
+namespace agora::obs {
+
+HttpAddress parse_http_address(std::string_view text, std::string_view flag) {
+  const auto colon = text.rfind(':');
+  const auto bad = [&](std::string_view why) -> HttpAddress {
+    fail(
+        "{} {}: {}; allowed: HOST:PORT with PORT 0-65535 (0 = any free port), e.g. "
+        "0.0.0.0:7480 or 127.0.0.1:0",
+        flag, text.empty() ? "\"\"" : std::string(text), why);
+  };
+  if (colon == std::string_view::npos) return bad("no ':PORT'");
+  const std::string_view host = text.substr(0, colon), port = text.substr(colon + 1);
+  if (host.empty()) return bad("no host before ':'");
+  int value = -1;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value < 0 ||
+      value > 65535) {
+    return bad(fmt::format("'{}' is not a port number", port));
+  }
+  return {std::string(host), value};
+}
+
+HttpServer::HttpServer(HttpAddress address)
+    : address_(std::move(address)), server_(std::make_unique<httplib::Server>()) {}
+
+HttpServer::~HttpServer() {
+  if (thread_.joinable()) {
+    server_->stop();
+    thread_.join();
+  }
+}
+
+void HttpServer::get(std::string path, HttpHandler handler) {
+  routes_[std::move(path)] = std::move(handler);
+}
+
+void HttpServer::fallback(HttpHandler handler) {
+  fallback_ = std::move(handler);
+}
+
+std::string HttpServer::url() const {
+  const std::string host = address_.host == "0.0.0.0" ? "127.0.0.1" : address_.host;
+  return fmt::format("http://{}:{}", host, port_);
+}
+
+void HttpServer::start() {
+  // A few workers are plenty for scrapes and a browser; httplib's default is one per core.
+  server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+  server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));  // not SO_REUSEPORT
+  });
+  server_->Get("/.*", [this](const httplib::Request& req, httplib::Response& res) {
+    HttpRequest request;
+    request.path = req.path;
+    for (const auto& [key, value] : req.params) request.query[key] = value;
+    HttpResponse response;
+    const auto route = routes_.find(req.path);
+    try {
+      if (route != routes_.end()) {
+        response = route->second(request);
+      } else if (fallback_) {
+        response = fallback_(request);
+      } else {
+        response = {404, "text/plain; charset=utf-8", "not found\n"};
+      }
+    } catch (const std::exception& e) {
+      response = {500, "text/plain; charset=utf-8", fmt::format("internal error: {}\n", e.what())};
+    }
+    res.status = response.status;
+    res.set_content(std::move(response.body), response.content_type.c_str());
+    res.set_header("Cache-Control", "no-store");
+  });
+  errno = 0;
+  const int bound =
+      address_.port == 0
+          ? server_->bind_to_any_port(address_.host)
+          : (server_->bind_to_port(address_.host, address_.port) ? address_.port : -1);
+  if (bound < 0) {
+    const int error = errno;
+    fail(
+        "cannot serve HTTP on {}:{}: {} (is another process using the port? is the host an "
+        "address of this machine?)",
+        address_.host, address_.port, error != 0 ? std::strerror(error) : "bind failed");
+  }
+  port_ = bound;
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // stop() only takes effect once the loop runs; wait for it so the destructor cannot race it.
+  for (int i = 0; i < 2000 && !server_->is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace agora::obs

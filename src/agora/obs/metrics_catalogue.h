@@ -1,0 +1,123 @@
+// clang-format off
+// The catalogue: every metric agora exports, with its type, labels and meaning.
+//
+// This is the one list of names; the code registers metrics through these definitions only,
+// so a name cannot drift from what the dashboards (deploy/grafana/) and docs/monitoring.md
+// query. Units are Prometheus' base units (seconds, bytes); counters end in _total.
+//
+// | metric | type | labels | meaning |
+// |---|---|---|---|
+// | coordinator (`agora coordinator --http`) | | | |
+// | agora_run_info | gauge | run_id, preset, optimizer | always 1; the run's identity |
+// | agora_run_phase | gauge | phase (waiting_for_peers, warmup, training, paused, finished) | 1 for the current phase, 0 for the others |
+// | agora_run_finalized_steps | gauge | | steps final so far |
+// | agora_run_total_steps | gauge | | train.steps |
+// | agora_run_loss | gauge | | mean training loss of the newest finalized step (absent until known) |
+// | agora_run_val_loss | gauge | | validation loss (absent: peers do not report one yet) |
+// | agora_run_learning_rate | gauge | | the schedule's learning rate at the newest finalized step |
+// | agora_run_tokens_per_second | gauge | | tokens trained per second, newest finalized step |
+// | agora_run_peers | gauge | state (syncing, active, left, dropped) | members by state |
+// | agora_run_round_duration_seconds | histogram | | round open to commit phase closed |
+// | agora_run_deadline_misses_total | counter | | assigned members that did not commit by the deadline |
+// | agora_run_joins_total | counter | | accepted joins (rejoins included) |
+// | agora_run_leaves_total | counter | | Leave messages |
+// | agora_run_drops_total | counter | | members dropped (strikes or silence) |
+// | agora_run_refusals_total | counter | | Refused answers sent |
+// | agora_run_commits_total | counter | result (accepted, rejected, late) | commits received |
+// | agora_run_payloads_total | counter | result (final, not_final) | committed payloads at finalization |
+// | agora_run_payload_rejections_reported_total | counter | | payloads witnesses reported failing verification |
+// | agora_run_payload_bytes_total | counter | | bytes of accepted commits' payloads |
+// | agora_run_allreduce_equivalent_bytes_total | counter | | what an fp32 all-reduce would have sent per peer, summed over finalized steps |
+// | agora_run_checkpoints_total | counter | | checkpoint reports |
+// | agora_run_resyncs_total | counter | | Resync messages sent |
+// | agora_run_restarts_total | counter | | restarts from a checkpoint after every member left |
+// | peer (`agora peer --metrics`) | | | |
+// | agora_peer_step | gauge | | finalized steps applied |
+// | agora_peer_loss | gauge | | mean loss of the peer's share in its newest round |
+// | agora_peer_learning_rate | gauge | | learning rate of its newest round |
+// | agora_peer_tokens_per_second | gauge | | tokens of its newest round / that round's compute seconds |
+// | agora_peer_share | gauge | | fraction of the newest round's sequences assigned to it |
+// | agora_peer_time_seconds_total | counter | activity (compute, waiting, applying, fetching_state, checkpointing) | where the peer's time went |
+// | agora_peer_payloads_accepted_total | counter | | payloads fetched and verified |
+// | agora_peer_payloads_rejected_total | counter | reason (hash, signature, layout, unavailable) | payloads refused |
+// | agora_peer_fetch_duration_seconds | histogram | kind (payload: one payload; state: a whole model state) | fetch latency |
+// | agora_peer_checkpoint_duration_seconds | histogram | | writing one checkpoint |
+// | agora_peer_rounds_total | counter | | rounds trained (non-empty share) |
+// | agora_peer_resyncs_total | counter | | Resync messages acted on |
+// | both | | | |
+// | agora_network_bytes_total | counter | direction (sent, received), kind (payload, state, control) | encoded message bytes; the coordinator only has control |
+// | agora_network_messages_dropped_total | counter | reason (frames, unauthenticated, too_large, unparsable, no_body, over_limit) | malformed messages dropped |
+// | process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes, process_start_time_seconds, process_open_fds | | | the standard process metrics |
+//
+// A peer does not learn whether it missed a deadline (the coordinator strikes it silently), so
+// there is no agora_peer_deadline_misses_total; agora_run_deadline_misses_total counts them.
+// clang-format on
+#pragma once
+
+#include <string_view>
+
+#include "agora/obs/metrics.h"
+
+namespace agora::obs {
+
+struct MetricDef {
+  std::string_view name;
+  std::string_view help;
+};
+
+namespace metric {
+// clang-format off
+inline constexpr MetricDef kRunInfo{"agora_run_info", "The run's identity; always 1."};
+inline constexpr MetricDef kRunPhase{"agora_run_phase", "1 for the run's current phase, 0 for the others."};
+inline constexpr MetricDef kRunFinalizedSteps{"agora_run_finalized_steps", "Steps final so far."};
+inline constexpr MetricDef kRunTotalSteps{"agora_run_total_steps", "Steps the run trains (train.steps)."};
+inline constexpr MetricDef kRunLoss{"agora_run_loss", "Mean training loss of the newest finalized step."};
+inline constexpr MetricDef kRunValLoss{"agora_run_val_loss", "Validation loss of the newest evaluation."};
+inline constexpr MetricDef kRunLearningRate{"agora_run_learning_rate", "Learning rate at the newest finalized step."};
+inline constexpr MetricDef kRunTokensPerSecond{"agora_run_tokens_per_second", "Tokens trained per second over the newest finalized step."};
+inline constexpr MetricDef kRunPeers{"agora_run_peers", "Members by state."};
+inline constexpr MetricDef kRunRoundDuration{"agora_run_round_duration_seconds", "Time from a round's opening to the close of its commit phase."};
+inline constexpr MetricDef kRunDeadlineMisses{"agora_run_deadline_misses_total", "Assigned members that did not commit before their round's deadline."};
+inline constexpr MetricDef kRunJoins{"agora_run_joins_total", "Accepted joins, rejoins included."};
+inline constexpr MetricDef kRunLeaves{"agora_run_leaves_total", "Members that said Leave."};
+inline constexpr MetricDef kRunDrops{"agora_run_drops_total", "Members dropped for strikes or silence."};
+inline constexpr MetricDef kRunRefusals{"agora_run_refusals_total", "Refused answers sent."};
+inline constexpr MetricDef kRunCommits{"agora_run_commits_total", "Commits received, by what became of them."};
+inline constexpr MetricDef kRunPayloads{"agora_run_payloads_total", "Committed payloads at finalization: final or not."};
+inline constexpr MetricDef kRunRejectionsReported{"agora_run_payload_rejections_reported_total", "Payloads that witnesses reported as failing verification."};
+inline constexpr MetricDef kRunPayloadBytes{"agora_run_payload_bytes_total", "Bytes of the payloads of accepted commits."};
+inline constexpr MetricDef kRunAllreduceBytes{"agora_run_allreduce_equivalent_bytes_total", "Bytes an fp32 gradient all-reduce would have sent per peer, summed over finalized steps."};
+inline constexpr MetricDef kRunCheckpoints{"agora_run_checkpoints_total", "Checkpoint reports received."};
+inline constexpr MetricDef kRunResyncs{"agora_run_resyncs_total", "Resync messages sent."};
+inline constexpr MetricDef kRunRestarts{"agora_run_restarts_total", "Restarts from a checkpoint after every member left."};
+
+inline constexpr MetricDef kPeerStep{"agora_peer_step", "Finalized steps applied."};
+inline constexpr MetricDef kPeerLoss{"agora_peer_loss", "Mean loss of the peer's share in its newest round."};
+inline constexpr MetricDef kPeerLearningRate{"agora_peer_learning_rate", "Learning rate of the peer's newest round."};
+inline constexpr MetricDef kPeerTokensPerSecond{"agora_peer_tokens_per_second", "Tokens per compute second in the peer's newest round."};
+inline constexpr MetricDef kPeerShare{"agora_peer_share", "Fraction of the newest round's sequences assigned to this peer."};
+inline constexpr MetricDef kPeerTime{"agora_peer_time_seconds_total", "Seconds spent per activity."};
+inline constexpr MetricDef kPeerPayloadsAccepted{"agora_peer_payloads_accepted_total", "Payloads fetched and verified."};
+inline constexpr MetricDef kPeerPayloadsRejected{"agora_peer_payloads_rejected_total", "Payloads refused, by reason."};
+inline constexpr MetricDef kPeerFetchDuration{"agora_peer_fetch_duration_seconds", "Time to fetch one payload (kind=payload) or a whole model state (kind=state)."};
+inline constexpr MetricDef kPeerCheckpointDuration{"agora_peer_checkpoint_duration_seconds", "Time to write one checkpoint."};
+inline constexpr MetricDef kPeerRounds{"agora_peer_rounds_total", "Rounds trained with a non-empty share."};
+inline constexpr MetricDef kPeerResyncs{"agora_peer_resyncs_total", "Resync messages acted on."};
+
+inline constexpr MetricDef kNetworkBytes{"agora_network_bytes_total", "Bytes of messages sent and received, by kind."};
+inline constexpr MetricDef kNetworkDropped{"agora_network_messages_dropped_total", "Malformed messages dropped, by reason."};
+// clang-format on
+}  // namespace metric
+
+inline Counter& counter(Registry& r, const MetricDef& d, const Labels& labels = {}) {
+  return r.counter(d.name, d.help, labels);
+}
+inline Gauge& gauge(Registry& r, const MetricDef& d, const Labels& labels = {}) {
+  return r.gauge(d.name, d.help, labels);
+}
+inline Histogram& histogram(Registry& r, const MetricDef& d, std::vector<double> bounds,
+                            const Labels& labels = {}) {
+  return r.histogram(d.name, d.help, std::move(bounds), labels);
+}
+
+}  // namespace agora::obs

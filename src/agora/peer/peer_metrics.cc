@@ -1,0 +1,85 @@
+#include "agora/peer/peer_metrics.h"
+
+#include "agora/obs/metrics_catalogue.h"
+
+namespace agora::peer {
+
+namespace m = obs::metric;
+
+double PeerMetrics::Timer::stop() {
+  if (metrics_ == nullptr) return 0;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  metrics_->add_time(activity_, seconds);
+  metrics_ = nullptr;
+  return seconds;
+}
+
+PeerMetrics::PeerMetrics(obs::Registry& registry) : registry_(registry) {
+  static constexpr const char* kActivities[] = {"compute", "waiting", "applying", "fetching_state",
+                                                "checkpointing"};
+  for (int i = 0; i < 5; ++i) {
+    time_[i] = &obs::counter(registry_, m::kPeerTime, {{"activity", kActivities[i]}});
+  }
+  // Present from the first scrape, so dashboards see zeros rather than no data.
+  obs::gauge(registry_, m::kPeerStep);
+  obs::counter(registry_, m::kPeerRounds);
+  obs::counter(registry_, m::kPeerResyncs);
+  obs::histogram(registry_, m::kPeerCheckpointDuration, obs::seconds_buckets());
+  obs::add_process_metrics(registry_);
+}
+
+void PeerMetrics::add_time(Activity activity, double seconds) {
+  time_[static_cast<int>(activity)]->inc(seconds);
+}
+
+void PeerMetrics::round_trained(double loss, double learning_rate, uint64_t sequences,
+                                uint64_t batch_size, int64_t seq_len, double compute_seconds) {
+  obs::gauge(registry_, m::kPeerLoss).set(loss);
+  obs::gauge(registry_, m::kPeerLearningRate).set(learning_rate);
+  if (compute_seconds > 0) {
+    obs::gauge(registry_, m::kPeerTokensPerSecond)
+        .set(static_cast<double>(sequences) * static_cast<double>(seq_len) / compute_seconds);
+  }
+  if (batch_size > 0) {
+    obs::gauge(registry_, m::kPeerShare)
+        .set(static_cast<double>(sequences) / static_cast<double>(batch_size));
+  }
+  obs::counter(registry_, m::kPeerRounds).inc();
+  add_time(Activity::kCompute, compute_seconds);
+}
+
+void PeerMetrics::applied(uint64_t applied_steps) {
+  obs::gauge(registry_, m::kPeerStep).set(static_cast<double>(applied_steps));
+}
+
+void PeerMetrics::resynced() {
+  obs::counter(registry_, m::kPeerResyncs).inc();
+}
+
+void PeerMetrics::checkpoint_written(double seconds) {
+  obs::histogram(registry_, m::kPeerCheckpointDuration, obs::seconds_buckets()).observe(seconds);
+  add_time(Activity::kCheckpointing, seconds);
+}
+
+void PeerMetrics::watch(const PeerNetwork& network) {
+  registry_.add_collector([&network](obs::Registry& r) {
+    const NetworkCounters c = network.counters();
+    for (size_t k = 0; k < 3; ++k) {
+      obs::counter(r, m::kNetworkBytes, {{"direction", "sent"}, {"kind", kTrafficNames[k]}})
+          .set_total(static_cast<double>(c.sent_by_kind[k]));
+      obs::counter(r, m::kNetworkBytes, {{"direction", "received"}, {"kind", kTrafficNames[k]}})
+          .set_total(static_cast<double>(c.received_by_kind[k]));
+    }
+    obs::counter(r, m::kPeerPayloadsAccepted).set_total(static_cast<double>(c.payloads_fetched));
+    for (size_t i = 0; i < 4; ++i) {
+      obs::counter(r, m::kPeerPayloadsRejected, {{"reason", kRejectionNames[i]}})
+          .set_total(static_cast<double>(c.rejected_by_reason[i]));
+    }
+    for (const auto& [reason, n] : c.dropped_by_reason) {
+      obs::counter(r, m::kNetworkDropped, {{"reason", reason}}).set_total(static_cast<double>(n));
+    }
+  });
+}
+
+}  // namespace agora::peer

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""The coordinator's JSON API, /metrics of the coordinator and a peer, and JSON log lines,
+against a real small run (2 peers, the tiny model, 30 steps).
+
+    monitoring_test.py AGORA DATA_DIR ARTIFACTS_DIR
+
+While the run trains and once it finished, it checks /api/run, /api/peers and /api/history
+(steps increase, the loss is finite and falls, both peers are active with shares summing to 1,
+the events hold the joins), scrapes /metrics of the coordinator and of peer 0, lints both with
+`promtool check metrics`, and checks that `--log-format json` lines parse. The scraped texts and
+API answers are written to ARTIFACTS_DIR (coordinator.metrics.txt, peer.metrics.txt,
+api_run.json, api_peers.json, api_history.json) for the dashboard test and for people.
+"""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from network_test import Run, free_port  # noqa: E402
+
+STEPS = 30
+
+# Every metric the dashboards may query, per process (obs/metrics_catalogue.h). Gauges that are
+# set only once known (loss) are checked after training started.
+COORDINATOR_METRICS = [
+    "agora_run_info", "agora_run_phase", "agora_run_finalized_steps", "agora_run_total_steps",
+    "agora_run_loss", "agora_run_learning_rate", "agora_run_tokens_per_second", "agora_run_peers",
+    "agora_run_round_duration_seconds_bucket", "agora_run_deadline_misses_total",
+    "agora_run_joins_total", "agora_run_leaves_total", "agora_run_drops_total",
+    "agora_run_refusals_total", "agora_run_commits_total", "agora_run_payloads_total",
+    "agora_run_payload_rejections_reported_total", "agora_run_payload_bytes_total",
+    "agora_run_allreduce_equivalent_bytes_total", "agora_run_checkpoints_total",
+    "agora_run_resyncs_total", "agora_run_restarts_total", "agora_network_bytes_total",
+    "process_resident_memory_bytes", "process_cpu_seconds_total", "process_start_time_seconds"]
+PEER_METRICS = [
+    "agora_peer_step", "agora_peer_loss", "agora_peer_learning_rate",
+    "agora_peer_tokens_per_second", "agora_peer_share", "agora_peer_time_seconds_total",
+    "agora_network_bytes_total", "agora_peer_payloads_accepted_total",
+    "agora_peer_payloads_rejected_total", "agora_peer_fetch_duration_seconds_bucket",
+    "agora_peer_checkpoint_duration_seconds_bucket", "agora_peer_rounds_total",
+    "agora_peer_resyncs_total", "process_resident_memory_bytes", "process_cpu_seconds_total",
+    "process_start_time_seconds"]
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read().decode()
+
+
+def get_json(url):
+    return json.loads(get(url))
+
+
+def samples(text):
+    """metric name -> list of (labels text, value) from an exposition text."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_labels, value = line.rsplit(" ", 1)
+        name = name_labels.split("{", 1)[0]
+        out.setdefault(name, []).append((name_labels[len(name):], float(value)))
+    return out
+
+
+def promtool(run, text, what):
+    if shutil.which("promtool") is None:
+        print(f"SKIP promtool: not installed (Debian package prometheus); {what} not linted")
+        return
+    result = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
+                            capture_output=True)
+    if result.returncode != 0:
+        run.fail(f"promtool check metrics refused the {what}:\n{result.stdout}{result.stderr}")
+
+
+def check_peers(run, peers, when):
+    if len(peers) != 2:
+        run.fail(f"{when}: /api/peers lists {len(peers)} peers, expected 2: {peers}")
+    for p in peers:
+        for field in ("key", "short", "state", "endpoint", "agent", "sequences_per_second",
+                      "share", "strikes", "last_seen_seconds_ago", "applied_steps",
+                      "checkpointer", "payload_bytes", "commits"):
+            if field not in p:
+                run.fail(f"{when}: a peer lacks {field}: {p}")
+        if p["state"] != "active":
+            run.fail(f"{when}: peer {p['short']} is {p['state']}, expected active")
+    total = sum(p["share"] for p in peers)
+    if abs(total - 1.0) > 0.01:
+        run.fail(f"{when}: the peers' shares sum to {total}, expected 1: {peers}")
+
+
+def check_history(run, history, when, at_least):
+    steps = history["steps"]
+    numbers = [r["step"] for r in steps]
+    if numbers != list(range(len(steps))) or len(steps) < at_least:
+        run.fail(f"{when}: /api/history steps are {numbers}, expected 0..{at_least - 1} at least")
+    losses = [r["loss"] for r in steps]
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in losses):
+        run.fail(f"{when}: losses are not all finite: {losses}")
+    for r in steps:
+        for field in ("lr", "tokens_per_second", "payload_bytes", "allreduce_bytes", "peers",
+                      "seconds", "at"):
+            if field not in r:
+                run.fail(f"{when}: a step row lacks {field}: {r}")
+    joins = [e for e in history["events"] if e["kind"] == "join"]
+    if len(joins) < 2:
+        run.fail(f"{when}: {len(joins)} join events, expected 2: {history['events'][:6]}")
+    return losses
+
+
+def check_json_logs(run, path, process, at_least):
+    parsed = 0
+    for line in open(path):
+        if not line.startswith("{"):
+            continue  # the peer's closing summary on stdout is not a log line
+        try:
+            j = json.loads(line)
+        except ValueError:
+            run.fail(f"{path}: a log line is not JSON: {line!r}")
+        for field in ("ts", "level", "msg", "process"):
+            if field not in j:
+                run.fail(f"{path}: a log line lacks {field}: {line!r}")
+        if j["process"] != process:
+            run.fail(f"{path}: process is {j['process']}, expected {process}")
+        if process == "peer" and ("peer" not in j or "step" not in j):
+            run.fail(f"{path}: a peer line lacks its peer id or step: {line!r}")
+        parsed += 1
+    if parsed < at_least:
+        run.fail(f"{path}: {parsed} JSON log lines, expected at least {at_least}")
+    return parsed
+
+
+def main(agora, data, artifacts):
+    os.makedirs(artifacts, exist_ok=True)
+    run = Run(agora, data, "monitoring", peers=2, steps=STEPS, sets=["network.min_peers=2"])
+    http, metrics = free_port(), free_port()
+    api = f"http://127.0.0.1:{http}"
+    run.start_coordinator(extra=("--http", f"127.0.0.1:{http}", "--log-format", "json"))
+    run.start_peer(0, extra=["--metrics", f"127.0.0.1:{metrics}", "--log-format", "json"])
+    run.start_peer(1)
+
+    def api_up():
+        try:
+            get_json(api + "/api/run")
+            return True
+        except OSError:
+            return False
+
+    run.wait_until("the coordinator's HTTP API", api_up, 30)
+    page = get(api + "/")
+    if "<html" not in page.lower():
+        run.fail(f"/ is not the web page: {page[:200]!r}")
+
+    # While it trains.
+    run.wait_until("5 finalized steps", lambda: get_json(api + "/api/run")["step"] >= 5, 90)
+    first = get_json(api + "/api/run")
+    check_peers(run, get_json(api + "/api/peers"), "while training")
+    check_history(run, get_json(api + "/api/history"), "while training", 5)
+    # /api/run's step counts finalized steps, so the newest row is step - 1; since=S returns the
+    # rows after step S.
+    newest = first["step"] - 1
+    since = get_json(api + f"/api/history?since={newest - 1}")["steps"]
+    if not since or since[0]["step"] != newest:
+        run.fail(f"/api/history?since={newest - 1} starts at "
+                 f"{since[0]['step'] if since else None}, expected {newest}")
+    run.wait_until("more steps", lambda: get_json(api + "/api/run")["step"] > first["step"] + 3, 60)
+    if first["phase"] != "training" or first["total_steps"] != STEPS:
+        run.fail(f"/api/run while training: {first}")
+    for field in ("run_id", "loss", "learning_rate", "tokens_per_second", "payload_bytes_per_step",
+                  "allreduce_bytes_per_step", "peers", "counters", "started_at",
+                  "uptime_seconds", "model"):
+        if field not in first:
+            run.fail(f"/api/run lacks {field}: {first}")
+    if first["peers"].get("active") != 2 or first["model"].get("preset") != "tiny":
+        run.fail(f"/api/run: {first['peers']}, {first['model']}")
+
+    # Both /metrics while the peer still runs (a peer exits with the run).
+    run.wait_until("15 finalized steps", lambda: get_json(api + "/api/run")["step"] >= 15, 90)
+    coordinator_text = get(api + "/metrics")
+    peer_text = get(f"http://127.0.0.1:{metrics}/metrics")
+    with open(os.path.join(artifacts, "coordinator.metrics.txt"), "w") as f:
+        f.write(coordinator_text)
+    with open(os.path.join(artifacts, "peer.metrics.txt"), "w") as f:
+        f.write(peer_text)
+    for text, names, what in ((coordinator_text, COORDINATOR_METRICS, "coordinator's metrics"),
+                              (peer_text, PEER_METRICS, "peer's metrics")):
+        promtool(run, text, what)
+        present = samples(text)
+        missing = [n for n in names if n not in present]
+        if missing:
+            run.fail(f"the {what} lack {missing}")
+    c = samples(coordinator_text)
+    if c["agora_run_finalized_steps"][0][1] < 15 or c["agora_run_payload_bytes_total"][0][1] <= 0:
+        run.fail("the coordinator's metrics do not show the steps and bytes so far")
+    if dict(c["agora_run_peers"]).get('{state="active"}') != 2:
+        run.fail(f"agora_run_peers: {c['agora_run_peers']}")
+    p = samples(peer_text)
+    if p["agora_peer_step"][0][1] < 10 or p["agora_peer_rounds_total"][0][1] < 10:
+        run.fail(f"the peer's metrics do not show its steps: {p['agora_peer_step']}")
+    received = dict(p["agora_network_bytes_total"])
+    if received.get('{direction="received",kind="payload"}', 0) <= 0:
+        run.fail(f"the peer received no payload bytes: {received}")
+
+    # Once finished: the coordinator lingers 3 s, answering.
+    run.wait_until("the finished phase", lambda: get_json(api + "/api/run")["phase"] == "finished",
+                   120)
+    final = get_json(api + "/api/run")
+    peers = get_json(api + "/api/peers")
+    history = get_json(api + "/api/history")
+    for name, value in (("api_run", final), ("api_peers", peers), ("api_history", history)):
+        with open(os.path.join(artifacts, name + ".json"), "w") as f:
+            json.dump(value, f, indent=1)
+    run.wait_finished()
+    if final["step"] != STEPS:
+        run.fail(f"/api/run says {final['step']} steps at the end, expected {STEPS}")
+    check_peers(run, peers, "after the run")
+    losses = check_history(run, history, "after the run", STEPS)
+    start, end = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
+    if not end < start - 0.3:
+        run.fail(f"the loss did not fall: {start:.3f} -> {end:.3f}")
+    lines = check_json_logs(run, os.path.join(run.dir, "coordinator.log"), "coordinator", 3)
+    lines += check_json_logs(run, os.path.join(run.dir, "peer-0.log"), "peer", 10)
+    print(f"API checked while training and after {STEPS} steps (loss {start:.3f} -> {end:.3f}); "
+          f"/metrics of both processes pass promtool; {lines} JSON log lines parse; "
+          f"artifacts in {artifacts}")
+    run.cleanup()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit("usage: monitoring_test.py AGORA DATA_DIR ARTIFACTS_DIR")
+    main(*sys.argv[1:])

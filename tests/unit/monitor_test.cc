@@ -1,0 +1,112 @@
+// The coordinator's monitor: step rows survive the store (NaN included, rollback deletes),
+// /api/history's since and paging, event kinds, and /metrics from a published view.
+#include "agora/coord/monitor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+namespace agora::coord {
+namespace {
+
+StepRow row(uint64_t step, double loss) {
+  StepRow r;
+  r.step = step;
+  r.at = 1000.0 + static_cast<double>(step);
+  r.loss = loss;
+  r.val_loss = NAN;
+  r.learning_rate = 0.01;
+  r.tokens_per_second = 100;
+  r.payload_bytes = 10;
+  r.allreduce_bytes = 400;
+  r.peers = 2;
+  return r;
+}
+
+TEST(MonitorStore, StepRowsPersistAndRollBack) {
+  const auto path = std::filesystem::temp_directory_path() / "agora_monitor_test.db";
+  std::filesystem::remove(path);
+  {
+    Store store = Store::open(path);
+    store.bind("run", "toml");
+    RunState s;
+    s.finalized.resize(3);
+    store.save(s, false, {row(0, 5.0), row(1, NAN), row(2, 4.0)});
+    const auto rows = store.step_rows();
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_EQ(rows[0].loss, 5.0);
+    EXPECT_TRUE(std::isnan(rows[1].loss));
+    EXPECT_TRUE(std::isnan(rows[2].val_loss));
+    s.finalized.resize(1);  // back to a checkpoint after step 0
+    store.save(s, /*allow_rollback=*/true);
+    EXPECT_EQ(Store::open(path).step_rows().size(), 1u);
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(Monitor, HistorySinceAndEvents) {
+  Monitor monitor({"run", "tiny", "demo", 1000, 24, 64, 10, 0}, {row(0, 5), row(1, 4.5)});
+  monitor.add_rows({row(2, NAN)});
+  auto view = std::make_shared<RunView>();
+  view->events = {{1, 1.0, "8281c336 joined (agora 0.1.0) at tcp://x:1 as active; 1 active"},
+                  {2, 2.0, "phase warmup -> training (2 active, min_peers 2)"}};
+  monitor.publish(view);
+  const auto all = nlohmann::json::parse(monitor.history_json(0, false, 0));
+  ASSERT_EQ(all["steps"].size(), 3u);
+  EXPECT_TRUE(all["steps"][2]["loss"].is_null());
+  EXPECT_FALSE(all["steps"][0].contains("val_loss"));
+  EXPECT_EQ(all["events"][0]["kind"], "join");
+  EXPECT_EQ(all["events"][1]["kind"], "phase");
+  const auto later = nlohmann::json::parse(monitor.history_json(0, true, 1));
+  ASSERT_EQ(later["steps"].size(), 2u);
+  EXPECT_EQ(later["steps"][0]["step"], 1);
+  EXPECT_EQ(later["events"].size(), 1u);
+  monitor.truncate(1);
+  EXPECT_EQ(nlohmann::json::parse(monitor.history_json(0, false, 0))["steps"].size(), 1u);
+}
+
+TEST(Monitor, EventKinds) {
+  EXPECT_EQ(event_kind("ab12cd34 rejoined (agora) at tcp://h:1 as syncing; 1 active"), "join");
+  EXPECT_EQ(event_kind("ab12cd34 left; 1 active"), "leave");
+  EXPECT_EQ(event_kind("ab12cd34 dropped: silent for 4.0 s; 1 active"), "drop");
+  EXPECT_EQ(event_kind("ab12cd34 wrote a checkpoint after 10 steps (state x) to /p"), "checkpoint");
+  EXPECT_EQ(event_kind("ab12cd34 rejected ef56ab78's payload for step 3: layout"), "rejection");
+  EXPECT_EQ(event_kind("ab12cd34 reported state x after 5 steps; the majority (2 of 3) has y: "
+                       "resync"),
+            "resync");
+  EXPECT_EQ(event_kind("no member holds the parameters: the run restarts from x"), "restart");
+  EXPECT_EQ(event_kind("round 3 opened: 24 sequences"), "other");
+}
+
+TEST(Monitor, MetricsFromTheView) {
+  Monitor monitor({"run", "tiny", "demo", 1000, 24, 64, 10, 0}, {row(0, 5)});
+  auto view = std::make_shared<RunView>();
+  view->phase = Phase::kTraining;
+  view->finalized_steps = 1;
+  view->counters.joins = 2;
+  Member m;
+  m.state = MemberState::kActive;
+  view->members = {{m, 1.0, 10, 1}};
+  view->drops_by_reason = {{"unparsable", 3}};
+  monitor.publish(view);
+  monitor.observe_round(0.5);
+  const std::string text = monitor.registry().render();
+  for (const char* line :
+       {"agora_run_phase{phase=\"training\"} 1\n", "agora_run_phase{phase=\"paused\"} 0\n",
+        "agora_run_peers{state=\"active\"} 1\n", "agora_run_joins_total 2\n", "agora_run_loss 5\n",
+        "agora_run_payload_bytes_total 20\n", "agora_run_allreduce_equivalent_bytes_total 800\n",
+        "agora_network_messages_dropped_total{reason=\"unparsable\"} 3\n",
+        "agora_run_round_duration_seconds_count 1\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+  EXPECT_EQ(text.find("agora_run_val_loss"), std::string::npos);  // not known: not exported
+  const auto run = nlohmann::json::parse(monitor.run_json());
+  EXPECT_EQ(run["phase"], "training");
+  EXPECT_EQ(run["peers"]["active"], 1);
+  EXPECT_FALSE(run.contains("val_loss"));
+}
+
+}  // namespace
+}  // namespace agora::coord

@@ -1,0 +1,657 @@
+// The coordinator's live page: polls the JSON API (/api/run, /api/peers, /api/history) every
+// 2 s and renders the run's progress, charts, peers and events. Plain DOM and uPlot, no build
+// step. Every field may be missing (an empty run, an older coordinator), so every read goes
+// through the format helpers, which render "—" instead of throwing.
+'use strict';
+
+const POLL_MS = 2000;
+const FETCH_TIMEOUT_MS = 5000;
+const MAX_EVENTS = 200;
+const MAX_HISTORY_PAGES = 50;  // a long run's history arrives in pages ("more": true)
+const ETA_WINDOW = 20;  // steps whose pace predicts the rest
+const DASH = '—';
+// Tick spacings for the step axis: whole steps only.
+const STEP_INCREMENTS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000,
+  10000, 20000, 25000, 50000, 100000, 200000, 500000, 1000000];
+
+// What the page knows between polls. Steps are kept by step number so that re-fetched or
+// corrected rows replace older ones instead of duplicating them.
+const state = {
+  runId: undefined,
+  steps: new Map(),    // step -> history row
+  lastStep: null,      // highest step fetched, the next `since`
+  events: new Map(),   // seq (or text+time) -> event
+  lastEventSeq: null,  // highest event seq fetched, the next `events_since`
+  charts: {},          // name -> uPlot instance
+  uptime: undefined,   // the coordinator's uptime at the last poll
+  failingSince: null,  // Date of the first failed poll in a row
+  loaded: false,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Formatting: each helper takes anything and returns a string, DASH when the value is unusable.
+
+function isNum(v) {
+  return typeof v === 'number' && Number.isFinite(v);
+}
+
+function fixed(v, digits) {
+  return isNum(v) ? v.toFixed(digits) : DASH;
+}
+
+function integer(v) {
+  return isNum(v) ? Math.round(v).toLocaleString('en-US') : DASH;
+}
+
+// 1234 -> "1.23k", 12345678 -> "12.3M": three significant digits keep columns short.
+function compact(v) {
+  if (!isNum(v)) return DASH;
+  const units = ['', 'k', 'M', 'G', 'T', 'P'];
+  let i = 0;
+  let x = Math.abs(v);
+  while (x >= 1000 && i < units.length - 1) {
+    x /= 1000;
+    i += 1;
+  }
+  const digits = x >= 100 || i === 0 && Number.isInteger(x) ? 0 : x >= 10 ? 1 : 2;
+  return (v < 0 ? '-' : '') + x.toFixed(digits) + units[i];
+}
+
+function bytes(v) {
+  if (!isNum(v)) return DASH;
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  let x = Math.abs(v);
+  while (x >= 1024 && i < units.length - 1) {
+    x /= 1024;
+    i += 1;
+  }
+  return x.toFixed(i === 0 ? 0 : x >= 100 ? 0 : x >= 10 ? 1 : 2) + ' ' + units[i];
+}
+
+function learningRate(v) {
+  return isNum(v) ? v.toExponential(2) : DASH;
+}
+
+function percent(v) {
+  return isNum(v) ? (v * 100).toFixed(v < 0.1 ? 1 : 0) + '%' : DASH;
+}
+
+// Seconds -> "42 s", "3 min 05 s", "2 h 10 min", "1 d 4 h".
+function duration(seconds) {
+  if (!isNum(seconds) || seconds < 0) return DASH;
+  const s = Math.round(seconds);
+  if (s < 60) return s + ' s';
+  if (s < 3600) return Math.floor(s / 60) + ' min ' + String(s % 60).padStart(2, '0') + ' s';
+  if (s < 86400) return Math.floor(s / 3600) + ' h ' + String(Math.floor(s % 3600 / 60)).padStart(2, '0') + ' min';
+  return Math.floor(s / 86400) + ' d ' + Math.floor(s % 86400 / 3600) + ' h';
+}
+
+function ago(seconds) {
+  if (!isNum(seconds)) return DASH;
+  return seconds < 1 ? 'now' : duration(seconds) + ' ago';
+}
+
+// The API's times may be Unix seconds, Unix milliseconds or ISO 8601 strings.
+function parseTime(at) {
+  if (isNum(at)) return new Date(at > 1e12 ? at : at * 1000);
+  if (typeof at === 'string' && at !== '') {
+    const ms = Date.parse(at);
+    return Number.isNaN(ms) ? null : new Date(ms);
+  }
+  return null;
+}
+
+function clock(date) {
+  return date ? date.toLocaleTimeString('en-GB', { hour12: false }) : DASH;
+}
+
+function text(v) {
+  return v === undefined || v === null || v === '' ? DASH : String(v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// DOM helpers. Peer-supplied strings (agent, drop reasons, event texts) only ever go into
+// textContent, never innerHTML: a peer must not be able to inject markup into this page.
+
+function byId(id) {
+  return document.getElementById(id);
+}
+
+function setText(id, value) {
+  const node = byId(id);
+  if (node) node.textContent = value;
+}
+
+function element(tag, className, content) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (content !== undefined) node.textContent = content;
+  return node;
+}
+
+// A colour family for a state or phase name, so unknown names still render (as neutral).
+function tone(name) {
+  const n = String(name || '').toLowerCase();
+  if (/^(active|training|running|ok|accepted)$/.test(n)) return 'good';
+  if (/^(syncing|joining|waiting|waiting_for_peers|warmup|starting|fetching|restarting|paused)$/.test(n)) return 'wait';
+  if (/^(dropped|failed|error|rejected|stalled)$/.test(n)) return 'bad';
+  if (/^(finished|done|complete|completed)$/.test(n)) return 'done';
+  return 'idle';
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fetching.
+
+async function getJSON(path) {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), FETCH_TIMEOUT_MS);
+  try {
+    const response = await fetch(path, { cache: 'no-store', signal: controller.signal });
+    if (!response.ok) throw new Error(path + ': HTTP ' + response.status);
+    return await response.json();
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// The first poll (and one after a reset) fetches the whole history; later ones only the steps
+// and events after those already kept.
+function historyPath(since, eventsSince) {
+  const query = [];
+  if (since !== null) query.push('since=' + since);
+  if (eventsSince !== null) query.push('events_since=' + eventsSince);
+  return 'api/history' + (query.length ? '?' + query.join('&') : '');
+}
+
+function highest(items, field, start) {
+  let top = start;
+  for (const item of Array.isArray(items) ? items : []) {
+    if (item && isNum(item[field]) && (top === null || item[field] > top)) top = item[field];
+  }
+  return top;
+}
+
+// The coordinator answers at most so many steps at a time and says "more": true; ask again from
+// the last step received until it has sent them all (bounded, so a bad answer cannot loop).
+async function fetchHistory() {
+  const pages = [];
+  let since = state.lastStep;
+  let eventsSince = state.lastEventSeq;
+  for (let i = 0; i < MAX_HISTORY_PAGES; i++) {
+    const page = await getJSON(historyPath(since, eventsSince));
+    pages.push(page);
+    const next = highest(page && page.steps, 'step', since);
+    if (!page || page.more !== true || next === since) break;
+    since = next;
+    eventsSince = highest(page.events, 'seq', eventsSince);
+  }
+  return pages;
+}
+
+// A different run, a run that went back in steps (a restart from a checkpoint), or a new
+// coordinator process (its uptime went down; its event numbers may start over) makes the kept
+// history wrong: forget it and fetch it whole on this poll.
+function resetIfRewound(run) {
+  const runId = run ? run.run_id : undefined;
+  const step = run ? run.step : undefined;
+  const uptime = run ? run.uptime_seconds : undefined;
+  const rewound = isNum(step) && state.lastStep !== null && step < state.lastStep;
+  const restarted = isNum(uptime) && isNum(state.uptime) && uptime < state.uptime - 1;
+  state.uptime = uptime;
+  if (runId !== state.runId || rewound || restarted) {
+    state.runId = runId;
+    state.steps.clear();
+    state.events.clear();
+    state.lastStep = null;
+    state.lastEventSeq = null;
+  }
+}
+
+function ingestHistory(history) {
+  const steps = history && Array.isArray(history.steps) ? history.steps : [];
+  for (const row of steps) {
+    if (!row || !isNum(row.step)) continue;
+    state.steps.set(row.step, row);
+    if (state.lastStep === null || row.step > state.lastStep) state.lastStep = row.step;
+  }
+  const events = history && Array.isArray(history.events) ? history.events : [];
+  for (const event of events) {
+    if (!event) continue;
+    const key = isNum(event.seq) ? 'seq:' + event.seq : 'at:' + event.at + ':' + event.text;
+    state.events.set(key, event);
+  }
+  state.lastEventSeq = highest(events, 'seq', state.lastEventSeq);
+  trimEvents();
+}
+
+function sortedEvents() {
+  const time = (e) => { const d = parseTime(e.at); return d ? d.getTime() : 0; };
+  return Array.from(state.events.values()).sort((a, b) =>
+    isNum(a.seq) && isNum(b.seq) ? b.seq - a.seq : time(b) - time(a));
+}
+
+function trimEvents() {
+  if (state.events.size <= MAX_EVENTS) return;
+  const keep = new Set(sortedEvents().slice(0, MAX_EVENTS));
+  for (const [key, event] of state.events) {
+    if (!keep.has(event)) state.events.delete(key);
+  }
+}
+
+function sortedSteps() {
+  return Array.from(state.steps.values()).sort((a, b) => a.step - b.step);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering: one function per part of the page.
+
+function renderHeader(run) {
+  setText('run-id', text(run.run_id));
+  const phase = byId('phase');
+  phase.textContent = text(run.phase);
+  phase.dataset.tone = tone(run.phase);
+  const model = run.model || {};
+  const params = isNum(model.parameters) ? ' · ' + compact(model.parameters) + ' params' : '';
+  setText('model', text(model.preset) + params);
+  setText('optimizer', text(model.optimizer));
+  setText('batch', isNum(model.batch_size) || isNum(model.seq_len)
+    ? text(model.batch_size) + ' × ' + text(model.seq_len) + ' tokens' : DASH);
+  setText('uptime', duration(run.uptime_seconds));
+  const started = parseTime(run.started_at);
+  byId('uptime').title = started ? 'started ' + started.toLocaleString() : '';
+  document.title = 'agora · ' + (isNum(run.step) ? 'step ' + run.step + ' · ' : '') + text(run.phase);
+}
+
+// Seconds per step over the last ETA_WINDOW steps: from their timestamps when present (that
+// includes time between rounds), otherwise from the rounds' own durations.
+function secondsPerStep(rows) {
+  const recent = rows.slice(-ETA_WINDOW);
+  if (recent.length >= 2) {
+    const first = parseTime(recent[0].at);
+    const last = parseTime(recent[recent.length - 1].at);
+    const span = recent[recent.length - 1].step - recent[0].step;
+    if (first && last && span > 0 && last > first) return (last - first) / 1000 / span;
+  }
+  const durations = recent.map((r) => r.seconds).filter(isNum);
+  if (durations.length === 0) return null;
+  return durations.reduce((a, b) => a + b, 0) / durations.length;
+}
+
+function renderProgress(run, rows) {
+  const step = run.step;
+  const total = run.total_steps;
+  setText('step', integer(step));
+  setText('total-steps', integer(total));
+  const fraction = isNum(step) && isNum(total) && total > 0 ? Math.min(1, Math.max(0, step / total)) : null;
+  setText('percent', fraction === null ? DASH : (fraction * 100).toFixed(1) + '%');
+  byId('progress-fill').style.width = fraction === null ? '0' : (fraction * 100).toFixed(2) + '%';
+  byId('progress').setAttribute('aria-valuenow', fraction === null ? '0' : (fraction * 100).toFixed(0));
+
+  let eta = 'ETA ' + DASH;
+  if (tone(run.phase) === 'done' || fraction === 1) {
+    eta = 'finished';
+  } else if (isNum(step) && isNum(total)) {
+    const pace = secondsPerStep(rows);
+    if (isNum(pace)) eta = 'ETA ' + duration(pace * (total - step)) + ' at ' + fixed(pace, 2) + ' s / step';
+  }
+  setText('eta', eta);
+}
+
+function renderStats(run) {
+  setText('loss', fixed(run.loss, 4));
+  setText('val-loss', fixed(run.val_loss, 4));
+  setText('tokens-per-second', compact(run.tokens_per_second));
+  setText('learning-rate', learningRate(run.learning_rate));
+
+  const peers = run.peers || {};
+  setText('peers-active', integer(peers.active));
+  setText('peers-other', 'syncing ' + integer(peers.syncing) + ' · left ' + integer(peers.left) +
+    ' · dropped ' + integer(peers.dropped));
+
+  renderBytes(run.payload_bytes_per_step, run.allreduce_bytes_per_step);
+}
+
+// Payload bytes against the all-reduce's, drawn to the same linear scale on purpose: that the
+// payload bar is a sliver is the point of DeMo.
+function renderBytes(payload, allreduce) {
+  setText('payload-bytes', bytes(payload));
+  setText('allreduce-bytes', bytes(allreduce));
+  const both = isNum(payload) && isNum(allreduce) && payload > 0 && allreduce > 0;
+  setText('ratio', both ? '×' + compact(allreduce / payload) + ' less' : DASH);
+  const largest = both ? Math.max(payload, allreduce) : 0;
+  const width = (v) => (largest > 0 && isNum(v) ? Math.max(0.5, 100 * v / largest).toFixed(2) + '%' : '0');
+  byId('payload-bar').style.width = width(payload);
+  byId('allreduce-bar').style.width = width(allreduce);
+}
+
+function renderCounters(counters) {
+  const list = byId('counters');
+  list.replaceChildren();
+  const entries = counters && typeof counters === 'object' ? Object.entries(counters) : [];
+  if (entries.length === 0) {
+    list.append(pair(DASH, ''));
+    return;
+  }
+  for (const [name, value] of entries) {
+    list.append(pair(name.replace(/_/g, ' '), isNum(value) ? integer(value) : text(value)));
+  }
+}
+
+function pair(term, definition) {
+  const div = element('div');
+  div.append(element('dt', '', term), element('dd', '', definition));
+  return div;
+}
+
+// Active peers first, then by short key, so rows do not jump between polls.
+function peerOrder(a, b) {
+  const rank = (p) => ({ active: 0, syncing: 1, left: 2, dropped: 3 }[p.state] ?? 4);
+  return rank(a) - rank(b) || String(a.short || a.key).localeCompare(String(b.short || b.key));
+}
+
+function renderPeers(peers) {
+  const list = Array.isArray(peers) ? peers.filter(Boolean).slice().sort(peerOrder) : [];
+  const body = byId('peers-body');
+  body.replaceChildren();
+  setText('peer-count', list.length ? String(list.length) : '');
+  if (list.length === 0) {
+    const row = element('tr', 'empty');
+    const cell = element('td', '', 'no peers yet');
+    cell.colSpan = 10;
+    row.append(cell);
+    body.append(row);
+    return;
+  }
+  for (const peer of list) body.append(peerRow(peer));
+}
+
+function peerRow(peer) {
+  const row = element('tr');
+  row.dataset.state = text(peer.state);
+
+  const key = element('td', 'key', text(peer.short || (peer.key && String(peer.key).slice(0, 8))));
+  key.title = [peer.key, peer.endpoint].filter(Boolean).join('\n');
+  if (peer.checkpointer) key.append(element('span', 'tag', 'ckpt'));
+
+  const stateCell = element('td');
+  const badge = element('span', 'badge', text(peer.state));
+  badge.dataset.tone = tone(peer.state);
+  stateCell.append(badge);
+  if (peer.drop_reason) stateCell.append(element('div', 'reason', String(peer.drop_reason)));
+
+  const share = element('td', 'share');
+  const shareBar = element('span', 'share-bar');
+  const shareFill = element('span', 'share-fill');
+  shareFill.style.width = isNum(peer.share) ? Math.min(100, Math.max(0, peer.share * 100)).toFixed(1) + '%' : '0';
+  shareBar.append(shareFill);
+  share.append(shareBar, element('span', 'share-value', percent(peer.share)));
+
+  const strikes = element('td', 'num', integer(peer.strikes));
+  if (isNum(peer.strikes) && peer.strikes > 0) strikes.classList.add('warn');
+  const seen = element('td', 'num', ago(peer.last_seen_seconds_ago));
+  if (isNum(peer.last_seen_seconds_ago) && peer.last_seen_seconds_ago > 10 && peer.state === 'active') {
+    seen.classList.add('warn');
+  }
+
+  row.append(
+    key, stateCell,
+    element('td', 'num', fixed(peer.sequences_per_second, 1)),
+    share, strikes, seen,
+    element('td', 'num', integer(peer.applied_steps)),
+    element('td', 'num', bytes(peer.payload_bytes)),
+    element('td', 'num', integer(peer.commits)),
+    element('td', 'agent', text(peer.agent)));
+  return row;
+}
+
+function renderEvents() {
+  const list = byId('events');
+  list.replaceChildren();
+  const events = sortedEvents();
+  if (events.length === 0) {
+    list.append(element('li', 'empty', 'no events yet'));
+    return;
+  }
+  for (const event of events) {
+    const item = element('li');
+    const kind = text(event.kind || 'other');
+    item.dataset.kind = kind;
+    const when = parseTime(event.at);
+    const time = element('time', 'when', clock(when));
+    if (when) time.dateTime = when.toISOString();
+    item.append(time, element('span', 'kind', kind), element('span', 'what', text(event.text)));
+    list.append(item);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Charts (uPlot). Colours come from the stylesheet's custom properties, so they follow the
+// light or dark scheme; a change of scheme rebuilds the charts.
+
+function cssVar(name) {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+}
+
+function axisOptions(format, size, splits) {
+  const axis = {
+    size: size || 50,
+    stroke: cssVar('--muted'),
+    grid: { stroke: cssVar('--grid'), width: 1 },
+    ticks: { stroke: cssVar('--grid'), width: 1 },
+    font: '11px ' + cssVar('--font-mono'),
+  };
+  if (format) axis.values = (u, values) => values.map(format);
+  if (splits) {
+    axis.splits = splits;
+    axis.filter = (u, values) => values;  // label every split (log axes otherwise label decades only)
+  }
+  return axis;
+}
+
+// Ticks for the log-scale bytes axis: powers of two (every second, third, ... one when the range
+// is wide), so the labels read 4 KiB, 64 KiB, 1 MiB rather than uPlot's uneven defaults.
+function powerOfTwoSplits(u, axisIndex, min, max) {
+  if (!isNum(min) || !isNum(max) || min <= 0 || max <= min) return [];
+  const low = Math.ceil(Math.log2(min));
+  const high = Math.floor(Math.log2(max));
+  const every = Math.max(1, Math.ceil((high - low + 1) / 6));
+  const splits = [];
+  for (let e = low; e <= high; e += every) splits.push(2 ** e);
+  return splits;
+}
+
+// The bytes chart's range: from a power of two below the data to one above it, with some room,
+// so neither line lies on the chart's edge and the ticks fall on round sizes. With no data
+// (uPlot passes null) it shows 1 KiB to 1 MiB instead of an invalid range.
+function bytesRange(u, min, max) {
+  if (!isNum(min) || !isNum(max) || min <= 0 || max <= 0) return [1024, 1024 * 1024];
+  return [2 ** Math.floor(Math.log2(min / 1.5)), 2 ** Math.ceil(Math.log2(max * 1.5))];
+}
+
+function chartSpecs() {
+  const stepSeries = { label: 'step', value: (u, v) => integer(v) };
+  return {
+    loss: {
+      node: 'chart-loss',
+      series: [stepSeries,
+        { label: 'loss', stroke: cssVar('--c-loss'), width: 2, value: (u, v) => fixed(v, 4) },
+        { label: 'validation', stroke: cssVar('--c-val'), width: 2, spanGaps: true,
+          points: { show: true, size: 6 }, value: (u, v) => fixed(v, 4) }],
+      scales: { x: { time: false } },
+      format: (v) => fixed(v, 2),
+      axisSize: 50,
+    },
+    throughput: {
+      node: 'chart-throughput',
+      series: [stepSeries,
+        { label: 'tokens / s', stroke: cssVar('--c-tps'), fill: cssVar('--c-tps-fill'), width: 2,
+          value: (u, v) => compact(v) }],
+      scales: { x: { time: false } },
+      format: compact,
+      axisSize: 56,
+    },
+    bytes: {
+      node: 'chart-bytes',
+      series: [stepSeries,
+        { label: 'payloads', stroke: cssVar('--c-payload'), width: 2, value: (u, v) => bytes(v) },
+        { label: 'all-reduce', stroke: cssVar('--c-allreduce'), width: 2, dash: [6, 4],
+          value: (u, v) => bytes(v) }],
+      scales: { x: { time: false }, y: { distr: 3, log: 2, range: bytesRange } },
+      height: 220,
+      format: (v) => bytes(v).replace(/\.0+ /, ' '),  // "64 MiB", not "64.0 MiB"
+      axisSize: 76,
+      splits: powerOfTwoSplits,
+    },
+  };
+}
+
+// Column arrays for each chart, from the kept history. A log scale cannot show zero, so the
+// byte series turn non-positive values into gaps.
+function chartData(rows) {
+  const col = (field, positive) => rows.map((r) =>
+    isNum(r[field]) && (!positive || r[field] > 0) ? r[field] : null);
+  const steps = rows.map((r) => r.step);
+  return {
+    loss: [steps, col('loss'), col('val_loss')],
+    throughput: [steps, col('tokens_per_second')],
+    bytes: [steps, col('payload_bytes', true), col('allreduce_bytes', true)],
+  };
+}
+
+function chartSize(container, height) {
+  const width = Math.max(200, Math.floor(container.clientWidth));
+  return { width, height: height || Math.round(Math.min(280, Math.max(180, width * 0.42))) };
+}
+
+function destroyCharts() {
+  for (const chart of Object.values(state.charts)) chart.destroy();
+  state.charts = {};
+}
+
+function buildCharts(data) {
+  const specs = chartSpecs();
+  for (const [name, spec] of Object.entries(specs)) {
+    const container = byId(spec.node);
+    container.replaceChildren();
+    const options = {
+      ...chartSize(container, spec.height),
+      series: spec.series,
+      scales: spec.scales,
+      axes: [{ ...axisOptions((v) => integer(v)), incrs: STEP_INCREMENTS }, axisOptions(spec.format, spec.axisSize, spec.splits)],
+      legend: { live: true },
+      // No drag-to-zoom: every poll resets the scales to show the new steps, which would undo it.
+      cursor: { drag: { x: false, y: false } },
+    };
+    state.charts[name] = new uPlot(options, data[name], container);
+  }
+}
+
+function renderCharts(rows) {
+  const data = chartData(rows);
+  const lossPoints = data.loss[1].filter(isNum).length;
+  document.body.dataset.lossPoints = String(lossPoints);
+  document.body.classList.toggle('no-steps', rows.length === 0);
+  if (typeof uPlot === 'undefined') return;  // the vendor script failed; errors.js counted it
+  if (Object.keys(state.charts).length === 0) {
+    buildCharts(data);
+    return;
+  }
+  for (const [name, chart] of Object.entries(state.charts)) chart.setData(data[name]);
+}
+
+function watchChartSizes() {
+  if (typeof ResizeObserver === 'undefined') return;
+  const observer = new ResizeObserver((entries) => {
+    const specs = chartSpecs();
+    for (const entry of entries) {
+      const name = Object.keys(state.charts).find((n) => state.charts[n].root.parentNode === entry.target);
+      if (!name) continue;
+      const chart = state.charts[name];
+      const size = chartSize(entry.target, specs[name].height);
+      if (size.width !== chart.width) chart.setSize(size);
+    }
+  });
+  for (const spec of Object.values(chartSpecs())) observer.observe(byId(spec.node));
+}
+
+function watchColorScheme() {
+  const query = window.matchMedia ? window.matchMedia('(prefers-color-scheme: dark)') : null;
+  if (!query || !query.addEventListener) return;
+  query.addEventListener('change', () => {
+    if (typeof uPlot === 'undefined') return;
+    destroyCharts();
+    renderCharts(sortedSteps());
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connection state: a banner while the coordinator cannot be reached; the last data received
+// stays on the page, dimmed.
+
+function showUnreachable(error) {
+  if (!state.failingSince) state.failingSince = new Date();
+  const banner = byId('banner');
+  banner.textContent = 'The coordinator cannot be reached (' + (error && error.message ? error.message : error) +
+    ') since ' + clock(state.failingSince) + '. Retrying every ' + POLL_MS / 1000 + ' s' +
+    (state.loaded ? '; the figures below are from before.' : '.');
+  banner.hidden = false;
+  document.body.classList.add('stale');
+}
+
+function showReachable() {
+  state.failingSince = null;
+  byId('banner').hidden = true;
+  document.body.classList.remove('stale');
+  setText('updated', 'updated ' + clock(new Date()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The poll loop. Fetch failures show the banner; a failure while rendering is a bug in this
+// page, so it goes to console.error (counted by errors.js) instead of being mistaken for a
+// lost connection.
+
+async function fetchAll() {
+  const [run, peers] = await Promise.all([getJSON('api/run'), getJSON('api/peers')]);
+  resetIfRewound(run);
+  const history = await fetchHistory();
+  return { run: run || {}, peers, history };
+}
+
+function render(snapshot) {
+  for (const page of snapshot.history) ingestHistory(page);
+  const rows = sortedSteps();
+  renderHeader(snapshot.run);
+  renderProgress(snapshot.run, rows);
+  renderStats(snapshot.run);
+  renderCounters(snapshot.run.counters);
+  renderPeers(snapshot.peers);
+  renderEvents();
+  renderCharts(rows);
+}
+
+async function poll() {
+  let snapshot = null;
+  try {
+    snapshot = await fetchAll();
+  } catch (error) {
+    showUnreachable(error);
+  }
+  if (snapshot) {
+    try {
+      render(snapshot);
+      showReachable();
+      if (!state.loaded) {
+        state.loaded = true;
+        document.body.dataset.loaded = '1';
+      }
+    } catch (error) {
+      console.error('rendering failed:', error);
+    }
+  }
+  setTimeout(poll, POLL_MS);
+}
+
+watchChartSizes();
+watchColorScheme();
+poll();
