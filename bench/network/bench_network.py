@@ -72,7 +72,7 @@ class Cluster:
         return port
 
     def start_coordinator(self):
-        args = [self.agora, "coordinator", "--config", CONFIG, "--key",
+        args = [self.agora, "coordinator", "--http", "off", "--config", CONFIG, "--key",
                 os.path.join(self.dir, "coordinator.key"), "--json"]
         for s in self.sets:
             args += ["--set", s]

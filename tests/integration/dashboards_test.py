@@ -43,7 +43,6 @@ CATALOGUE = os.path.join(ROOT, "src", "agora", "obs", "metrics_catalogue.h")
 # happened. A dashboard may query them if they are declared in the catalogue (so a typo still
 # fails); everything else must be in the real scrape.
 ONLY_AFTER_AN_EVENT = {
-    "agora_run_val_loss": "exported once a validation loss is known; the short run has none",
     "agora_network_messages_dropped_total": "one series per reason, once a message is dropped",
 }
 
@@ -240,7 +239,8 @@ def catalogued_names():
 def scrape_real_run(agora, data, artifacts):
     from observed_run import ObservedRun
     run = ObservedRun(agora, data, "dashboards", peers=2, steps=200,
-                      sets=["network.min_peers=2", "train.checkpoint_interval=3"])
+                      sets=["network.min_peers=2", "train.checkpoint_interval=3",
+                            "train.eval_interval=3", "train.eval_windows=2"])
     run.start_coordinator()
     run.wait_http(run.url + "/metrics")
     for i in range(2):

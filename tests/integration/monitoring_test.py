@@ -70,8 +70,7 @@ def samples(text):
 
 def promtool(run, text, what):
     if shutil.which("promtool") is None:
-        print(f"SKIP promtool: not installed (Debian package prometheus); {what} not linted")
-        return
+        run.fail("promtool is missing: scripts/setup.sh installs it (Debian package prometheus)")
     result = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
                             capture_output=True)
     if result.returncode != 0:
@@ -137,7 +136,9 @@ def check_json_logs(run, path, process, at_least):
 
 def main(agora, data, artifacts):
     os.makedirs(artifacts, exist_ok=True)
-    run = Run(agora, data, "monitoring", peers=2, steps=STEPS, sets=["network.min_peers=2"])
+    # The checkpointer validates every 5 steps, which gives the page its validation curve.
+    run = Run(agora, data, "monitoring", peers=2, steps=STEPS,
+              sets=["network.min_peers=2", "train.eval_interval=5", "train.eval_windows=4"])
     http, metrics = free_port(), free_port()
     api = f"http://127.0.0.1:{http}"
     run.start_coordinator(extra=("--http", f"127.0.0.1:{http}", "--log-format", "json"))
@@ -212,6 +213,7 @@ def main(agora, data, artifacts):
     final = get_json(api + "/api/run")
     peers = get_json(api + "/api/peers")
     history = get_json(api + "/api/history")
+    final_metrics = get(api + "/metrics")
     for name, value in (("api_run", final), ("api_peers", peers), ("api_history", history)):
         with open(os.path.join(artifacts, name + ".json"), "w") as f:
             json.dump(value, f, indent=1)
@@ -220,6 +222,14 @@ def main(agora, data, artifacts):
         run.fail(f"/api/run says {final['step']} steps at the end, expected {STEPS}")
     check_peers(run, peers, "after the run")
     losses = check_history(run, history, "after the run", STEPS)
+    validated = [r["step"] for r in history["steps"] if r.get("val_loss") is not None]
+    expected = list(range(5, STEPS, 5))
+    if validated != expected:
+        run.fail(f"validation losses at steps {validated}, expected {expected}")
+    if not math.isfinite(final.get("val_loss") or math.nan):
+        run.fail(f"/api/run has no validation loss at the end: {final}")
+    if "agora_run_val_loss" not in samples(final_metrics):
+        run.fail("the coordinator does not export agora_run_val_loss")
     start, end = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
     if not end < start - 0.3:
         run.fail(f"the loss did not fall: {start:.3f} -> {end:.3f}")

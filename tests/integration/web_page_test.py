@@ -32,7 +32,7 @@ sys.path.insert(0, HERE)
 
 SKIP = 77
 VIRTUAL_TIME_MS = 8000
-WINDOW = (1400, 1000)
+WINDOW = (1400, 1900)
 
 
 def find_chromium():
@@ -202,7 +202,8 @@ def check_mock_down(page):
 
 def run_real(browser, agora, data, artifacts):
     from observed_run import ObservedRun
-    run = ObservedRun(agora, data, "web", peers=2, steps=300, sets=["network.min_peers=2"])
+    run = ObservedRun(agora, data, "web", peers=2, steps=300,
+                      sets=["network.min_peers=2", "train.eval_interval=2", "train.eval_windows=2"])
     run.start_coordinator()
     index = run.wait_http(run.url + "/")
     try:

@@ -99,7 +99,7 @@ inline size_t count_kind(const Actions& actions, Body body) {
 
 inline bool logged(const Actions& actions, const std::string& part) {
   return std::any_of(actions.log.begin(), actions.log.end(),
-                     [&](const std::string& l) { return l.find(part) != std::string::npos; });
+                     [&](const LogLine& l) { return l.text.find(part) != std::string::npos; });
 }
 
 inline std::vector<SequenceRange> ranges_of(const wire::RoundStart& start) {

@@ -3,6 +3,7 @@
 #include "agora/coord/monitor.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -26,7 +27,8 @@ StepRow row(uint64_t step, double loss) {
 }
 
 TEST(MonitorStore, StepRowsPersistAndRollBack) {
-  const auto path = std::filesystem::temp_directory_path() / "agora_monitor_test.db";
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("agora_monitor_test_" + std::to_string(::getpid()) + ".db");
   std::filesystem::remove(path);
   {
     Store store = Store::open(path);
@@ -65,6 +67,24 @@ TEST(Monitor, HistorySinceAndEvents) {
   EXPECT_EQ(later["events"].size(), 1u);
   monitor.truncate(1);
   EXPECT_EQ(nlohmann::json::parse(monitor.history_json(0, false, 0))["steps"].size(), 1u);
+}
+
+// A long history comes in pages of kMaxHistoryRows with "more"; the validation loss of
+// /api/run is the newest one reported, not only the newest row's.
+TEST(Monitor, HistoryPagesAndNewestValidation) {
+  std::vector<StepRow> rows;
+  for (uint64_t s = 0; s < Monitor::kMaxHistoryRows + 10; ++s) rows.push_back(row(s, 5.0));
+  rows[7].val_loss = 4.25;
+  Monitor monitor({"run", "tiny", "demo", 100000, 24, 64, 10, 0}, rows);
+  monitor.publish(std::make_shared<RunView>());
+  const auto first = nlohmann::json::parse(monitor.history_json(0, false, 0));
+  EXPECT_EQ(first["steps"].size(), Monitor::kMaxHistoryRows);
+  EXPECT_EQ(first["more"], true);
+  const uint64_t last = first["steps"].back()["step"];
+  const auto rest = nlohmann::json::parse(monitor.history_json(last, true, 0));
+  EXPECT_EQ(rest["steps"].size(), 10u);
+  EXPECT_FALSE(rest.contains("more"));
+  EXPECT_EQ(nlohmann::json::parse(monitor.run_json())["val_loss"], 4.25);
 }
 
 TEST(Monitor, EventKinds) {

@@ -1,5 +1,6 @@
 #include "agora/coord/monitor.h"
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -92,6 +93,16 @@ void Monitor::truncate(uint64_t finalized_steps) {
   while (!history_.empty() && history_.back().step >= finalized_steps) history_.pop_back();
 }
 
+// Validation runs every train.eval_interval steps, so most rows have none: the newest that does.
+// Called with mutex_ held. The scan stops at the newest validated row, so it is short whenever
+// validation runs at all, and a truncation needs no bookkeeping.
+double Monitor::newest_val_loss() const {
+  for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
+    if (std::isfinite(it->val_loss)) return it->val_loss;
+  }
+  return NAN;
+}
+
 void Monitor::observe_round(double seconds) {
   round_duration_->observe(seconds);
 }
@@ -107,7 +118,7 @@ std::string Monitor::run_json() const {
     std::lock_guard lock(mutex_);
     const StepRow* last = history_.empty() ? nullptr : &history_.back();
     j["loss"] = number(last ? last->loss : NAN);
-    if (last && std::isfinite(last->val_loss)) j["val_loss"] = last->val_loss;
+    if (const double val = newest_val_loss(); std::isfinite(val)) j["val_loss"] = val;
     j["learning_rate"] = number(last ? last->learning_rate : NAN);
     j["tokens_per_second"] = number(last ? last->tokens_per_second : NAN);
     j["payload_bytes_per_step"] = number(last ? last->payload_bytes : NAN);
@@ -173,20 +184,24 @@ std::string Monitor::peers_json() const {
 
 std::string Monitor::history_json(uint64_t since, bool has_since, uint64_t events_since) const {
   const auto v = view();
-  json steps = json::array();
+  // Copy the rows under the lock and render them after it: the service loop takes the same lock
+  // to append, and must not wait for thousands of rows to become JSON.
+  std::vector<StepRow> rows;
   bool more = false;
   {
     std::lock_guard lock(mutex_);
-    auto it = history_.begin();
+    auto first = history_.begin();
     if (has_since) {
-      it = std::upper_bound(history_.begin(), history_.end(), since,
-                            [](uint64_t s, const StepRow& r) { return s < r.step; });
+      first = std::upper_bound(history_.begin(), history_.end(), since,
+                               [](uint64_t s, const StepRow& r) { return s < r.step; });
     }
-    for (; it != history_.end(); ++it) {
-      if (steps.size() >= kMaxHistoryRows) {
-        more = true;
-        break;
-      }
+    const size_t available = static_cast<size_t>(history_.end() - first);
+    more = available > kMaxHistoryRows;
+    rows.assign(first, first + static_cast<std::ptrdiff_t>(std::min(available, kMaxHistoryRows)));
+  }
+  json steps = json::array();
+  {
+    for (auto it = rows.begin(); it != rows.end(); ++it) {
       json row = {{"step", it->step},
                   {"loss", number(it->loss)},
                   {"lr", number(it->learning_rate)},
@@ -227,9 +242,13 @@ void Monitor::collect(obs::Registry& r) {
       const StepRow& last = history_.back();
       // A gauge that is not known yet is left out rather than exported as NaN.
       if (std::isfinite(last.loss)) obs::gauge(r, m::kRunLoss).set(last.loss);
-      if (std::isfinite(last.val_loss)) obs::gauge(r, m::kRunValLoss).set(last.val_loss);
+      if (const double val = newest_val_loss(); std::isfinite(val)) {
+        obs::gauge(r, m::kRunValLoss).set(val);
+      }
       obs::gauge(r, m::kRunLearningRate).set(last.learning_rate);
-      obs::gauge(r, m::kRunTokensPerSecond).set(last.tokens_per_second);
+      if (std::isfinite(last.tokens_per_second)) {
+        obs::gauge(r, m::kRunTokensPerSecond).set(last.tokens_per_second);
+      }
     }
     obs::counter(r, m::kRunPayloadBytes).set_total(payload_bytes_total_);
     obs::counter(r, m::kRunAllreduceBytes).set_total(allreduce_bytes_total_);
@@ -274,13 +293,10 @@ void Monitor::add_routes(obs::HttpServer& server) {
     const auto number_param = [&](const char* name, uint64_t* out) {
       const auto it = request.query.find(name);
       if (it == request.query.end()) return true;
-      try {
-        size_t used = 0;
-        *out = std::stoull(it->second, &used);
-        return used == it->second.size();
-      } catch (const std::exception&) {
-        return false;
-      }
+      // from_chars, unlike stoull, refuses "-1" (which would wrap) and leading spaces.
+      const std::string& text = it->second;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *out);
+      return error == std::errc() && end == text.data() + text.size() && !text.empty();
     };
     uint64_t since = 0, events_since = 0;
     if (!number_param("since", &since) || !number_param("events_since", &events_since)) {

@@ -11,7 +11,7 @@
 //
 // The JSON API (all GET, application/json):
 //   /api/run      {run_id, phase, step (finalized steps), total_steps, loss, val_loss (absent
-//                 until known: peers do not report one yet), learning_rate, tokens_per_second,
+//                 until a checkpointer reported one), learning_rate, tokens_per_second,
 //                 payload_bytes_per_step, allreduce_bytes_per_step (newest step), peers
 //                 {syncing, active, left, dropped}, counters {...RunState counters...},
 //                 started_at (this process, unix seconds), uptime_seconds,
@@ -87,8 +87,8 @@ class Monitor {
 
   // ---- the service loop ----
   void publish(std::shared_ptr<const RunView> view);
-  // Rows of newly finalized steps; rows at or after `finalized_steps_before` that a rollback
-  // undid are dropped first.
+  // Rows of newly finalized steps; a row for a step already held replaces it and every later
+  // one (a rollback re-finalized it).
   void add_rows(const std::vector<StepRow>& rows);
   void truncate(uint64_t finalized_steps);
   void observe_round(double seconds);
@@ -104,6 +104,7 @@ class Monitor {
  private:
   std::shared_ptr<const RunView> view() const;
   void collect(obs::Registry& r);
+  double newest_val_loss() const;
 
   RunInfo info_;
   mutable std::mutex mutex_;  // guards view_ and history_ (and the sums beside it)

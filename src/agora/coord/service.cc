@@ -43,7 +43,7 @@ class Service {
   void deliver(Actions actions);
   // Hands a member's message to the state machine, noting what the monitor shows of it.
   void handle(const net::PublicKey& from, const wire::Envelope& m);
-  StepRow row_of(uint64_t step, double now);
+  StepRow row_of(uint64_t step, double now, double seconds);
   void print_row(const StepRow& row);
   void refuse(const net::Incoming& in, const std::string& reason, bool may_rejoin = false);
   void log(const std::string& text) const {
@@ -97,17 +97,27 @@ void Service::deliver(Actions actions) {
   const uint64_t final_steps = machine_->state().finalized_steps();
   printed_ = std::min(printed_, final_steps);
   std::vector<StepRow> rows;
-  for (uint64_t t = printed_; t < final_steps; ++t) rows.push_back(row_of(t, now));
+  if (final_steps > printed_) {
+    // Steps that finalize together share the time since the previous finalization; before the
+    // first one this process saw, the time is unknown (NaN), not zero.
+    const double seconds =
+        last_final_at_ > 0 ? (now - last_final_at_) / static_cast<double>(final_steps - printed_)
+                           : NAN;
+    last_final_at_ = now;
+    for (uint64_t t = printed_; t < final_steps; ++t) rows.push_back(row_of(t, now, seconds));
+  }
   // Persist first: a peer must never hear of a state a crash could forget.
   store_->save(machine_->state(), /*allow_rollback=*/final_steps < saved_steps_, rows);
   if (final_steps < saved_steps_) monitor_->truncate(final_steps);
   saved_steps_ = final_steps;
   monitor_->add_rows(rows);
-  for (const std::string& line : actions.log) {
+  for (const LogLine& line : actions.log) {
     if (options_.json_lines) {
-      std::printf("%s\n", nlohmann::json{{"event", "log"}, {"text", line}}.dump().c_str());
+      nlohmann::json j = {{"event", "log"}, {"text", line.text}, {"step", final_steps}};
+      if (!line.peer.empty()) j["peer"] = line.peer;
+      std::printf("%s\n", j.dump().c_str());
     } else {
-      log(line);
+      obs::log_info({final_steps, line.peer}, line.text);
     }
   }
   for (const StepRow& row : rows) print_row(row);
@@ -201,17 +211,26 @@ void Service::start_http(const std::string& run_id) {
   if (!options_.http) return;
   http_ = std::make_unique<obs::HttpServer>(*options_.http);
   monitor_->add_routes(*http_);
-  http_->start();
+  try {
+    http_->start();
+  } catch (const Error& e) {
+    if (options_.http_required) throw;
+    obs::log_warn({}, fmt::format("{}; running without the web page and /metrics (choose another "
+                                  "address with --http HOST:PORT)",
+                                  e.what()));
+    http_.reset();
+    return;
+  }
   log(fmt::format("dashboard on {}/ (JSON API under /api/, Prometheus metrics at /metrics)",
                   http_->url()));
 }
 
-StepRow Service::row_of(uint64_t step, double now) {
+StepRow Service::row_of(uint64_t step, double now, double seconds) {
   const auto& set = machine_->state().finalized.at(step);
   const StepCommits& commits = commits_[step];
-  double loss = 0, bytes = 0;
+  double loss = 0, bytes = 0, val_loss = 0;
   uint64_t sequences = 0;
-  int counted = 0;
+  int counted = 0, evaluated = 0;
   for (const CommitRecord& r : set) {
     const auto it = commits.by_author.find(r.author);
     if (it == commits.by_author.end()) continue;  // committed before a restart
@@ -219,19 +238,23 @@ StepRow Service::row_of(uint64_t step, double now) {
     bytes += static_cast<double>(it->second.payload_bytes());
     sequences += it->second.sequences();
     ++counted;
+    if (it->second.has_val_loss() && std::isfinite(it->second.val_loss())) {
+      val_loss += it->second.val_loss();
+      ++evaluated;
+    }
   }
   if (counted > 0) loss /= counted, bytes /= counted;
-  const double seconds = last_final_at_ > 0 ? now - last_final_at_ : 0;
-  last_final_at_ = now;
   const int64_t parameters = config_.model.vocab_size > 0 ? config_.model.num_parameters() : 0;
   StepRow row;
   row.step = step;
   row.at = now;
   row.loss = counted > 0 ? loss : NAN;
-  row.val_loss = NAN;
+  // Checkpointers hold the same parameters, so their figures agree; the mean guards nothing
+  // but reads naturally.
+  row.val_loss = evaluated > 0 ? val_loss / evaluated : NAN;
   row.learning_rate = config_.learning_rate(static_cast<int64_t>(step));
   row.tokens_per_second =
-      seconds > 0 ? static_cast<double>(sequences * config_.data.seq_len) / seconds : 0;
+      seconds > 0 ? static_cast<double>(sequences * config_.data.seq_len) / seconds : NAN;
   row.payload_bytes = bytes;
   row.allreduce_bytes = parameters > 0 ? 4.0 * static_cast<double>(parameters) : NAN;
   row.peers = set.size();
@@ -248,16 +271,19 @@ void Service::print_row(const StepRow& row) {
     for (const CommitRecord& r : machine_->state().finalized.at(row.step)) {
       authors.push_back(net::short_key(r.author));
     }
-    const nlohmann::json line = {{"event", "step"},
-                                 {"time", row.at},
-                                 {"authors", authors},
-                                 {"step", row.step},
-                                 {"loss", row.loss},
-                                 {"peers", row.peers},
-                                 {"sequences", row.sequences},
-                                 {"tokens_per_second", row.tokens_per_second},
-                                 {"payload_bytes", row.payload_bytes},
-                                 {"allreduce_bytes", allreduce}};
+    const nlohmann::json line = {
+        {"event", "step"},
+        {"time", row.at},
+        {"authors", authors},
+        {"step", row.step},
+        {"loss", row.loss},
+        {"val_loss",
+         std::isfinite(row.val_loss) ? nlohmann::json(row.val_loss) : nlohmann::json(nullptr)},
+        {"peers", row.peers},
+        {"sequences", row.sequences},
+        {"tokens_per_second", row.tokens_per_second},
+        {"payload_bytes", row.payload_bytes},
+        {"allreduce_bytes", allreduce}};
     std::printf("%s\n", line.dump().c_str());
   } else {
     if (!header_printed_) {

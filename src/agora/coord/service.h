@@ -36,6 +36,9 @@ struct ServiceOptions {
   bool json_lines = false;
   // Where to serve the web page, the JSON API and /metrics (coord/monitor.h); none = off.
   std::optional<obs::HttpAddress> http;
+  // False for the default address: a port already taken (a second coordinator on the machine)
+  // then costs the page, with a warning, rather than the run.
+  bool http_required = true;
 };
 
 // Runs until the run finishes (and a few seconds more, so every peer hears it) or *stop.

@@ -231,7 +231,8 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   send(from, std::move(reply));
   log(fmt::format("{} {} ({}) at {} as {}{}; {} active", short_hex(from),
                   rejoin ? "rejoined" : "joined", m.agent, m.endpoint, to_string(m.state),
-                  m.checkpointer ? ", checkpointer" : "", active_count()));
+                  m.checkpointer ? ", checkpointer" : "", active_count()),
+      &from);
 }
 
 void StateMachine::restart_from_checkpoint() {
@@ -285,7 +286,7 @@ void StateMachine::on_heartbeat(Member& member, const wire::Heartbeat& heartbeat
 void StateMachine::on_leave(Member& member) {
   member.state = MemberState::kLeft;
   ++state_.counters.leaves;
-  log(fmt::format("{} left; {} active", short_hex(member.key), active_count()));
+  log(fmt::format("{} left; {} active", short_hex(member.key), active_count()), &member.key);
 }
 
 void StateMachine::on_commit(Member& member, const wire::Commit& commit) {
@@ -293,7 +294,8 @@ void StateMachine::on_commit(Member& member, const wire::Commit& commit) {
   const std::string who = short_hex(member.key);
   auto reject = [&](const std::string& why) {
     ++state_.counters.commits_rejected;
-    log(fmt::format("dropped a commit from {} for step {}: {}", who, record.step(), why));
+    log(fmt::format("dropped a commit from {} for step {}: {}", who, record.step(), why),
+        &member.key);
   };
   if (!commit.has_record()) return reject("it has no record");
   if (record.author() != member.key) {
@@ -304,7 +306,8 @@ void StateMachine::on_commit(Member& member, const wire::Commit& commit) {
   if (record.step() < open_step) {
     ++state_.counters.commits_late;
     log(fmt::format("ignored a late commit from {} for step {}: its round already closed", who,
-                    record.step()));
+                    record.step()),
+        &member.key);
     return;
   }
   if (!state_.round || record.step() != state_.round->step) {
@@ -352,7 +355,8 @@ void StateMachine::on_witness(Member& member, const wire::Witness& witness) {
   auto it = state_.collecting.find(witness.step());
   if (it == state_.collecting.end()) {
     log(fmt::format("ignored a witness from {} for step {}: that step is not collecting", who,
-                    witness.step()));
+                    witness.step()),
+        &member.key);
     return;
   }
   CollectingStep& step = it->second;
@@ -371,7 +375,8 @@ void StateMachine::on_witness(Member& member, const wire::Witness& witness) {
   for (const wire::Rejection& rejection : witness.rejected()) {
     ++state_.counters.rejections_reported;
     log(fmt::format("{} rejected {}'s payload for step {}: {}", who, short_hex(rejection.author()),
-                    step.step, printable(rejection.reason())));
+                    step.step, printable(rejection.reason())),
+        &member.key);
   }
   if (step.witnessed.insert(member.key).second) ++state_.counters.witnesses;
 }
@@ -421,7 +426,8 @@ void StateMachine::on_checkpoint_report(Member& member, const wire::CheckpointRe
                                         double now) {
   if (report.state_hash().size() != kHashBytes) {
     log(fmt::format("ignored a checkpoint report from {}: the state hash has {} bytes, expected {}",
-                    short_hex(member.key), report.state_hash().size(), kHashBytes));
+                    short_hex(member.key), report.state_hash().size(), kHashBytes),
+        &member.key);
     return;
   }
   ++state_.counters.checkpoints;
@@ -431,7 +437,8 @@ void StateMachine::on_checkpoint_report(Member& member, const wire::CheckpointRe
     state_.checkpoints.erase(state_.checkpoints.begin());
   log(fmt::format("{} wrote a checkpoint after {} steps (state {}) to {}", short_hex(member.key),
                   report.applied_steps(), short_hex(report.state_hash()),
-                  state_.checkpoints.back().path));
+                  state_.checkpoints.back().path),
+      &member.key);
 }
 
 void StateMachine::on_get_finalized(Member& member, const wire::GetFinalized& request) {
@@ -470,7 +477,8 @@ void StateMachine::check_hashes(uint64_t applied_steps) {
     ++state_.counters.resyncs_sent;
     log(fmt::format("{} reported state {} after {} steps; the majority ({} of {}) has {}: resync",
                     short_hex(key), short_hex(hash), applied_steps, best, r.reported.size(),
-                    short_hex(majority)));
+                    short_hex(majority)),
+        &key);
   }
 }
 
@@ -526,11 +534,11 @@ void StateMachine::refuse(const PublicKey& to, const std::string& reason, bool m
   message.mutable_refused()->set_reason(reason);
   message.mutable_refused()->set_may_rejoin(may_rejoin);
   send(to, std::move(message));
-  log(fmt::format("refused {}: {}", short_hex(to), reason));
+  log(fmt::format("refused {}: {}", short_hex(to), reason), &to);
 }
 
-void StateMachine::log(const std::string& line) {
-  if (out_ != nullptr) out_->log.push_back(line);
+void StateMachine::log(const std::string& line, const PublicKey* about) {
+  if (out_ != nullptr) out_->log.push_back({line, about ? short_hex(*about) : std::string()});
   state_.events.push_back(Event{++state_.counters.events, now_, line});
   while (state_.events.size() > kMaxEvents) state_.events.pop_front();
 }

@@ -58,11 +58,17 @@ struct Outgoing {
   wire::Envelope message;
 };
 
+// One human line, and the member it is about (its short key; "" when it concerns the run).
+struct LogLine {
+  std::string text;
+  std::string peer;
+};
+
 struct Actions {
   std::vector<Outgoing> send;
   // One human line per notable event (join, drop, strike, round closed, finalized, ...). The
   // same lines are appended to RunState::events.
-  std::vector<std::string> log;
+  std::vector<LogLine> log;
 };
 
 class StateMachine {
@@ -130,7 +136,8 @@ class StateMachine {
 
   void send(const PublicKey& to, wire::Envelope message);
   void refuse(const PublicKey& to, const std::string& reason, bool may_rejoin = false);
-  void log(const std::string& line);
+  // `about`: the member the line concerns, if one; logs carry its short key as their peer id.
+  void log(const std::string& line, const PublicKey* about = nullptr);
 
   Options options_;
   RunState state_;

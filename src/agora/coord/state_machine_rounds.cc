@@ -237,7 +237,8 @@ void StateMachine::strike(Member& member, const std::string& why) {
   ++member.strikes;
   ++state_.counters.strikes;
   log(fmt::format("{} strike {} of {}: {}", short_hex(member.key), member.strikes,
-                  options_.network.max_strikes, why));
+                  options_.network.max_strikes, why),
+      &member.key);
   if (member.strikes >= options_.network.max_strikes) {
     drop(member, DropReason::kStrikes,
          fmt::format("{} strikes in a row (network.max_strikes = {})", member.strikes,
@@ -249,7 +250,8 @@ void StateMachine::drop(Member& member, DropReason reason, const std::string& wh
   member.state = MemberState::kDropped;
   member.drop_reason = reason;
   ++state_.counters.drops;
-  log(fmt::format("{} dropped: {}; {} active", short_hex(member.key), why, active_count()));
+  log(fmt::format("{} dropped: {}; {} active", short_hex(member.key), why, active_count()),
+      &member.key);
   // Tell it, in case it is still listening; its next message would be refused anyway.
   wire::Envelope message;
   message.mutable_refused()->set_reason(
@@ -264,7 +266,8 @@ void StateMachine::mark_caught_up(Member& member) {
       state_.finalized_steps()) {
     member.state = MemberState::kActive;
     log(fmt::format("{} caught up ({} steps applied); {} active", short_hex(member.key),
-                    member.applied_steps, active_count()));
+                    member.applied_steps, active_count()),
+        &member.key);
   }
 }
 

@@ -57,8 +57,10 @@ std::string HttpServer::url() const {
 }
 
 void HttpServer::start() {
-  // A few workers are plenty for scrapes and a browser; httplib's default is one per core.
-  server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+  // httplib parks a worker on each idle keep-alive connection; a browser opens about six at once
+  // for the page's assets, so a short keep-alive and a few spare workers keep scrapes answered.
+  server_->new_task_queue = [] { return new httplib::ThreadPool(8); };
+  server_->set_keep_alive_timeout(1);
   server_->set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));  // not SO_REUSEPORT

@@ -109,9 +109,12 @@ Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {
 }
 
 void Histogram::observe(double v) {
-  // Bucket i counts v <= bounds_[i]; the last bucket is +Inf.
-  const size_t i =
-      static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+  // Bucket i counts v <= bounds_[i]; the last bucket is +Inf, where NaN goes too (as in the Go
+  // client): lower_bound would put it in the first.
+  const size_t i = std::isnan(v)
+                       ? bounds_.size()
+                       : static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) -
+                                             bounds_.begin());
   std::lock_guard lock(mutex_);
   ++counts_[i];
   sum_ += v;

@@ -13,7 +13,7 @@
 // | agora_run_finalized_steps | gauge | | steps final so far |
 // | agora_run_total_steps | gauge | | train.steps |
 // | agora_run_loss | gauge | | mean training loss of the newest finalized step (absent until known) |
-// | agora_run_val_loss | gauge | | validation loss (absent: peers do not report one yet) |
+// | agora_run_val_loss | gauge | | newest validation loss reported by a checkpointer (absent until one is) |
 // | agora_run_learning_rate | gauge | | the schedule's learning rate at the newest finalized step |
 // | agora_run_tokens_per_second | gauge | | tokens trained per second, newest finalized step |
 // | agora_run_peers | gauge | state (syncing, active, left, dropped) | members by state |
@@ -26,8 +26,8 @@
 // | agora_run_commits_total | counter | result (accepted, rejected, late) | commits received |
 // | agora_run_payloads_total | counter | result (final, not_final) | committed payloads at finalization |
 // | agora_run_payload_rejections_reported_total | counter | | payloads witnesses reported failing verification |
-// | agora_run_payload_bytes_total | counter | | bytes of accepted commits' payloads |
-// | agora_run_allreduce_equivalent_bytes_total | counter | | what an fp32 all-reduce would have sent per peer, summed over finalized steps |
+// | agora_run_payload_bytes_total | counter | | bytes of the payloads in finalized steps, all authors |
+// | agora_run_allreduce_equivalent_bytes_total | counter | | what an fp32 all-reduce would have sent for the same steps, all peers |
 // | agora_run_checkpoints_total | counter | | checkpoint reports |
 // | agora_run_resyncs_total | counter | | Resync messages sent |
 // | agora_run_restarts_total | counter | | restarts from a checkpoint after every member left |
@@ -85,8 +85,8 @@ inline constexpr MetricDef kRunRefusals{"agora_run_refusals_total", "Refused ans
 inline constexpr MetricDef kRunCommits{"agora_run_commits_total", "Commits received, by what became of them."};
 inline constexpr MetricDef kRunPayloads{"agora_run_payloads_total", "Committed payloads at finalization: final or not."};
 inline constexpr MetricDef kRunRejectionsReported{"agora_run_payload_rejections_reported_total", "Payloads that witnesses reported as failing verification."};
-inline constexpr MetricDef kRunPayloadBytes{"agora_run_payload_bytes_total", "Bytes of the payloads of accepted commits."};
-inline constexpr MetricDef kRunAllreduceBytes{"agora_run_allreduce_equivalent_bytes_total", "Bytes an fp32 gradient all-reduce would have sent per peer, summed over finalized steps."};
+inline constexpr MetricDef kRunPayloadBytes{"agora_run_payload_bytes_total", "Bytes of the payloads in finalized steps, all authors together."};
+inline constexpr MetricDef kRunAllreduceBytes{"agora_run_allreduce_equivalent_bytes_total", "Bytes an fp32 gradient all-reduce would have sent for the same steps, all peers together (4 x parameters per peer per step)."};
 inline constexpr MetricDef kRunCheckpoints{"agora_run_checkpoints_total", "Checkpoint reports received."};
 inline constexpr MetricDef kRunResyncs{"agora_run_resyncs_total", "Resync messages sent."};
 inline constexpr MetricDef kRunRestarts{"agora_run_restarts_total", "Restarts from a checkpoint after every member left."};

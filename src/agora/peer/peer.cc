@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "agora/core/error.h"
@@ -21,12 +22,13 @@
 #include "agora/peer/peer_metrics.h"
 #include "agora/peer/peer_network.h"
 #include "agora/train/batches.h"
-#include "agora/train/superposition.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/data_meta.h"
 #include "agora/train/device.h"
+#include "agora/train/evaluate.h"
 #include "agora/train/run_config.h"
 #include "agora/train/strategy_factory.h"
+#include "agora/train/superposition.h"
 
 namespace agora::peer {
 namespace fs = std::filesystem;
@@ -70,6 +72,7 @@ class Member {
   // so that the member can serve what it loaded).
   void after_apply(bool force_report = false);
   void train_round(const wire::RoundStart& round);
+  std::optional<double> validate(uint64_t step);
   void write_checkpoint();
   std::filesystem::path checkpoint_root() const;
   void load_local_checkpoint(const wire::StateRecord& state);
@@ -99,6 +102,8 @@ class Member {
   std::vector<torch::Tensor> params_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Sampler> bag_sampler_;  // TST phase 1 (steps < config_.tst_switch_step())
+  std::unique_ptr<Sampler> val_sampler_;  // checkpointers only: validation for the run's page
+  bool validation_failed_ = false;        // the data has no usable validation split
   uint64_t applied_ = 0;
   std::map<uint64_t, std::vector<wire::CommitRecord>> ledger_;
   std::vector<wire::Member> members_;
@@ -175,10 +180,9 @@ void Member::build(const wire::Welcome& welcome) {
   sampler_ = std::make_unique<Sampler>(Sampler::from_directory(
       config_.data.dir, "train", static_cast<uint32_t>(config_.data.seq_len), config_.seed));
   if (config_.tst_switch_step() > 0) {
-    bag_sampler_ = std::make_unique<Sampler>(
-        Sampler::from_directory(config_.data.dir, "train",
-                                static_cast<uint32_t>(config_.data.seq_len), config_.seed,
-                                static_cast<uint32_t>(config_.tst.bag)));
+    bag_sampler_ = std::make_unique<Sampler>(Sampler::from_directory(
+        config_.data.dir, "train", static_cast<uint32_t>(config_.data.seq_len), config_.seed,
+        static_cast<uint32_t>(config_.tst.bag)));
   }
 }
 
@@ -321,12 +325,40 @@ void Member::after_apply(bool force_report) {
   metrics_.applied(applied_);
 }
 
+// Checkpointers measure the validation loss every train.eval_interval steps, on the parameters
+// the step trains from, so the coordinator's page can draw a validation curve. Every peer holds
+// the same parameters; one measurement per step is enough, and the other members keep training.
+std::optional<double> Member::validate(uint64_t step) {
+  const int64_t interval = config_.train.eval_interval;
+  if (!checkpointer_ || validation_failed_ || interval <= 0 || step == 0 ||
+      step % static_cast<uint64_t>(interval) != 0) {
+    return std::nullopt;
+  }
+  try {
+    if (!val_sampler_) {
+      val_sampler_ = std::make_unique<Sampler>(Sampler::from_directory(
+          config_.data.dir, "val", static_cast<uint32_t>(config_.data.seq_len), config_.seed));
+    }
+    const EvalResult r =
+        evaluate(model_, *val_sampler_, config_.train.eval_windows, config_.train.micro_batch_size);
+    log(fmt::format("step {:>5}  val_loss {:.4f}  ({} windows, parameters after {} steps)", step,
+                    r.loss, r.windows, applied_));
+    return r.loss;
+  } catch (const Error& e) {
+    // A data folder without a validation split must not stop training.
+    log(fmt::format("validation skipped: {}", e.what()));
+    validation_failed_ = true;
+    return std::nullopt;
+  }
+}
+
 void Member::train_round(const wire::RoundStart& round) {
   const uint64_t step = round.step();
   members_.assign(round.members().begin(), round.members().end());
   int64_t total = 0;
   for (const auto& r : round.assignment()) total += static_cast<int64_t>(r.count());
   if (total == 0) return;  // no share this round (the batch is smaller than the membership)
+  const std::optional<double> val_loss = validate(step);
   const auto started = Clock::now();
   const StepContext context{static_cast<int64_t>(step),
                             config_.learning_rate(static_cast<int64_t>(step)),
@@ -383,6 +415,7 @@ void Member::train_round(const wire::RoundStart& round) {
   c->set_compute_seconds(compute);
   c->set_loss(loss_sum);
   c->set_payload_bytes(own.bytes.size());
+  if (val_loss) c->set_val_loss(*val_loss);
   net_.send_to_coordinator(commit);
   last_commit_ = commit;
   last_commit_at_ = Clock::now();
@@ -435,7 +468,9 @@ void Member::serve_metrics() {
     return obs::HttpResponse{200, std::string(obs::kPrometheusContentType), registry_.render()};
   });
   http_->start();
-  log(fmt::format("serving Prometheus metrics on {}/metrics", http_->url()));
+  // Said even with --quiet: an open port is something the operator must know about.
+  obs::log_info({applied_, who_},
+                fmt::format("serving Prometheus metrics on {}/metrics", http_->url()));
 }
 
 PeerSummary Member::run() {

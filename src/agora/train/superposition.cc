@@ -27,13 +27,12 @@ torch::Tensor bag_loss(const torch::Tensor& logits, const torch::Tensor& targets
   const torch::Tensor log_probs =
       torch::log_softmax(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32), 1);
   const torch::Tensor flat = targets.reshape({-1, s});
-  torch::Tensor total;
-  for (int64_t k = 0; k < s; ++k) {
-    const torch::Tensor ce =
-        torch::nn::functional::nll_loss(log_probs, flat.select(1, k).contiguous());
-    total = k == 0 ? ce : total + ce;
-  }
-  return total / static_cast<double>(s);
+  // s = 1 is cross_entropy's own decomposition, so ordinary training is reproduced bit for bit.
+  if (s == 1) return torch::nn::functional::nll_loss(log_probs, flat.select(1, 0).contiguous());
+  // Every one of the s cross-entropies averages the same number of positions, so their mean is
+  // the mean of all N * s picked log-probabilities. One gather instead of s nll_losses: its
+  // backward scatters into one [N, V] gradient rather than s dense ones (7% of a step at s = 8).
+  return -log_probs.gather(1, flat).mean();
 }
 
 torch::Tensor superposition_loss(Llama& model, const torch::Tensor& windows, int64_t bag) {
