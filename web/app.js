@@ -329,7 +329,9 @@ function peerRow(peer) {
 function renderEvents() {
   const list = byId('events');
   list.replaceChildren();
-  const events = sortedEvents();
+  // Round lines come one per step and the charts already show them; the list keeps what stands
+  // out (joins, drops, checkpoints, rejections, ...).
+  const events = sortedEvents().filter((event) => event.kind !== 'round');
   if (events.length === 0) {
     list.append(element('li', 'empty', 'no events yet'));
     return;

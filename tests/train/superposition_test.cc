@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "agora/core/error.h"
+#include "agora/core/file.h"
 #include "agora/data/sampler.h"
 #include "agora/train/batches.h"
 #include "agora/train/checkpoint.h"
@@ -296,6 +297,27 @@ TEST_F(SuperpositionTrainerTest, ValidationReportsBothLossesInPhaseOne) {
   EXPECT_EQ(s.bag_val_history.size(), 2u);
   EXPECT_EQ(s.val_history.size(), 4u);
   EXPECT_NE(points[0].val_loss, points[0].bag_val_loss);
+}
+
+// Checkpoints written before [tst] existed have no such section in their run.toml; they name the
+// same run as a config with TST off, and resume.
+TEST_F(SuperpositionTrainerTest, CheckpointsFromBeforeTstResume) {
+  const RunConfig run = config("run", 4, "bag = 1\nfraction = 0.0", /*checkpoint_interval=*/2);
+  train(run, quiet());
+  const fs::path checkpoint = dir_ / "run" / "checkpoint_000002";
+  std::string toml = read_file(checkpoint / "run.toml");
+  const size_t at = toml.find("\n[tst]\n");
+  ASSERT_NE(at, std::string::npos);
+  toml.erase(at, toml.find("\n[", at + 1) - at);
+  ASSERT_EQ(toml.find("[tst]"), std::string::npos);
+  write_file_atomic(checkpoint / "run.toml", toml);
+  TrainOptions options = quiet();
+  options.resume = checkpoint;
+  EXPECT_NO_THROW(train(run, options));
+  // A checkpoint of another run is still refused.
+  RunConfig other = run;
+  other.tst = {2, 0.5};
+  EXPECT_THROW(train(other, options), Error);
 }
 
 TEST_F(SuperpositionTrainerTest, EveryStrategyTrainsThroughTheSwitch) {

@@ -97,7 +97,11 @@ TEST(Monitor, EventKinds) {
                        "resync"),
             "resync");
   EXPECT_EQ(event_kind("no member holds the parameters: the run restarts from x"), "restart");
-  EXPECT_EQ(event_kind("round 3 opened: 24 sequences"), "other");
+  EXPECT_EQ(event_kind("round 3 opened: 24 sequences"), "round");
+  EXPECT_EQ(event_kind("round 3 closed: 2 of 2 committed"), "round");
+  EXPECT_EQ(event_kind("step 3 final: 2 of 2 payloads, 2 of 2 witnesses"), "round");
+  EXPECT_EQ(event_kind("step 6: token superposition ends; next-token training from here on"),
+            "other");
 }
 
 TEST(Monitor, MetricsFromTheView) {

@@ -55,6 +55,11 @@ std::string event_kind(const std::string& text) {
   if (text.starts_with("phase ") || text.starts_with("resumed run") || has(" finished: ")) {
     return "phase";
   }
+  // One of each per step: the charts tell that story, so the page leaves these out of its list.
+  if ((text.starts_with("round ") && (has(" opened: ") || has(" closed: "))) ||
+      (text.starts_with("step ") && has(" final: "))) {
+    return "round";
+  }
   return "other";
 }
 

@@ -209,7 +209,16 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
   int64_t start = 0;
   if (!options.resume.empty()) {
     const LoadedCheckpoint checkpoint = load_checkpoint(options.resume, device);
-    if (checkpoint.run_config_toml != config.to_toml()) {
+    // Compared as configs, not as text: a run.toml written before a section existed (such as
+    // [tst]) still names the same run when the new keys keep their defaults.
+    bool same_run = false;
+    try {
+      same_run = !checkpoint.run_config_toml.empty() &&
+                 RunConfig::parse(checkpoint.run_config_toml, "run.toml") == config;
+    } catch (const Error&) {
+      same_run = false;  // an unreadable run.toml cannot vouch for the run
+    }
+    if (!same_run) {
       fail(
           "checkpoint {} was written by a different run config; resume with the config in its "
           "run.toml (agora train --config {}/run.toml --resume {})",
