@@ -126,7 +126,7 @@ void run_demo(const DemoArgs& args) {
   const auto started = std::chrono::steady_clock::now();
   std::string buffer;
   double first_loss = NAN, last_loss = NAN, bytes_sum = 0, allreduce = 0, tps_sum = 0;
-  int64_t rows = 0;
+  int64_t rows = 0, rated_rows = 0;
   Child& coord = children[0];
   while (true) {
     if (stop.load()) {
@@ -147,16 +147,22 @@ void run_demo(const DemoArgs& args) {
         const auto j = nlohmann::json::parse(line, nullptr, false);
         if (j.is_discarded() || !j.is_object()) continue;
         if (j.value("event", "") == "step") {
-          const double loss = j["loss"].is_number() ? j["loss"].get<double>() : NAN;
+          // A figure the coordinator does not know yet (the first step's rate) is null.
+          const auto number = [&](const char* key) {
+            return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
+          };
+          const double loss = number("loss"), tps = number("tokens_per_second");
+          const double payload =
+              std::isfinite(number("payload_bytes")) ? number("payload_bytes") : 0.0;
           if (std::isnan(first_loss)) first_loss = loss;
           last_loss = loss;
-          bytes_sum += j.value("payload_bytes", 0.0);
-          allreduce = j.value("allreduce_bytes", 0.0);
-          tps_sum += j.value("tokens_per_second", 0.0);
+          bytes_sum += payload;
+          if (std::isfinite(number("allreduce_bytes"))) allreduce = number("allreduce_bytes");
+          if (std::isfinite(tps)) tps_sum += tps, ++rated_rows;
           ++rows;
-          fmt::print("{:>6}  {:>8.4f}  {:>5}  {:>10.0f}  {:>12}  {:>14}\n", j.value("step", 0),
-                     loss, j.value("peers", 0), j.value("tokens_per_second", 0.0),
-                     format_bytes(j.value("payload_bytes", 0.0)), format_bytes(allreduce));
+          fmt::print("{:>6}  {:>8.4f}  {:>5}  {:>10}  {:>12}  {:>14}\n", j.value("step", 0), loss,
+                     j.value("peers", 0), std::isfinite(tps) ? fmt::format("{:.0f}", tps) : "-",
+                     format_bytes(payload), format_bytes(allreduce));
           std::fflush(stdout);
         } else if (j.value("event", "") == "log") {
           const std::string text = j.value("text", "");
@@ -190,7 +196,8 @@ void run_demo(const DemoArgs& args) {
   fmt::print(
       "  mean {:.0f} tokens/s; each peer sent {} per step where an fp32 all-reduce sends "
       "{} ({:.0f}x less)\n",
-      tps_sum / static_cast<double>(rows), format_bytes(bytes_sum / rows), format_bytes(allreduce),
+      rated_rows > 0 ? tps_sum / static_cast<double>(rated_rows) : 0.0,
+      format_bytes(bytes_sum / rows), format_bytes(allreduce),
       bytes_sum > 0 ? allreduce / (bytes_sum / rows) : 0.0);
   fs::path checkpoint;
   for (int64_t i = 0; i < args.peers; ++i) {
