@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "agora/core/clock.h"
 #include "agora/net/identity.h"
 #include "agora/obs/metrics_catalogue.h"
 #include "web/web_assets.h"
@@ -14,10 +15,6 @@ namespace {
 
 using nlohmann::json;
 namespace m = obs::metric;
-
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // JSON has no NaN: unknown numbers are null.
 json number(double v) {
@@ -152,7 +149,7 @@ std::string Monitor::run_json() const {
                    {"resyncs", c.resyncs_sent},
                    {"restarts", c.restarts}};
   j["started_at"] = info_.started_at;
-  j["uptime_seconds"] = wall_now() - info_.started_at;
+  j["uptime_seconds"] = unix_seconds() - info_.started_at;
   j["model"] = {{"preset", info_.preset},
                 {"parameters", info_.parameters},
                 {"optimizer", info_.optimizer},
@@ -163,7 +160,7 @@ std::string Monitor::run_json() const {
 
 std::string Monitor::peers_json() const {
   const auto v = view();
-  const double now = wall_now();
+  const double now = unix_seconds();
   json out = json::array();
   for (const MemberView& mv : v->members) {
     const Member& mb = mv.member;

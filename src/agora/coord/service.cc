@@ -13,6 +13,7 @@
 #include "agora/coord/monitor.h"
 #include "agora/coord/state_machine.h"
 #include "agora/coord/store.h"
+#include "agora/core/clock.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/net/curve_socket.h"
@@ -22,10 +23,6 @@
 namespace agora::coord {
 namespace fs = std::filesystem;
 namespace {
-
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // What the commits of one step said, for its table row.
 struct StepCommits {
@@ -93,7 +90,7 @@ void Service::refuse(const net::Incoming& in, const std::string& reason, bool ma
 }
 
 void Service::deliver(Actions actions) {
-  const double now = wall_now();
+  const double now = unix_seconds();
   const uint64_t final_steps = machine_->state().finalized_steps();
   printed_ = std::min(printed_, final_steps);
   std::vector<StepRow> rows;
@@ -160,7 +157,7 @@ void Service::deliver(Actions actions) {
 
 void Service::handle(const net::PublicKey& from, const wire::Envelope& m) {
   const uint64_t accepted = machine_->state().counters.commits_accepted;
-  Actions actions = machine_->handle(from, m, wall_now());
+  Actions actions = machine_->handle(from, m, unix_seconds());
   if (m.has_commit() && machine_->state().counters.commits_accepted > accepted) {
     Totals& t = totals_[from];
     ++t.commits;
@@ -172,7 +169,7 @@ void Service::handle(const net::PublicKey& from, const wire::Envelope& m) {
 void Service::publish(bool force) {
   if (!monitor_) return;
   const RunState& state = machine_->state();
-  const double now = wall_now();
+  const double now = unix_seconds();
   force = force || state.phase != published_phase_ || state.finalized_steps() != published_steps_;
   if (!force && now - published_at_ < 0.2) return;
   auto view = std::make_shared<RunView>();
@@ -206,7 +203,7 @@ void Service::start_http(const std::string& run_id) {
   info.batch_size = config_.train.batch_size;
   info.seq_len = config_.data.seq_len;
   info.total_steps = static_cast<uint64_t>(config_.train.steps);
-  info.started_at = wall_now();
+  info.started_at = unix_seconds();
   monitor_ = std::make_unique<Monitor>(std::move(info), store_->step_rows());
   if (!options_.http) return;
   http_ = std::make_unique<obs::HttpServer>(*options_.http);
@@ -359,7 +356,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       store_->path().string()));
   start_http(run_id);
   publish(true);
-  if (resumed) deliver(machine_->resume(wall_now()));
+  if (resumed) deliver(machine_->resume(unix_seconds()));
 
   double finished_at = 0, next_tick = 0;
   uint64_t dropped_seen = 0, refused_seen = 0;
@@ -404,7 +401,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
                                     "so far",
                                     refused_seen));
     }
-    const double now = wall_now();
+    const double now = unix_seconds();
     if (now >= next_tick) {
       deliver(machine_->tick(now));
       next_tick = now + 0.1;

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "agora/core/clock.h"
 #include "agora/core/error.h"
 
 namespace agora::obs {
@@ -65,10 +66,6 @@ spdlog::level::level_enum spdlog_level(LogLevel level) {
       return spdlog::level::err;
   }
   return spdlog::level::info;
-}
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -134,7 +131,7 @@ void log(LogLevel level, const LogContext& context, std::string_view message) {
     std::lock_guard lock(s.mutex);
     if (!s.logger) s.logger = make_logger();
     logger = s.logger;
-    line = format_log_line(s.format, s.process, level, context, message, now_seconds());
+    line = format_log_line(s.format, s.process, level, context, message, unix_seconds());
   }
   logger->log(spdlog_level(level), "{}", line);
 }

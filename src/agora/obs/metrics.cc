@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "agora/core/clock.h"
 #include "agora/core/error.h"
 
 namespace agora::obs {
@@ -281,10 +282,7 @@ void add_process_metrics(Registry& registry) {
   double start = 0;
   if (at_start.size() > 19 && ticks > 0)
     start = boot_time_seconds() + std::stod(at_start[19]) / ticks;
-  if (start == 0) {
-    start =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  }
+  if (start == 0) start = unix_seconds();
   registry.add_collector([ticks, page, start](Registry& r) {
     r.gauge("process_start_time_seconds", "Start time of the process since the Unix epoch.")
         .set(start);
