@@ -56,11 +56,11 @@ demo-local: data
 	@echo
 	$(AGORA) stats $(DATA)/tokens/sp8k --top 5
 	@echo
-	$(AGORA) train --config configs/demo.toml
+	$(AGORA) train --config configs/local.toml
 	@echo
-	$(AGORA) eval --checkpoint runs/demo/latest --data $(DATA)/tokens/sp8k/val_000000.bin
+	$(AGORA) eval --checkpoint runs/local/latest --data $(DATA)/tokens/sp8k/val_000000.bin
 	@echo
-	$(AGORA) generate --checkpoint runs/demo/latest --prompt "And God said" --tokens 60 --seed 1
+	$(AGORA) generate --checkpoint runs/local/latest --prompt "And God said" --tokens 60 --seed 1
 
 test: build fuzz-build data
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

@@ -15,7 +15,7 @@
 #include "agora/net/identity.h"
 #include "agora/obs/log.h"
 #include "agora/obs/progress.h"
-#include "agora/train/run_config.h"
+#include "agora/config/run_config.h"
 #include "child_process.h"
 #include "commands.h"
 #include "signals.h"

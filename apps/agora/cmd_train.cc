@@ -18,7 +18,7 @@ void add_train_command(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("train", "Train a model on token shards from a TOML run config");
-  cmd->add_option("--config", args->config, "Run config (TOML), e.g. configs/demo.toml")
+  cmd->add_option("--config", args->config, "Run config (TOML), e.g. configs/local.toml")
       ->required();
   cmd->add_option("--set", args->overrides, "Override a config key: --set optimizer.lr=1e-3");
   cmd->add_option("--resume", args->resume, "Continue from this checkpoint folder");

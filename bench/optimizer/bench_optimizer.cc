@@ -5,10 +5,10 @@
 // (medians of --repeats after one warm-up, all in this process):
 //   forward+backward  one optimizer step's worth: --batch sequences of --seq-len tokens as
 //                     micro-batches of --micro-batch, gradients accumulated;
-//   contribute        DemoStrategy::contribute(): momentum update, chunked DCT, top-k, own decode
+//   contribute        DecoupledMomentum::contribute(): momentum update, chunked DCT, top-k, own decode
 //                     subtraction, payload encoding;
-//   apply, P peers    DemoStrategy::apply() with P contributions (its own and P - 1 made
-//                     beforehand by other DemoStrategy instances on random gradients): decoding,
+//   apply, P peers    DecoupledMomentum::apply() with P contributions (its own and P - 1 made
+//                     beforehand by other DecoupledMomentum instances on random gradients): decoding,
 //                     weight decay, mean aggregation, chunked IDCT, sign step;
 //   AdamW             AdamWStrategy with one peer (torch's AdamW step);
 // for each DeMo configuration (default top-k 32 with f32 values and Psyche's top-k 4 one-bit, both
@@ -35,7 +35,7 @@
 #include "agora/core/allocator.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
-#include "agora/model/model_config.h"
+#include "agora/config/model_config.h"
 #include "measure.h"
 #include "python_side.h"
 
@@ -47,10 +47,10 @@ using namespace agora::bench;
 constexpr double kGoalFraction = 0.05, kGoalSpeedup = 3.0;
 
 constexpr const char* kAgoraContribute =
-    "DemoStrategy::contribute(): momentum update, chunked DCT, top-k, own decode (IDCT) "
+    "DecoupledMomentum::contribute(): momentum update, chunked DCT, top-k, own decode (IDCT) "
     "subtraction, the payload built and encoded to bytes";
 constexpr const char* kAgoraApply =
-    "DemoStrategy::apply() with P contributions: decoding and validating the P payloads from "
+    "DecoupledMomentum::apply() with P contributions: decoding and validating the P payloads from "
     "bytes, weight decay, mean aggregation, chunked IDCT, sign step";
 constexpr const char* kPythonCompress =
     "reference_demo.py DeMo.contribute(): momentum update, chunked DCT, top-k, own decode "
@@ -199,7 +199,7 @@ int run(const Options& o) {
   }
   std::cout << fmt::format(
       "\nagora contribute = {}\nagora apply      = {}\npython compress  = {}\npython apply     = "
-      "{}\nThe P - 1 other payloads come from other DemoStrategy instances (python: random "
+      "{}\nThe P - 1 other payloads come from other DecoupledMomentum instances (python: random "
       "positions and values) made beforehand, untimed. AdamW: AdamWStrategy with num_peers = 1 "
       "(torch::optim::AdamW, decay and no-decay groups) vs torch.optim.AdamW.step() on random "
       "gradients. lr {}, beta {}, weight decay {}.\n",

@@ -9,9 +9,9 @@
 #include <span>
 
 #include "agora/core/error.h"
-#include "agora/model/model_config.h"
+#include "agora/config/model_config.h"
 #include "agora/optim/adamw.h"
-#include "agora/optim/demo.h"
+#include "agora/optim/decoupled_momentum.h"
 
 namespace agora::bench {
 namespace {
@@ -83,7 +83,7 @@ DemoSamples AgoraBench::demo(const DemoConfig& config, const std::vector<int64_t
   const StepContext context{0, kLr, 1};
 
   DemoSamples out;
-  DemoStrategy strategy(named_, options);
+  DecoupledMomentum strategy(named_, options);
   Contribution own;
   out.contribute = time_repeats(options_.repeats, [&] { own = strategy.contribute(context); });
   own.peer = "peer-00";
@@ -107,7 +107,7 @@ DemoSamples AgoraBench::demo(const DemoConfig& config, const std::vector<int64_t
         named_[i].tensor.mutable_grad() =
             torch::randn(named_[i].tensor.sizes(), generator) * scale[i];
       }
-      DemoStrategy other(named_, options);
+      DecoupledMomentum other(named_, options);
       Contribution c = other.contribute(context);
       c.peer = fmt::format("peer-{:02d}", j);
       contributions.push_back(std::move(c));

@@ -39,11 +39,11 @@
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/model/llama.h"
-#include "agora/model/model_config.h"
+#include "agora/config/model_config.h"
 #include "agora/obs/progress.h"
 #include "agora/optim/adamw.h"
 #include "agora/optim/chunking.h"
-#include "agora/optim/demo.h"
+#include "agora/optim/decoupled_momentum.h"
 #include "agora/optim/diloco.h"
 #include "agora/optim/payload.h"
 #include "agora/optim/payload_tensors.h"
@@ -183,7 +183,7 @@ Measured measure(const Setting& s, const std::vector<agora::NamedParameter>& par
       o.topk = s.topk;
       o.chunk = s.chunk;
       o.one_bit = s.one_bit;
-      agora::DemoStrategy strategy(params, o);
+      agora::DecoupledMomentum strategy(params, o);
       m.bytes = strategy.contribute({0, kLr, 1}).bytes.size();
       m.strategy_layout_bytes = agora::encoded_size(strategy.payload_layout());
       m.warnings = strategy.warnings();
@@ -391,7 +391,7 @@ int run(const Options& o) {
         row.formula ? fmt::format("{:.3f}", row.bytes / *row.formula) : "-", row.source);
   }
 
-  std::cout << "\nDeMo compression warnings (DemoStrategy::warnings() / compression_warning())\n";
+  std::cout << "\nDeMo compression warnings (DecoupledMomentum::warnings() / compression_warning())\n";
   for (const PresetResult& p : presets) {
     std::cout << fmt::format("{} (vocabulary {}, padded {}, hidden {}, intermediate {}): {}\n",
                              p.name, p.config.vocab_size, p.config.padded_vocab_size(),

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "agora/model/model_config.h"
+#include "agora/config/model_config.h"
 
 namespace agora::bench {
 

@@ -38,7 +38,7 @@
 #include "agora/core/allocator.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
-#include "agora/model/model_config.h"
+#include "agora/config/model_config.h"
 #include "bench_options.h"
 #include "child_process.h"
 #include "workers.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "agora/model/llama.h"
-#include "agora/model/model_config.h"
+#include "agora/config/model_config.h"
 #include "agora/optim/adamw.h"
 #include "agora/train/batches.h"
 #include "agora/train/strategy_factory.h"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "agora/core/error.h"
-#include "agora/train/run_config.h"
+#include "agora/config/run_config.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // RunConfig: defaults, the example configs, --set overrides, every error path with its message,
 // the to_toml round trip and the learning-rate schedules at their boundaries.
-#include "agora/train/run_config.h"
+#include "agora/config/run_config.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -104,13 +104,13 @@ TEST(RunConfigTest, ExampleConfigsLoadAndRoundTrip) {
 }
 
 TEST(RunConfigTest, DemoConfig) {
-  const RunConfig config = RunConfig::load(kConfigs / "demo.toml", {});
+  const RunConfig config = RunConfig::load(kConfigs / "local.toml", {});
   EXPECT_EQ(config.model.preset, "small");
   EXPECT_EQ(config.data.dir, "data/tokens/sp8k");
   EXPECT_EQ(config.data.seq_len, 256);
   EXPECT_EQ(config.model.max_seq_len, 256);
-  // `make demo` reads runs/demo/latest; the step counts are tuned for time and not pinned here.
-  EXPECT_EQ(config.train.out_dir, "runs/demo");
+  // `make demo` reads runs/local/latest; the step counts are tuned for time and not pinned here.
+  EXPECT_EQ(config.train.out_dir, "runs/local");
   EXPECT_EQ(config.train.checkpoint_interval, 0);
   EXPECT_LT(config.schedule.warmup_steps, config.train.steps);
   EXPECT_EQ(config.train.batch_size % config.train.micro_batch_size, 0);

@@ -27,7 +27,7 @@
 
 #include "agora/net/identity.h"
 #include "agora/obs/http_server.h"
-#include "agora/train/run_config.h"
+#include "agora/config/run_config.h"
 
 namespace agora::coord {
 

@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "agora/coord/run_state.h"
-#include "agora/train/run_config.h"
+#include "agora/config/run_config.h"
 #include "agora/wire/agora.pb.h"
 
 namespace agora::coord {

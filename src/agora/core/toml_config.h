@@ -5,7 +5,7 @@
 // for every key it knows, then reject_unknown_keys(). What it promises:
 //   - every value is the type asked for (an integer key rejects 1.5 and "3"; a float key accepts 3)
 //     and inside its range, or an Error names where it came from, the key, the value and what is
-//     allowed: "configs/demo.toml: optimizer.lr = -0.1 is invalid (allowed: a number > 0)";
+//     allowed: "configs/local.toml: optimizer.lr = -0.1 is invalid (allowed: a number > 0)";
 //   - a key present in the document that no getter read is an error with the nearest known key as
 //     a suggestion, so a typo never silently falls back to a default:
 //     "configs/x.toml: unknown key 'optimzer.lr' (did you mean 'optimizer.lr'?)";

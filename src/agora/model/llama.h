@@ -15,7 +15,7 @@
 
 #include <vector>
 
-#include "agora/model/model_config.h"
+#include "agora/config/model_config.h"
 
 namespace agora {
 

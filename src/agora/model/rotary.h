@@ -14,7 +14,7 @@
 
 #include <torch/torch.h>
 
-#include "agora/model/model_config.h"
+#include "agora/config/model_config.h"
 
 namespace agora {
 

@@ -17,16 +17,16 @@
 #include "agora/data/sampler.h"
 #include "agora/obs/log.h"
 #include "agora/obs/progress.h"
-#include "agora/optim/demo.h"
+#include "agora/optim/decoupled_momentum.h"
 #include "agora/peer/model_state.h"
 #include "agora/peer/peer_metrics.h"
 #include "agora/peer/peer_network.h"
 #include "agora/train/batches.h"
 #include "agora/train/checkpoint.h"
-#include "agora/train/data_meta.h"
+#include "agora/data/data_meta.h"
 #include "agora/train/device.h"
 #include "agora/train/evaluate.h"
-#include "agora/train/run_config.h"
+#include "agora/config/run_config.h"
 #include "agora/train/strategy_factory.h"
 #include "agora/train/superposition.h"
 
@@ -168,7 +168,7 @@ void Member::build(const wire::Welcome& welcome) {
   model_->train();
   strategy_ = make_strategy(config_, model_);
   params_ = model_->parameters();
-  const PayloadLayout layout = dynamic_cast<DemoStrategy&>(*strategy_).payload_layout();
+  const PayloadLayout layout = dynamic_cast<DecoupledMomentum&>(*strategy_).payload_layout();
   net_.configure(run_id_, [layout](std::string_view bytes) -> std::string {
     try {
       decode_payload(bytes, layout);

@@ -7,7 +7,7 @@
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
-#include "agora/model/hf_config.h"
+#include "agora/config/hf_config.h"
 #include "agora/train/torch_safetensors.h"
 
 namespace agora {

@@ -2,7 +2,7 @@
 
 #include "agora/core/error.h"
 #include "agora/optim/adamw.h"
-#include "agora/optim/demo.h"
+#include "agora/optim/decoupled_momentum.h"
 #include "agora/optim/diloco.h"
 
 namespace agora {
@@ -44,7 +44,7 @@ std::unique_ptr<Strategy> make_strategy(const RunConfig& config, Llama& model) {
     options.weight_decay = config.optimizer.weight_decay;
     options.one_bit = config.demo.one_bit;
     options.lookahead = config.demo.lookahead;
-    return std::make_unique<DemoStrategy>(named_parameters(model), options);
+    return std::make_unique<DecoupledMomentum>(named_parameters(model), options);
   }
   if (name == "adamw") {
     AdamWOptions options = adamw_options(config.optimizer);

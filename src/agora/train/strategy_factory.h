@@ -9,7 +9,7 @@
 
 #include "agora/model/llama.h"
 #include "agora/optim/strategy.h"
-#include "agora/train/run_config.h"
+#include "agora/config/run_config.h"
 
 namespace agora {
 

@@ -20,7 +20,7 @@
 #include "agora/obs/progress.h"
 #include "agora/train/batches.h"
 #include "agora/train/checkpoint.h"
-#include "agora/train/data_meta.h"
+#include "agora/data/data_meta.h"
 #include "agora/train/device.h"
 #include "agora/train/evaluate.h"
 #include "agora/train/parameter_hash.h"

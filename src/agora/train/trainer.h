@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "agora/train/run_config.h"
+#include "agora/config/run_config.h"
 
 namespace agora {
 

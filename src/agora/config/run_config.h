@@ -54,7 +54,7 @@
 #include <string_view>
 #include <vector>
 
-#include "agora/model/model_config.h"
+#include "agora/config/model_config.h"
 
 namespace agora {
 

@@ -1,4 +1,4 @@
-#include "agora/train/run_config.h"
+#include "agora/config/run_config.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,4 +1,4 @@
-#include "agora/model/hf_config.h"
+#include "agora/config/hf_config.h"
 
 #include <nlohmann/json.hpp>
 

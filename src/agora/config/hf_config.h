@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "agora/model/model_config.h"
+#include "agora/config/model_config.h"
 
 namespace agora {
 

@@ -46,9 +46,9 @@ struct DemoOptions {
   bool lookahead = false;
 };
 
-class DemoStrategy final : public Strategy {
+class DecoupledMomentum final : public Strategy {
  public:
-  DemoStrategy(std::vector<NamedParameter> params, const DemoOptions& options);
+  DecoupledMomentum(std::vector<NamedParameter> params, const DemoOptions& options);
 
   std::string name() const override { return "demo"; }
   void before_forward(const StepContext& context) override;

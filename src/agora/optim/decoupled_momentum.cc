@@ -1,4 +1,4 @@
-#include "agora/optim/demo.h"
+#include "agora/optim/decoupled_momentum.h"
 
 #include <fmt/format.h>
 
@@ -31,7 +31,7 @@ torch::Tensor values_tensor(const std::vector<float>& values, int64_t chunks, in
 
 }  // namespace
 
-DemoStrategy::DemoStrategy(std::vector<NamedParameter> params, const DemoOptions& options)
+DecoupledMomentum::DecoupledMomentum(std::vector<NamedParameter> params, const DemoOptions& options)
     : options_(options) {
   if (options.beta < 0 || options.beta >= 1) {
     fail("DeMo: beta = {} is invalid (allowed: a number in [0, 1))", options.beta);
@@ -52,7 +52,7 @@ DemoStrategy::DemoStrategy(std::vector<NamedParameter> params, const DemoOptions
   }
 }
 
-std::vector<std::string> DemoStrategy::warnings() const {
+std::vector<std::string> DecoupledMomentum::warnings() const {
   std::vector<std::string> out;
   for (const Slot& s : slots_) {
     if (auto warning = compression_warning(s.param.name, shape_of(s.param.tensor), options_.chunk,
@@ -63,7 +63,7 @@ std::vector<std::string> DemoStrategy::warnings() const {
   return out;
 }
 
-void DemoStrategy::before_forward(const StepContext&) {
+void DecoupledMomentum::before_forward(const StepContext&) {
   if (!options_.lookahead || last_lr_ == 0.0) return;
   torch::NoGradGuard no_grad;
   for (Slot& s : slots_) {
@@ -73,7 +73,7 @@ void DemoStrategy::before_forward(const StepContext&) {
   }
 }
 
-void DemoStrategy::undo_lookahead() {
+void DecoupledMomentum::undo_lookahead() {
   torch::NoGradGuard no_grad;
   for (Slot& s : slots_) {
     if (!s.moved.defined()) continue;
@@ -82,7 +82,7 @@ void DemoStrategy::undo_lookahead() {
   }
 }
 
-Contribution DemoStrategy::contribute(const StepContext& context) {
+Contribution DecoupledMomentum::contribute(const StepContext& context) {
   torch::NoGradGuard no_grad;
   undo_lookahead();
   Payload payload;
@@ -130,7 +130,7 @@ Contribution DemoStrategy::contribute(const StepContext& context) {
   return {"", encode_payload(payload)};
 }
 
-void DemoStrategy::apply(const StepContext& context, std::span<const Contribution> contributions) {
+void DecoupledMomentum::apply(const StepContext& context, std::span<const Contribution> contributions) {
   torch::NoGradGuard no_grad;
   undo_lookahead();
   std::vector<Payload> payloads;
@@ -185,7 +185,7 @@ void DemoStrategy::apply(const StepContext& context, std::span<const Contributio
   }
 }
 
-std::map<std::string, torch::Tensor> DemoStrategy::state() const {
+std::map<std::string, torch::Tensor> DecoupledMomentum::state() const {
   std::map<std::string, torch::Tensor> out;
   for (const Slot& s : slots_) {
     out["delta." + s.param.name] = s.delta;
@@ -195,7 +195,7 @@ std::map<std::string, torch::Tensor> DemoStrategy::state() const {
   return out;
 }
 
-void DemoStrategy::load_state(const std::map<std::string, torch::Tensor>& state) {
+void DecoupledMomentum::load_state(const std::map<std::string, torch::Tensor>& state) {
   torch::NoGradGuard no_grad;
   for (Slot& s : slots_) {
     const auto delta = state.find("delta." + s.param.name);

@@ -1,4 +1,4 @@
-#include "agora/model/model_config.h"
+#include "agora/config/model_config.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,4 +1,4 @@
-#include "agora/train/data_meta.h"
+#include "agora/data/data_meta.h"
 
 #include <nlohmann/json.hpp>
 

@@ -3,7 +3,7 @@
 // hand, independence from arrival order, rejection of bad payloads, the look-ahead variant, state
 // round trips, and a number-by-number comparison with an independent Python implementation
 // (tests/parity/demo_parity_check.py) on payloads and updates.
-#include "agora/optim/demo.h"
+#include "agora/optim/decoupled_momentum.h"
 
 #include <gtest/gtest.h>
 
@@ -126,7 +126,7 @@ TEST(Demo, SelectsTheSpecificationTopK) {
   const ChunkGeometry g = chunk_geometry({4}, 64, 2);
   std::vector<NamedParameter> params = {{"w", torch::zeros({4}), false}};
   params[0].tensor.mutable_grad() = chunked_idct(chunk.reshape({1, 4}), {4}, g);
-  DemoStrategy demo(params, {.beta = 0, .topk = 2, .chunk = 64});
+  DecoupledMomentum demo(params, {.beta = 0, .topk = 2, .chunk = 64});
   const Payload payload = decode_payload(demo.contribute({0, 1.0, 1}).bytes);
   EXPECT_EQ(payload.tensors[0].positions, (std::vector<uint32_t>{1, 3}));
   EXPECT_NEAR(payload.tensors[0].values[0], 0.4076, 1e-5);
@@ -136,7 +136,7 @@ TEST(Demo, SelectsTheSpecificationTopK) {
 TEST(Demo, FullTopKWithOnePeerIsSignDescent) {
   std::vector<NamedParameter> params = make_params({{32, 16}, {16}}, 1);
   const std::vector<NamedParameter> start = clone_params(params);
-  DemoStrategy demo(params, {.beta = 0.9, .topk = 64 * 64, .chunk = 64});
+  DecoupledMomentum demo(params, {.beta = 0.9, .topk = 64 * 64, .chunk = 64});
   set_grads(params, 2);
   const double lr = 0.01;
   const Contribution own = demo.contribute({0, lr, 1});
@@ -153,7 +153,7 @@ TEST(Demo, AggregatesByTheMeanOfTheSelectors) {
   // Two peers, one chunk of 4: A selects {0, 2} = {1, 3}, B selects {2, 3} = {5, -2}; the
   // aggregate is [1, 0, (3 + 5) / 2, -2] = [1, 0, 4, -2].
   std::vector<NamedParameter> params = {{"w", torch::zeros({4}), false}};
-  DemoStrategy demo(params, {.topk = 2, .chunk = 4});
+  DecoupledMomentum demo(params, {.topk = 2, .chunk = 4});
   const auto payload = [](std::vector<uint32_t> positions, std::vector<float> values) {
     Payload p;
     p.tensors.push_back({demo_tensor_layout({4}, 4, 2, false), positions, values, {}, {}});
@@ -176,7 +176,7 @@ TEST(Demo, ResultDoesNotDependOnArrivalOrder) {
   std::vector<Contribution> contributions;
   for (int peer = 0; peer < 4; ++peer) {
     std::vector<NamedParameter> local = clone_params(initial);
-    DemoStrategy demo(local, {.beta = 0.99, .topk = 8, .chunk = 16});
+    DecoupledMomentum demo(local, {.beta = 0.99, .topk = 8, .chunk = 16});
     set_grads(local, 100 + peer);
     contributions.push_back(demo.contribute({0, 0.01, 4}));
     contributions.back().peer = fmt::format("peer-{}", peer);
@@ -186,7 +186,7 @@ TEST(Demo, ResultDoesNotDependOnArrivalOrder) {
   for (int trial = 0; trial < 5; ++trial) {
     std::shuffle(contributions.begin(), contributions.end(), rng);
     std::vector<NamedParameter> params = clone_params(initial);
-    DemoStrategy demo(params, {.beta = 0.99, .topk = 8, .chunk = 16, .weight_decay = 0.1});
+    DecoupledMomentum demo(params, {.beta = 0.99, .topk = 8, .chunk = 16, .weight_decay = 0.1});
     demo.apply({0, 0.01, 4}, contributions);
     for (size_t i = 0; i < params.size(); ++i) {
       if (trial == 0) {
@@ -201,7 +201,7 @@ TEST(Demo, ResultDoesNotDependOnArrivalOrder) {
 TEST(Demo, RejectsBadContributionsAndChangesNothing) {
   std::vector<NamedParameter> params = make_params({{32, 16}}, 1);
   const torch::Tensor before = params[0].tensor.clone();
-  DemoStrategy demo(params, {.topk = 4, .chunk = 16});
+  DecoupledMomentum demo(params, {.topk = 4, .chunk = 16});
   set_grads(params, 2);
   Contribution own = demo.contribute({3, 0.01, 2});
   own.peer = "honest";
@@ -210,7 +210,7 @@ TEST(Demo, RejectsBadContributionsAndChangesNothing) {
   const Contribution truncated{"mallory", own.bytes.substr(0, own.bytes.size() - 1)};
   // A payload with another geometry (top-k 8) than the run's.
   std::vector<NamedParameter> other_params = clone_params(params);
-  DemoStrategy other(other_params, {.topk = 8, .chunk = 16});
+  DecoupledMomentum other(other_params, {.topk = 8, .chunk = 16});
   set_grads(other_params, 2);
   const Contribution wrong_layout{"mallory", other.contribute({3, 0.01, 2}).bytes};
   const Contribution wrong_step{"mallory", demo.contribute({4, 0.01, 2}).bytes};
@@ -228,7 +228,7 @@ TEST(Demo, RejectsBadContributionsAndChangesNothing) {
 
 TEST(Demo, OneBitSendsSignsWithZeroAsPlus) {
   std::vector<NamedParameter> params = make_params({{64, 64}}, 1);
-  DemoStrategy demo(params, {.topk = 4, .chunk = 64, .one_bit = true});
+  DecoupledMomentum demo(params, {.topk = 4, .chunk = 64, .one_bit = true});
   set_grads(params, 2);
   const Payload payload = decode_payload(demo.contribute({0, 0.01, 1}).bytes);
   EXPECT_EQ(payload.tensors[0].layout.value_type, ValueType::kOneBit);
@@ -241,8 +241,8 @@ TEST(Demo, LookaheadEvaluatesAheadAndKeepsTheRecurrence) {
   const std::vector<NamedParameter> initial = make_params({{32, 16}, {16}}, 1);
   std::vector<NamedParameter> plain_params = clone_params(initial),
                               ahead_params = clone_params(initial);
-  DemoStrategy plain(plain_params, {.topk = 4, .chunk = 16});
-  DemoStrategy ahead(ahead_params, {.topk = 4, .chunk = 16, .lookahead = true});
+  DecoupledMomentum plain(plain_params, {.topk = 4, .chunk = 16});
+  DecoupledMomentum ahead(ahead_params, {.topk = 4, .chunk = 16, .lookahead = true});
   for (int64_t step = 0; step < 4; ++step) {
     const StepContext context{step, 0.01 * (step + 1), 1};
     const torch::Tensor before = ahead_params[0].tensor.clone();
@@ -267,7 +267,7 @@ TEST(Demo, LookaheadEvaluatesAheadAndKeepsTheRecurrence) {
 TEST(Demo, StateRoundTripContinuesIdentically) {
   const std::vector<NamedParameter> initial = make_params({{48, 32}, {40}}, 1);
   std::vector<NamedParameter> a_params = clone_params(initial);
-  DemoStrategy a(a_params, {.topk = 4, .chunk = 16, .lookahead = true});
+  DecoupledMomentum a(a_params, {.topk = 4, .chunk = 16, .lookahead = true});
   for (int64_t step = 0; step < 2; ++step) {
     a.before_forward({step, 0.01, 1});
     set_grads(a_params, 20 + step);
@@ -275,7 +275,7 @@ TEST(Demo, StateRoundTripContinuesIdentically) {
     a.apply({step, 0.01, 1}, std::span(&c, 1));
   }
   std::vector<NamedParameter> b_params = clone_params(a_params);
-  DemoStrategy b(b_params, {.topk = 4, .chunk = 16, .lookahead = true});
+  DecoupledMomentum b(b_params, {.topk = 4, .chunk = 16, .lookahead = true});
   b.load_state(a.state());
   for (auto* run : {&a, &b}) {
     auto& params = run == &a ? a_params : b_params;
@@ -295,7 +295,7 @@ TEST(Demo, StateRoundTripContinuesIdentically) {
 TEST(Demo, WarnsAboutShapesThatWasteCompression) {
   std::vector<NamedParameter> params = {{"embed", torch::zeros({50257, 8}), true},
                                         {"ok", torch::zeros({128, 64}), true}};
-  DemoStrategy demo(params, {.topk = 4, .chunk = 64});
+  DecoupledMomentum demo(params, {.topk = 4, .chunk = 64});
   const std::vector<std::string> warnings = demo.warnings();
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("embed"), std::string::npos);
@@ -321,12 +321,12 @@ TEST_P(DemoParity, AgreesWithTheIndependentPythonImplementation) {
     inputs.emplace_back("param." + p.name, p.tensor);
   }
   std::vector<std::vector<NamedParameter>> params;
-  std::vector<std::unique_ptr<DemoStrategy>> demos;
+  std::vector<std::unique_ptr<DecoupledMomentum>> demos;
   const DemoOptions options{
       .beta = beta, .topk = topk, .chunk = chunk, .weight_decay = weight_decay, .one_bit = one_bit};
   for (int64_t i = 0; i < peers; ++i) {
     params.push_back(clone_params(initial));
-    demos.push_back(std::make_unique<DemoStrategy>(params.back(), options));
+    demos.push_back(std::make_unique<DecoupledMomentum>(params.back(), options));
   }
   for (int64_t step = 0; step < steps; ++step) {
     const StepContext context{step, lrs[step], peers};
