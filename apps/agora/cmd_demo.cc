@@ -1,22 +1,26 @@
 // agora demo: a whole decentralized run on this machine. A coordinator and N peers start as
 // separate processes talking CURVE-encrypted ZeroMQ over loopback, with fresh keys and an
 // allowlist, train on the bundled corpus, and the last checkpoint writes a sample.
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
 #include <poll.h>
-#include <sys/wait.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "agora/config/run_config.h"
 #include "agora/core/error.h"
+#include "agora/core/subprocess.h"
 #include "agora/net/identity.h"
 #include "agora/obs/log.h"
 #include "agora/obs/progress.h"
-#include "agora/config/run_config.h"
-#include "child_process.h"
 #include "commands.h"
 #include "signals.h"
 
@@ -24,11 +28,33 @@ namespace agora::cli {
 namespace fs = std::filesystem;
 namespace {
 
-std::string self_path() {
-  std::error_code ec;
-  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) fail("cannot find the agora binary (/proc/self/exe): {}", ec.message());
-  return p.string();
+// A TCP port that was free a moment ago on 127.0.0.1.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    fail("cannot find a free port on 127.0.0.1: {}", std::strerror(errno));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Starts one process of the demo with its stderr (and its stdout, unless piped) appended to
+// `log`, in a process group of its own: a Ctrl-C reaches the demo, which stops its children in
+// order.
+Subprocess start_child(const std::vector<std::string>& argv, const fs::path& log,
+                       bool pipe_stdout) {
+  SubprocessOptions options;
+  options.stdout_to = pipe_stdout ? ChildOutput::kPipe : ChildOutput::kLog;
+  options.stderr_to = ChildOutput::kLog;
+  options.log = log;
+  options.own_process_group = true;
+  return Subprocess::start(argv, options);
 }
 
 struct DemoArgs {
@@ -44,7 +70,7 @@ struct DemoArgs {
 void run_demo(const DemoArgs& args) {
   obs::configure_logging("demo", obs::parse_log_format(args.log_format));
   const auto& stop = stop_requested();
-  const std::string agora = self_path();
+  const std::string agora = this_executable().string();
   const fs::path out = args.out, keys = out / "keys";
   // Each demo starts afresh; only ever delete a folder that an earlier demo made.
   if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(out / "allowlist.txt")) {
@@ -105,20 +131,19 @@ void run_demo(const DemoArgs& args) {
   fmt::print("agora demo: a coordinator and {} peers on loopback (logs in {})\n", args.peers,
              out.string());
   fmt::print("dashboard: http://127.0.0.1:{}/\n", http_port);
-  std::vector<Child> children;
-  children.push_back(spawn("coordinator", coordinator_argv, out / "coordinator.log", true));
+  std::vector<Subprocess> children;
+  children.push_back(start_child(coordinator_argv, out / "coordinator.log", true));
   for (int64_t i = 0; i < args.peers; ++i) {
     children.push_back(
-        spawn(fmt::format("peer-{}", i),
-              {agora, "peer", "--coordinator", endpoint, "--coordinator-key",
-               net::key_to_hex(coordinator.public_key()), "--key",
-               (keys / fmt::format("peer-{}.key", i)).string(), "--data", args.data, "--listen",
-               "tcp://127.0.0.1:*", "--threads", "1", "--checkpoint-dir",
-               (out / fmt::format("peer-{}", i)).string(), "--log-format", args.log_format},
-              out / fmt::format("peer-{}.log", i), false));
+        start_child({agora, "peer", "--coordinator", endpoint, "--coordinator-key",
+                     net::key_to_hex(coordinator.public_key()), "--key",
+                     (keys / fmt::format("peer-{}.key", i)).string(), "--data", args.data,
+                     "--listen", "tcp://127.0.0.1:*", "--threads", "1", "--checkpoint-dir",
+                     (out / fmt::format("peer-{}", i)).string(), "--log-format", args.log_format},
+                    out / fmt::format("peer-{}.log", i), false));
   }
   const auto stop_all = [&] {
-    for (auto it = children.rbegin(); it != children.rend(); ++it) stop_child(*it, 10);
+    for (auto it = children.rbegin(); it != children.rend(); ++it) it->stop(10);
   };
 
   fmt::print("{:>6}  {:>8}  {:>5}  {:>10}  {:>12}  {:>14}\n", "step", "loss", "peers", "tokens/s",
@@ -127,17 +152,17 @@ void run_demo(const DemoArgs& args) {
   std::string buffer;
   double first_loss = NAN, last_loss = NAN, bytes_sum = 0, allreduce = 0, tps_sum = 0;
   int64_t rows = 0, rated_rows = 0;
-  Child& coord = children[0];
+  Subprocess& coord = children[0];
   while (true) {
     if (stop.load()) {
       fmt::print("\nagora demo: stopping every process\n");
       stop_all();
       return;
     }
-    pollfd p{coord.stdout_fd, POLLIN, 0};
+    pollfd p{coord.stdout_fd(), POLLIN, 0};
     if (::poll(&p, 1, 200) > 0) {
       char chunk[4096];
-      const ssize_t n = ::read(coord.stdout_fd, chunk, sizeof(chunk));
+      const ssize_t n = ::read(coord.stdout_fd(), chunk, sizeof(chunk));
       if (n <= 0) break;  // the coordinator exited
       buffer.append(chunk, static_cast<size_t>(n));
       size_t nl;
@@ -175,16 +200,16 @@ void run_demo(const DemoArgs& args) {
       }
     }
   }
-  int status = 0;
-  wait_child(coord, 10, &status);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  // A coordinator that closed its stdout but is still finishing after 10 s counts as done.
+  const std::optional<ExitStatus> coordinator_exit = coord.wait_for(10);
+  if (coordinator_exit && !coordinator_exit->success()) {
     stop_all();
     std::ifstream log(out / "coordinator.log");
     fail("the coordinator stopped with an error:\n{}",
          std::string(std::istreambuf_iterator<char>(log), {}));
   }
   for (size_t i = 1; i < children.size(); ++i) {
-    if (!wait_child(children[i], 60, nullptr)) stop_child(children[i], 5);
+    if (!children[i].wait_for(60)) children[i].stop(5);
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -207,11 +232,10 @@ void run_demo(const DemoArgs& args) {
   if (checkpoint.empty()) fail("no peer wrote a checkpoint; see the peer logs in {}", out.string());
   fmt::print("  checkpoint {}\n\nsample (\"{}\"):\n", checkpoint.string(), args.prompt);
   std::fflush(stdout);
-  Child sample = spawn("generate",
-                       {agora, "generate", "--checkpoint", checkpoint.string(), "--prompt",
-                        args.prompt, "--tokens", "40", "--seed", "1"},
-                       out / "generate.log", false);
-  wait_child(sample, 120, nullptr);
+  Subprocess sample = start_child({agora, "generate", "--checkpoint", checkpoint.string(),
+                                   "--prompt", args.prompt, "--tokens", "40", "--seed", "1"},
+                                  out / "generate.log", false);
+  sample.wait_for(120);
   std::ifstream log(out / "generate.log");
   fmt::print("{}\n", std::string(std::istreambuf_iterator<char>(log), {}));
 }

@@ -2,12 +2,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/data/corpus_tokenizer.h"
+#include "agora/data/data_meta.h"
 #include "agora/data/shard.h"
 #include "agora/data/tokenizer.h"
 #include "agora/obs/progress.h"
@@ -74,24 +74,14 @@ void add_stats_command(CLI::App& app) {
                   "Tokenizer of the shards (default: the one meta.json names; needed for shards "
                   "made elsewhere, e.g. by llm.c)");
   cmd->callback([dir, top, tokenizer_spec] {
-    const fs::path meta_path = fs::path(*dir) / "meta.json";
-    nlohmann::json meta = nlohmann::json::object();
-    if (fs::exists(meta_path)) {
-      try {
-        meta = nlohmann::json::parse(read_file(meta_path));
-      } catch (const nlohmann::json::exception& e) {
-        fail("{}: not valid JSON: {}", meta_path.string(), e.what());
-      }
-    }
-    std::string spec = *tokenizer_spec;
-    if (spec.empty() && meta.contains("tokenizer_spec"))
-      spec = resolve_tokenizer_spec(*dir, meta["tokenizer_spec"].get<std::string>());
+    const DataMeta meta = has_data_meta(*dir) ? read_data_meta(*dir) : DataMeta{};
+    const std::string spec = tokenizer_spec->empty() ? meta.tokenizer_spec : *tokenizer_spec;
     if (spec.empty()) fail("{} has no meta.json naming its tokenizer; pass --tokenizer", *dir);
     const auto tokenizer = load_tokenizer(spec);
     const TokenId eot = tokenizer->eot_id();
     // meta.json keeps the name the tokenizer had when the shards were made (the copy inside the
     // folder is always called tokenizer.model).
-    const std::string name = meta.value("tokenizer", tokenizer->name());
+    const std::string name = meta.tokenizer_name.empty() ? tokenizer->name() : meta.tokenizer_name;
     fmt::print("{}: tokenizer {} (vocabulary {}, end-of-text id {})\n", *dir, name,
                tokenizer->vocab_size(), eot);
     fmt::print("{:<6} {:>7} {:>10} {:>12} {:>12} {:>11} {:>12}\n", "split", "shards", "documents",
@@ -99,7 +89,8 @@ void add_stats_command(CLI::App& app) {
     SplitStats train;
     for (const std::string split : {"train", "val"}) {
       SplitStats stats = scan_split(*dir, split, eot);
-      const uint64_t bytes = meta.contains(split) ? meta[split].value("bytes", uint64_t{0}) : 0;
+      const auto recorded = meta.text_bytes.find(split);
+      const uint64_t bytes = recorded == meta.text_bytes.end() ? 0 : recorded->second;
       fmt::print("{:<6} {:>7} {:>10} {:>12} {:>12} {:>11.2f} {:>12.0f}\n", split, stats.shards,
                  stats.documents, stats.tokens, format_bytes(bytes),
                  stats.tokens ? double(bytes) / stats.tokens : 0.0,

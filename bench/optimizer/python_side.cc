@@ -1,47 +1,25 @@
 #include "python_side.h"
 
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <iostream>
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
-
-extern char** environ;
+#include "agora/core/subprocess.h"
 
 namespace agora::bench {
 namespace {
 
 // Runs argv with stdout sent to our stderr (the table stays on stdout); fails unless it exits 0.
 void run_command(const std::vector<std::string>& argv) {
-  std::cout.flush();
-  std::cerr.flush();
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
-  pid_t pid = 0;
-  const int error = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  std::string command;
-  for (const std::string& a : argv) command += (command.empty() ? "" : " ") + a;
-  if (error != 0) fail("cannot run {}: {}", command, std::strerror(error));
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) fail("waitpid for {}: {}", command, std::strerror(errno));
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fail("the Python reference failed ({}; its output is above): {}",
-         WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
-                           : fmt::format("signal {}", WTERMSIG(status)),
-         command);
+  SubprocessOptions options;
+  options.stdout_to = ChildOutput::kStderr;
+  Subprocess process = Subprocess::start(argv, options);
+  const ExitStatus exit = process.wait();
+  if (!exit.success()) {
+    fail("the Python reference failed ({}; its output is above): {}", exit.describe(),
+         process.command());
   }
 }
 

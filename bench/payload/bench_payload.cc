@@ -15,9 +15,9 @@
 // computed from the ModelConfig the way Llama names them (checked against the real model for the
 // measured presets). Each row says which ("measured" or "from layout").
 //
-// Next to DeMo's rows: ALGORITHMS.md's formula, parameters / chunk^2 * topk * (position bytes +
-// value bytes), exact only when every dimension divides by the chunk, so a preset whose width
-// gets smaller chunks (small's 288 = 6 x 48) shows the deviation.
+// Next to DeMo's rows: the formula of docs/algorithms.md section 1.9, parameters / chunk^2 *
+// topk * (position bytes + value bytes), exact only when every dimension divides by the chunk, so
+// a preset whose width gets smaller chunks (small's 288 = 6 x 48) shows the deviation.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
@@ -158,8 +158,9 @@ agora::PayloadLayout layout_for(const Setting& s, const std::vector<Param>& para
   return layout;
 }
 
-// ALGORITHMS.md's size, generalised from chunk 64: parameters / chunk^2 * topk * (position bytes
-// + value bytes), positions u8 up to 256 coefficients per chunk, u16 up to 65536.
+// The size of docs/algorithms.md section 1.9, generalised from chunk 64: parameters / chunk^2 *
+// topk * (position bytes + value bytes), positions u8 up to 256 coefficients per chunk, u16 up to
+// 65536.
 double demo_formula(int64_t parameters, const Setting& s) {
   const int64_t coefficients = s.chunk * s.chunk;
   const double position_bytes = coefficients <= 256 ? 1 : coefficients <= 65536 ? 2 : 4;
@@ -365,9 +366,9 @@ int run(const Options& o) {
       "{} threads\n"
       "vs fp32 = a dense fp32 gradient (4 bytes x parameters) / the bytes; B/param = bytes / "
       "parameters\n"
-      "formula = parameters / chunk^2 x topk x (position bytes + value bytes) (ALGORITHMS.md "
-      "section 1, chunk 64: (#params / 4096) x topk x (2 + value bytes)); positions u16 for "
-      "64x64 and 32x32 chunks, values 4 bytes f32, 1/8 one-bit\n"
+      "formula = parameters / chunk^2 x topk x (position bytes + value bytes) "
+      "(docs/algorithms.md section 1.9, chunk 64: (#params / 4096) x topk x (2 + value bytes)); "
+      "positions u16 for 64x64 and 32x32 chunks, values 4 bytes f32, 1/8 one-bit\n"
       "measured = a real contribute() over the built model (equal to encoded_size() of its "
       "layout, checked); from layout = encoded_size() of the layout from the ModelConfig\n\n",
       o.threads);

@@ -35,10 +35,11 @@
 #include <thread>
 #include <vector>
 
+#include "agora/config/model_config.h"
 #include "agora/core/allocator.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
-#include "agora/config/model_config.h"
+#include "agora/core/subprocess.h"
 #include "bench_options.h"
 #include "child_process.h"
 #include "workers.h"
@@ -62,7 +63,6 @@ using agora::bench::kWeightDecay;
 using agora::bench::median;
 using agora::bench::Options;
 using agora::bench::run_child;
-using agora::bench::self_path;
 using agora::bench::Shape;
 using agora::bench::shape_for;
 
@@ -136,8 +136,9 @@ Figures measure_agora(const Options& o, const std::string& preset, const Shape& 
       {"--repeats", std::to_string(o.repeats)},
       {"--seed", std::to_string(o.seed)},
   };
-  return figures_from("agora (C++)", run_child(command_line({self_path()}, flags),
-                                               "the agora worker for " + preset));
+  return figures_from("agora (C++)",
+                      run_child(command_line({agora::this_executable().string()}, flags),
+                                "the agora worker for " + preset));
 }
 
 Figures measure_python(const Options& o, const agora::ModelConfig& c, const Shape& shape,
@@ -213,7 +214,8 @@ int run_launcher(const Options& o) {
       {"--sgemm-size", std::to_string(o.sgemm_size)},
       {"--sgemm-iters", std::to_string(o.sgemm_iters)},
   };
-  const Child sgemm = run_child(command_line({self_path()}, sgemm_flags), "the sgemm worker");
+  const Child sgemm =
+      run_child(command_line({agora::this_executable().string()}, sgemm_flags), "the sgemm worker");
   const std::vector<double> sgemm_gflops = sgemm.output.at("gflops").get<std::vector<double>>();
   // A ceiling is the best the machine showed: on a shared machine the median of the sgemm
   // repeats understates it, which would overstate utilisation.

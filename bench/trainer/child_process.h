@@ -1,5 +1,5 @@
-// child_process.h: running one bench_trainer measurement as a fork/exec'd child process --
-// its result is the JSON it prints last on stdout, its peak memory the ru_maxrss from wait4().
+// child_process.h: running one bench_trainer measurement as a child process (core/subprocess.h)
+// -- its result is the JSON it prints last on stdout, its peak memory the ru_maxrss from wait4().
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,17 +15,14 @@ struct Child {
   double seconds = 0;
 };
 
-// fork + exec `argv` with our environment plus `extra_environment` ("NAME=value"), its stdout
-// captured (the last non-empty line must be JSON), its stderr shared with ours; waits with
-// wait4() for its peak RSS.
+// Runs `argv` with our environment plus `extra_environment` ("NAME=value"), its stdout
+// captured (the last non-empty line must be JSON), its stderr shared with ours, and waits for
+// it; throws Error when it fails.
 Child run_child(const std::vector<std::string>& argv, const std::string& what,
                 const std::vector<std::string>& extra_environment = {});
 
 // This process's anonymous resident memory (RssAnon), which a forked child holds until exec.
 double anonymous_rss_mb();
-
-// This program's path (/proc/self/exe), to run it again as a worker.
-std::string self_path();
 
 using Flags = std::vector<std::pair<std::string, std::string>>;
 

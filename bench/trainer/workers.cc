@@ -13,6 +13,7 @@
 #include "agora/config/model_config.h"
 #include "agora/optim/adamw.h"
 #include "agora/train/batches.h"
+#include "agora/train/loss.h"
 #include "agora/train/strategy_factory.h"
 
 namespace agora::bench {

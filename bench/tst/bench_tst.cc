@@ -1,5 +1,5 @@
-// bench_tst: does Token Superposition Training (ALGORITHMS.md section 4) reach the same loss in
-// less time at the same FLOPs? Every run trains the same model with the same optimizer, batch,
+// bench_tst: does Token Superposition Training (docs/algorithms.md section 4) reach the same loss
+// in less time at the same FLOPs? Every run trains the same model with the same optimizer, batch,
 // sequence length, schedule and number of steps on the bundled corpus; only [tst] differs: the
 // baseline (next-token training throughout) against bags of s = 2, 4, 8 for the first r = 0.3 of
 // the steps.

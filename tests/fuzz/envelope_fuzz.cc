@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
     (void)agora::net::kind_name(*message);
-  } else if (std::get<std::string>(decoded).empty()) {
+  } else if (std::get<agora::net::DecodeFailure>(decoded).reason.empty()) {
     std::abort();  // every refusal says why
   }
   return 0;

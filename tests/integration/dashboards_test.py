@@ -121,7 +121,9 @@ def substitute(expr):
 def check_promql(exprs):
     promtool = shutil.which("promtool")
     if not promtool:
-        print("note: promtool is not installed; PromQL syntax not checked")
+        # Not a reason to pass: scripts/setup.sh installs it, and without it no query is parsed.
+        problem("promtool is not installed (Debian package prometheus; scripts/setup.sh installs "
+                "it): the dashboards' PromQL cannot be checked")
         return
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
         rules = [{"record": f"agora_dashboard_check:expr_{i}", "expr": substitute(e)}
@@ -140,7 +142,7 @@ def check_prometheus_config():
     """deploy/prometheus.yml is a configuration Prometheus accepts."""
     promtool = shutil.which("promtool")
     if not promtool:
-        return
+        return  # check_promql() already counted a missing promtool as a problem
     config = os.path.join(ROOT, "deploy", "prometheus.yml")
     out = subprocess.run([promtool, "check", "config", config], capture_output=True, text=True)
     if out.returncode != 0:
@@ -230,8 +232,12 @@ class Exported:
 def catalogued_names():
     """Metric names declared in src/agora/obs/metrics_catalogue.h (MetricDef{"name", ...})."""
     if not os.path.exists(CATALOGUE):
+        problem(f"{CATALOGUE} is missing: the metrics a short run cannot show are unchecked")
         return set()
-    return set(re.findall(r'MetricDef\s*\w*\s*\{\s*"([a-z_:][a-z0-9_:]*)"', open(CATALOGUE).read()))
+    names = set(re.findall(r'MetricDef\s*\w*\s*\{\s*"([a-z_:][a-z0-9_:]*)"', open(CATALOGUE).read()))
+    if not names:
+        problem(f"no MetricDef found in {CATALOGUE}: has its form changed?")
+    return names
 
 
 # ------------------------------------------------------------------------------ the real run

@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """`agora demo`, as `make demo` runs it but short: a coordinator and two peers train 8 steps of the
 demo config. It must exit 0, print the page's address, a row per step and the summary, and the
-address must answer while the run is on. Usage: demo_test.py AGORA OUT_DIR (run from the source
-folder, where configs/ and data/ are)."""
+address must answer while the run is on; the peers (logging JSON into OUT_DIR) must both record
+finishing after every step with the same parameters. Usage: demo_test.py AGORA OUT_DIR (run from
+the source folder, where configs/ and data/ are)."""
+import json
+import os
 import re
 import subprocess
 import sys
 import urllib.request
 
+PEERS, STEPS = 2, 8
+
 agora, out = sys.argv[1:3]
 process = subprocess.Popen(
-    [agora, "demo", "--peers", "2", "--steps", "8", "--config", "configs/network-demo.toml",
-     "--out", out],
+    [agora, "demo", "--peers", str(PEERS), "--steps", str(STEPS), "--config",
+     "configs/network-demo.toml", "--out", out, "--log-format", "json"],
     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 lines, page = [], None
 for line in process.stdout:
@@ -27,12 +32,30 @@ if status != 0:
     problems.append(f"agora demo exited with {status}")
 if page != 200:
     problems.append(f"the dashboard address did not answer (status {page})")
-rows = re.findall(r"^\s+(\d+)\s+\d+\.\d+\s+2\s", text, re.M)
-if [int(r) for r in rows] != list(range(8)):
-    problems.append(f"step rows {rows}, expected 0..7")
-if not re.search(r"agora demo: 8 steps in .* with 2 peers; loss", text):
+# The table is what a person reads, so it is read as text: one row per step, each with every
+# peer's payload in the step.
+rows = re.findall(rf"^\s+(\d+)\s+\d+\.\d+\s+{PEERS}\s", text, re.M)
+if [int(r) for r in rows] != list(range(STEPS)):
+    problems.append(f"step rows {rows}, expected 0..{STEPS - 1} with {PEERS} peers each")
+if not re.search(rf"agora demo: {STEPS} steps in .* with {PEERS} peers; loss", text):
     problems.append("no summary line")
+# The peers' JSON logs (OUT_DIR/peer-N.log): "finished" after all the steps, one state hash.
+ends = {}
+for i in range(PEERS):
+    path = os.path.join(out, f"peer-{i}.log")
+    finished = []
+    for line in open(path, errors="replace") if os.path.exists(path) else []:
+        try:
+            j = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(j, dict) and j.get("event") == "finished":
+            finished.append((j["applied_steps"], j["hash"]))
+    ends[i] = finished[-1] if finished else None
+if any(end is None or end[0] != STEPS for end in ends.values()) or len(set(ends.values())) != 1:
+    problems.append(f"the peers finished {ends}, expected all after {STEPS} steps with one hash")
 if problems:
     print(text)
     sys.exit("FAIL: " + "; ".join(problems))
-print("agora demo: exit 0, dashboard answered, 8 step rows and the summary")
+print(f"agora demo: exit 0, dashboard answered, {STEPS} step rows and the summary; "
+      f"{PEERS} peers finished identical")

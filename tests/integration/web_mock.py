@@ -30,6 +30,9 @@ PAGE = 100  # steps per /api/history answer
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
          ".css": "text/css; charset=utf-8"}
 
+TOTAL_STEPS = 300  # train.steps of the canned run
+FIRST_STEPS = 40  # steps final when a "running" mock starts; one more every 0.4 s
+EVENT_KINDS = ["join", "join", "join", "phase", "checkpoint", "rejection", "drop", "resync", "leave"]
 PEERS = [("a3f9c2d17e", "active", "agora/0.1.0 linux x86_64", 4.1, 0.36),
          ("7b01e8f4aa", "active", "agora/0.1.0 linux x86_64", 3.9, 0.34),
          ("c44d9e0b12", "syncing", "agora/0.1.0 <b>not bold</b>", 0.0, 0.0),
@@ -40,7 +43,7 @@ PEERS = [("a3f9c2d17e", "active", "agora/0.1.0 linux x86_64", 4.1, 0.36),
 class Run:
     """A synthetic run: `steps_done()` steps finalized, one per 0.4 s since start."""
 
-    def __init__(self, scenario, total=300):
+    def __init__(self, scenario, total=TOTAL_STEPS):
         self.scenario = scenario
         self.total = total
         self.start = time.time()
@@ -50,7 +53,7 @@ class Run:
             return 0
         if self.scenario == "finished":
             return self.total
-        return min(self.total, 40 + int((time.time() - self.start) / 0.4))
+        return min(self.total, FIRST_STEPS + int((time.time() - self.start) / 0.4))
 
     def step_row(self, s):
         loss = 9.0 * math.exp(-s / 60) + 3.2 + 0.05 * math.sin(s)
@@ -107,10 +110,10 @@ class Run:
         first = 1 if since is None else since + 1
         last = min(done, first + PAGE - 1)
         steps = [self.step_row(s) for s in range(first, last + 1)]
-        kinds = ["join", "join", "join", "phase", "checkpoint", "rejection", "drop", "resync", "leave"]
         events = [] if self.scenario == "empty" else [
             {"seq": i, "at": self.start - 100 + 10 * i, "kind": kind,
-             "text": f"{kind} event number {i} <i>(markup stays text)</i>"} for i, kind in enumerate(kinds)
+             "text": f"{kind} event number {i} <i>(markup stays text)</i>"}
+            for i, kind in enumerate(EVENT_KINDS)
             if events_since is None or i > events_since]
         answer = {"steps": steps, "events": events}
         if last < done:

@@ -161,11 +161,16 @@ def run_mock(browser, artifacts):
 
 
 def check_mock_running(page):
+    import web_mock
     expect_clean(page, "running")
     expect(page.attr("data-loaded") == "1", "running: the page did not load", page)
-    expect(page.loss_points() >= 40, f"running: {page.loss_points()} loss points", page)
-    expect(len(page.peer_rows) == 5, f"running: {len(page.peer_rows)} peer rows, expected 5", page)
-    expect(len(page.events) == 9, f"running: {len(page.events)} events, expected 9", page)
+    # The mock starts with FIRST_STEPS steps final (rows 1..FIRST_STEPS) and adds more.
+    expect(page.loss_points() >= web_mock.FIRST_STEPS,
+           f"running: {page.loss_points()} loss points, expected {web_mock.FIRST_STEPS} or more", page)
+    expect(len(page.peer_rows) == len(web_mock.PEERS),
+           f"running: {len(page.peer_rows)} peer rows, expected {len(web_mock.PEERS)}", page)
+    expect(len(page.events) == len(web_mock.EVENT_KINDS),
+           f"running: {len(page.events)} events, expected {len(web_mock.EVENT_KINDS)}", page)
     # Peer-supplied strings are text, never markup.
     expect("&lt;b&gt;not bold&lt;/b&gt;" in page.dom and "<b>not bold</b>" not in page.dom,
            "running: a peer's agent string was rendered as HTML")
@@ -181,8 +186,11 @@ def check_mock_empty(page):
 
 
 def check_mock_finished(page):
+    import web_mock
     expect_clean(page, "finished")
-    expect(page.loss_points() == 300, f"finished: {page.loss_points()} loss points, expected 300", page)
+    # Every step of the canned run, in pages of web_mock.PAGE rows (the page follows "more").
+    expect(page.loss_points() == web_mock.TOTAL_STEPS,
+           f"finished: {page.loss_points()} loss points, expected {web_mock.TOTAL_STEPS}", page)
     expect(page.text_of("eta") == "finished", f"finished: ETA reads {page.text_of('eta')!r}")
 
 

@@ -4,7 +4,7 @@
 usage:
   demo_parity_check.py CASE_DIR              check a case written by agora; exit 0 on agreement,
                                              1 with a report otherwise
-  demo_parity_check.py --self-test           the test vectors of ALGORITHMS.md §1 and more
+  demo_parity_check.py --self-test           the test vectors of docs/algorithms.md §1.3 and more
   demo_parity_check.py --make-case DIR [--one-bit] [--seed N]
                                              write a case with the reference itself (to test this
                                              checker before, or besides, agora)

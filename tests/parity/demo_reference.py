@@ -1,4 +1,5 @@
-"""DeMo (Decoupled Momentum), an independent reference written from /work/shared/ALGORITHMS.md §1.
+"""DeMo (Decoupled Momentum), an independent reference written from the specification alone
+(docs/algorithms.md §1).
 
 Read it next to the paper (arXiv 2411.19870). One step on one peer, per parameter tensor p with
 local gradient g:

@@ -1,8 +1,8 @@
-// DeMo against its specification (ALGORITHMS.md section 1): the DCT test vectors, orthonormality
-// and round trips, the top-k example, sign descent as the dense limit, the aggregation rule by
-// hand, independence from arrival order, rejection of bad payloads, the look-ahead variant, state
-// round trips, and a number-by-number comparison with an independent Python implementation
-// (tests/parity/demo_parity_check.py) on payloads and updates.
+// DeMo against its specification (docs/algorithms.md section 1): the DCT test vectors,
+// orthonormality and round trips, the top-k example, sign descent as the dense limit, the
+// aggregation rule by hand, independence from arrival order, rejection of bad payloads, the
+// look-ahead variant, state round trips, and a number-by-number comparison with an independent
+// Python implementation (tests/parity/demo_parity_check.py) on payloads and updates.
 #include "agora/optim/decoupled_momentum.h"
 
 #include <gtest/gtest.h>

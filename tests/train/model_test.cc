@@ -114,7 +114,7 @@ TEST(Rotary, YarnFollowsItsFormula) {
   const int64_t D = c.head_dim();
   const RotaryFrequencies f = rotary_frequencies(c);
   EXPECT_DOUBLE_EQ(f.attention_factor, 0.1 * std::log(4.0) + 1.0);
-  // Independent statement of ALGORITHMS.md / HF: a frequency's rotations over the original
+  // Independent statement of docs/algorithms.md 5.3 / HF: a frequency's rotations over the original
   // context decide between keeping it (> beta_fast turns), dividing it by s (< beta_slow turns),
   // and a linear ramp over the dimension index between the two correction dimensions.
   const auto dim_for = [&](double rotations) {

@@ -1,6 +1,6 @@
-// Token Superposition Training (ALGORITHMS.md section 4): the bag layout, the multi-hot loss,
-// equal FLOPs in both phases, a switch that leaves the weights and the optimizer state alone,
-// s = 1 as ordinary training bit for bit, and validation of both losses in phase 1.
+// Token Superposition Training (docs/algorithms.md section 4): the bag layout, the multi-hot
+// loss, equal FLOPs in both phases, a switch that leaves the weights and the optimizer state
+// alone, s = 1 as ordinary training bit for bit, and validation of both losses in phase 1.
 #include "agora/train/superposition.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include "agora/core/file.h"
 #include "agora/data/sampler.h"
 #include "agora/train/batches.h"
+#include "agora/train/loss.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/strategy_factory.h"
 #include "agora/train/trainer.h"
@@ -31,8 +32,8 @@ ModelConfig tiny_model() {
 }
 
 TEST(Superposition, BagAlignmentExample) {
-  // ALGORITHMS.md: s = 2, tokens 10 11 12 13 14 15 -> inputs [10 11] [12 13], targets [12 13]
-  // [14 15].
+  // docs/algorithms.md section 4: s = 2, tokens 10 11 12 13 14 15 -> inputs [10 11] [12 13],
+  // targets [12 13] [14 15].
   const torch::Tensor windows = torch::tensor({10, 11, 12, 13, 14, 15}, torch::kInt64).view({1, 6});
   const Bags bags = split_bags(windows, 2);
   EXPECT_TRUE(

@@ -1,4 +1,5 @@
-// DeMo's chunk rule (ALGORITHMS.md section 1) and the warning for shapes that waste compression.
+// DeMo's chunk rule (docs/algorithms.md section 1.3) and the warning for shapes that waste
+// compression.
 #include "agora/optim/chunking.h"
 
 #include <gtest/gtest.h>

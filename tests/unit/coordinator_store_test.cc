@@ -23,7 +23,7 @@ RunState sample_state() {
   s.phase_since = 1'700'000'000.125;
   const PublicKey a = bytes('\x01');
   const PublicKey b = bytes('\xfe');
-  Member ma;
+  MemberRecord ma;
   ma.key = a;
   ma.endpoint = "tcp://10.0.0.1:7500";
   ma.agent = "agora 0.1.0";
@@ -34,7 +34,7 @@ RunState sample_state() {
   ma.applied_steps = 3;
   ma.checkpointer = true;
   ma.joined_at = 1'700'000'000.0;
-  Member mb = ma;
+  MemberRecord mb = ma;
   mb.key = b;
   mb.endpoint = "tcp://10.0.0.2:7500";
   mb.state = MemberState::kDropped;

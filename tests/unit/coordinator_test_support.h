@@ -139,7 +139,7 @@ class CoordinatorTest : public ::testing::Test {
   void make() { sm_ = std::make_unique<StateMachine>(options_, RunState{}); }
   const net::PublicKey& key(int i) const { return ids_[i].public_key(); }
   const RunState& state() const { return sm_->state(); }
-  const Member& member(int i) const { return state().members.at(key(i)); }
+  const MemberRecord& member(int i) const { return state().members.at(key(i)); }
 
   Actions handle(int i, const wire::Envelope& e, double now) { return sm_->handle(key(i), e, now); }
   Actions commit(int i, uint64_t step, const std::string& hash, double now) {

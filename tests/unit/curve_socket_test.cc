@@ -107,23 +107,25 @@ TEST(CurveSocketTest, MalformedAndOversizedMessagesAreDroppedAndCounted) {
 }
 
 TEST(EnvelopeTest, DecodeRejectsGarbageEmptyAndTooLarge) {
-  EXPECT_TRUE(std::holds_alternative<std::string>(decode_envelope("\x0a\xff")));
-  EXPECT_TRUE(std::holds_alternative<std::string>(decode_envelope("")));  // no body
+  EXPECT_TRUE(std::holds_alternative<DecodeFailure>(decode_envelope("\x0a\xff")));
+  EXPECT_TRUE(std::holds_alternative<DecodeFailure>(decode_envelope("")));  // no body
   wire::Envelope blob;
   blob.mutable_blob()->set_data(std::string(5000, 'b'));
   const std::string bytes = encode_envelope(blob);
   EXPECT_TRUE(std::holds_alternative<wire::Envelope>(decode_envelope(bytes, {256, 8192})));
   const Decoded refused = decode_envelope(bytes, {256, 4096});
-  ASSERT_TRUE(std::holds_alternative<std::string>(refused));
-  EXPECT_NE(std::get<std::string>(refused).find("larger than any allowed"), std::string::npos);
-  EXPECT_EQ(decode_failure_token(std::get<std::string>(refused)), "too_large");
-  EXPECT_EQ(decode_failure_token(std::get<std::string>(decode_envelope("\x0a\xff"))), "unparsable");
-  EXPECT_EQ(decode_failure_token(std::get<std::string>(decode_envelope(""))), "no_body");
+  ASSERT_TRUE(std::holds_alternative<DecodeFailure>(refused));
+  EXPECT_EQ(std::get<DecodeFailure>(refused).code, DecodeError::kTooLarge);
+  EXPECT_NE(std::get<DecodeFailure>(refused).reason.find(std::to_string(bytes.size())),
+            std::string::npos);  // the reason names the size
+  EXPECT_EQ(to_token(DecodeError::kTooLarge), "too_large");
+  EXPECT_EQ(std::get<DecodeFailure>(decode_envelope("\x0a\xff")).code, DecodeError::kUnparsable);
+  EXPECT_EQ(std::get<DecodeFailure>(decode_envelope("")).code, DecodeError::kNoBody);
   wire::Envelope join;
   join.mutable_join()->set_agent(std::string(1000, 'x'));
-  EXPECT_EQ(decode_failure_token(
-                std::get<std::string>(decode_envelope(encode_envelope(join), {256, 8192}))),
-            "over_limit");
+  const Decoded over = decode_envelope(encode_envelope(join), {256, 8192});
+  EXPECT_EQ(std::get<DecodeFailure>(over).code, DecodeError::kOverLimit);
+  EXPECT_EQ(to_token(std::get<DecodeFailure>(over).code), "over_limit");
   EXPECT_EQ(kind_name(blob), "blob");
 }
 

@@ -110,7 +110,7 @@ TEST(Monitor, MetricsFromTheView) {
   view->phase = Phase::kTraining;
   view->finalized_steps = 1;
   view->counters.joins = 2;
-  Member m;
+  MemberRecord m;
   m.state = MemberState::kActive;
   view->members = {{m, 1.0, 10, 1}};
   view->drops_by_reason = {{"unparsable", 3}};

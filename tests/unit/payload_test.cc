@@ -25,7 +25,7 @@ using namespace payload_testing;
 TEST(PayloadFormat, HandBuiltBytesAreExact) {
   const std::string expected = unhex(kHandBuiltHex);
   ASSERT_EQ(expected.size(), 119u);
-  EXPECT_EQ(hex(encode_payload(hand_built())), hex(expected));
+  EXPECT_EQ(hex_encode(encode_payload(hand_built())), hex_encode(expected));
   expect_identical(decode_payload(expected), hand_built());
   EXPECT_EQ(round_trip(hand_built()), expected);
 }
@@ -38,7 +38,7 @@ TEST(PayloadFormat, OneBitPacksLeastSignificantBitFirst) {
   t.values = {-1, 1, 1, -1, 1, 1, 1, 1, -1};
   p.tensors = {t};
   const std::string bytes = round_trip(p);
-  EXPECT_EQ(hex(bytes.substr(bytes.size() - 2)), "0901");
+  EXPECT_EQ(hex_encode(bytes.substr(bytes.size() - 2)), "0901");
 }
 
 TEST(PayloadFormat, OneBitKeepsOnlyTheSign) {

@@ -1,6 +1,6 @@
 // Shared by the payload codec's tests: layout builders, random valid contents, bit-exact
-// comparison, a round trip that checks every promise at once, hex helpers, and a hand-built
-// payload with one tensor of each encoding whose bytes are written out in full.
+// comparison, a round trip that checks every promise at once, unhex for grouped digits, and a
+// hand-built payload with one tensor of each encoding whose bytes are written out in full.
 #pragma once
 
 #include <fmt/format.h>
@@ -19,6 +19,7 @@
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
+#include "agora/core/hex.h"
 #include "agora/optim/chunking.h"
 #include "agora/optim/payload.h"
 #include "test_support.h"
@@ -132,22 +133,13 @@ inline std::string round_trip(const Payload& p) {
   return bytes;
 }
 
-inline std::string hex(std::string_view bytes) {
-  std::string out;
-  for (const char c : bytes) out += fmt::format("{:02x}", static_cast<uint8_t>(c));
-  return out;
-}
-
+// The bytes of hex text written in groups ("4147504c 0100"), as the format is laid out below.
 inline std::string unhex(std::string_view text) {
   std::string digits;
   for (const char c : text) {
     if (c != ' ') digits += c;
   }
-  std::string out;
-  for (size_t i = 0; i + 1 < digits.size(); i += 2) {
-    out.push_back(static_cast<char>(std::stoi(digits.substr(i, 2), nullptr, 16)));
-  }
-  return out;
+  return hex_decode(digits);
 }
 
 inline std::string patched(std::string bytes, size_t offset, std::string_view replacement) {

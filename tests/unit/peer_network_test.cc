@@ -39,7 +39,7 @@ struct FakeCoordinator {
 struct Node {
   net::Identity id = net::Identity::generate();
   std::unique_ptr<PeerNetwork> net;
-  Node(FakeCoordinator& c, std::function<std::string(std::string_view)> validator = {}) {
+  Node(FakeCoordinator& c, PayloadValidator validator = {}) {
     PeerNetworkOptions o;
     o.coordinator = c.server.bound_endpoint();
     o.coordinator_key = c.id.public_key();
@@ -96,8 +96,9 @@ TEST(PeerNetworkTest, WrongBytesFromOneHolderSendToTheNext) {
 
 TEST(PeerNetworkTest, BadSignatureOrContentIsRejectedWithAReason) {
   FakeCoordinator coordinator;
-  Node a(coordinator, [](std::string_view bytes) -> std::string {
-    return bytes.starts_with("ok") ? "" : "not a payload of this model";
+  Node a(coordinator, [](std::string_view bytes) -> std::optional<std::string> {
+    if (bytes.starts_with("ok")) return std::nullopt;
+    return "not a payload of this model";
   });
   Node b(coordinator);
   const wire::CommitRecord bad_content = b.commit(2, "garbage");

@@ -34,9 +34,9 @@ struct ModelConfig {
   bool tie_embeddings = false;
   double init_std = 0.02;  // residual projections get init_std / sqrt(2 * num_layers)
 
-  // YaRN context extension (ALGORITHMS.md section 5): off while yarn_factor == 1. The model was
-  // (or will be) trained at yarn_original_max_seq_len and runs at max_seq_len = factor * that
-  // (validate() insists on the equality, which is how newer transformers read the factor).
+  // YaRN context extension (docs/algorithms.md section 5.3): off while yarn_factor == 1. The
+  // model was (or will be) trained at yarn_original_max_seq_len and runs at max_seq_len = factor
+  // * that (validate() insists on the equality, which is how newer transformers read the factor).
   double yarn_factor = 1.0;
   int64_t yarn_original_max_seq_len = 0;
   double yarn_beta_fast = 32.0;

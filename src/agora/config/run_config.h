@@ -26,7 +26,7 @@
 //   dtype = "float32", threads = 0
 //   [optimizer]
 //   name = "demo", lr = 3e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1,
-//   grad_clip = 1.0             # name: demo | adamw | diloco (ALGORITHMS.md sections 1-3)
+//   grad_clip = 1.0             # name: demo | adamw | diloco (docs/algorithms.md sections 1-3)
 //   [demo]
 //   beta = 0.999, topk = 32, chunk = 64, one_bit = false, lookahead = false
 //   [adamw]
@@ -36,7 +36,7 @@
 //   pseudo_gradient_dtype = "float32"   # float32 | bfloat16 | int8 (per-row scales)
 //   [schedule]
 //   kind = "cosine", warmup_steps = 100, min_lr_ratio = 0.1, decay_fraction = 0.2
-//   [tst]                       # Token Superposition Training (ALGORITHMS.md section 4)
+//   [tst]                       # Token Superposition Training (docs/algorithms.md section 4)
 //   bag = 1, fraction = 0.0     # the first round(fraction * steps) steps read bags of `bag`
 //   [network]                   # decentralized runs only (agora coordinator / agora peer)
 //   listen = "tcp://0.0.0.0:7400", allowlist = "", min_peers = 2, warmup_seconds = 2.0,
@@ -94,7 +94,7 @@ struct OptimizerConfig {
   bool operator==(const OptimizerConfig&) const = default;
 };
 
-// DeMo (ALGORITHMS.md section 1); optimizer.lr, weight_decay and grad_clip apply as well.
+// DeMo (docs/algorithms.md section 1); optimizer.lr, weight_decay and grad_clip apply as well.
 struct DemoConfig {
   double beta = 0.999;     // momentum decay
   int64_t topk = 32;       // coefficients sent per chunk
@@ -112,7 +112,7 @@ struct AdamWConfig {
   bool operator==(const AdamWConfig&) const = default;
 };
 
-// DiLoCo (ALGORITHMS.md section 2): the inner optimizer is AdamW with optimizer.*.
+// DiLoCo (docs/algorithms.md section 2): the inner optimizer is AdamW with optimizer.*.
 struct DiLoCoConfig {
   int64_t inner_steps = 50;  // H: inner steps between syncs; divides train.steps
   double outer_lr = 0.7;
@@ -131,11 +131,12 @@ struct ScheduleConfig {
   bool operator==(const ScheduleConfig&) const = default;
 };
 
-// Token Superposition Training (ALGORITHMS.md section 4). Phase 1, steps [0, switch_step()):
-// each sequence reads bag * seq_len data tokens, each bag of `bag` consecutive tokens enters the
-// model as the mean of their embeddings, and position j predicts every token of bag j + 1. Phase
-// 2, the rest: ordinary next-token training. One model, optimizer state and lr schedule
-// throughout. bag = 1 (the default) is ordinary training at every step.
+// Token Superposition Training (docs/algorithms.md section 4). Phase 1, steps
+// [0, switch_step()): each sequence reads bag * seq_len data tokens, each bag of `bag`
+// consecutive tokens enters the model as the mean of their embeddings, and position j predicts
+// every token of bag j + 1. Phase 2, the rest: ordinary next-token training. One model,
+// optimizer state and lr schedule throughout. bag = 1 (the default) is ordinary training at every
+// step.
 struct TstConfig {
   int64_t bag = 1;        // s: tokens per bag in phase 1
   double fraction = 0.0;  // r: the share of train.steps in phase 1, in [0, 1)

@@ -163,7 +163,7 @@ std::string Monitor::peers_json() const {
   const double now = unix_seconds();
   json out = json::array();
   for (const MemberView& mv : v->members) {
-    const Member& mb = mv.member;
+    const MemberRecord& mb = mv.member;
     out.push_back(
         {{"key", net::key_to_hex(mb.key)},
          {"short", net::short_key(mb.key)},

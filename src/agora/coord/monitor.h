@@ -57,7 +57,7 @@ struct RunInfo {
 
 // A member as shown, with what the service saw of it beyond RunState.
 struct MemberView {
-  Member member;
+  MemberRecord member;
   double share = 0;  // of the open round's sequences, else of the newest round's
   uint64_t payload_bytes = 0;
   uint64_t commits = 0;

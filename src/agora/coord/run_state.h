@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "agora/data/sequence_range.h"
 #include "agora/net/identity.h"
 
 namespace agora::coord {
@@ -68,13 +69,6 @@ std::string to_string(Phase phase);
 std::string to_string(MemberState state);
 std::string to_string(DropReason reason);
 
-// Sequence ids first .. first + count - 1 (data/sampler.h turns an id into tokens).
-struct SequenceRange {
-  uint64_t first = 0;
-  uint64_t count = 0;
-  bool operator==(const SequenceRange&) const = default;
-};
-
 // An author's signed "my payload for `step` has hash `payload_hash`" (wire::CommitRecord).
 struct CommitRecord {
   PublicKey author;
@@ -93,7 +87,8 @@ struct StateRecord {
   bool operator==(const StateRecord&) const = default;
 };
 
-struct Member {
+// The coordinator's record of one member (wire::Member is what travels: its key and endpoint).
+struct MemberRecord {
   PublicKey key;
   std::string endpoint;  // "tcp://host:port": where it serves payloads and model state
   std::string agent;     // what it said it runs, for the operator
@@ -105,7 +100,7 @@ struct Member {
   uint64_t applied_steps = 0;         // the finalized steps it last said it has applied
   bool checkpointer = false;          // asked (in Welcome) to write checkpoints
   double joined_at = 0.0;             // its latest Join
-  bool operator==(const Member&) const = default;
+  bool operator==(const MemberRecord&) const = default;
 };
 
 // The round open for commits.
@@ -201,7 +196,7 @@ inline constexpr size_t kMaxCheckpoints = 32;      // newest checkpoint reports 
 struct RunState {
   Phase phase = Phase::kWaitingForPeers;
   double phase_since = 0.0;                       // when `phase` was entered (the warmup clock)
-  std::map<PublicKey, Member> members;            // everyone who ever joined, whatever their state
+  std::map<PublicKey, MemberRecord> members;            // everyone who ever joined, whatever their state
   uint64_t next_step = 0;                         // the step the next round to open will train
   std::optional<OpenRound> round;                 // the round open for commits, if any
   std::map<uint64_t, CollectingStep> collecting;  // closed, not yet final; keyed by step

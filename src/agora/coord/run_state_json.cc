@@ -1,37 +1,18 @@
 #include "agora/coord/run_state_json.h"
 
 #include "agora/core/error.h"
+#include "agora/core/hex.h"
 
 namespace agora::coord {
 
 using nlohmann::json;
 
-std::string to_hex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  return out;
-}
-
-std::string from_hex(const std::string& hex) {
-  auto nibble = [&](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    fail("'{}' is not lower-case hexadecimal", hex);
-  };
-  if (hex.size() % 2 != 0) fail("'{}' has an odd number of hexadecimal digits", hex);
-  std::string out(hex.size() / 2, '\0');
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i] = static_cast<char>(nibble(hex[2 * i]) * 16 + nibble(hex[2 * i + 1]));
-  }
-  return out;
-}
-
 namespace {
+
+// Keys, hashes and signatures travel as hex.
+std::string bytes_from(const json& hex) {
+  return hex_decode(hex.get<std::string>(), "a key or hash of the saved run state");
+}
 
 json ranges_json(const std::vector<SequenceRange>& ranges) {
   json out = json::array();
@@ -46,84 +27,81 @@ std::vector<SequenceRange> ranges_from(const json& j) {
 }
 
 json commit_json(const CommitRecord& c) {
-  return {{"author", to_hex(c.author)},
+  return {{"author", hex_encode(c.author)},
           {"step", c.step},
-          {"payload_hash", to_hex(c.payload_hash)},
-          {"signature", to_hex(c.signature)}};
+          {"payload_hash", hex_encode(c.payload_hash)},
+          {"signature", hex_encode(c.signature)}};
 }
 
 CommitRecord commit_from(const json& j) {
-  return {from_hex(j.at("author").get<std::string>()), j.at("step").get<uint64_t>(),
-          from_hex(j.at("payload_hash").get<std::string>()),
-          from_hex(j.at("signature").get<std::string>())};
+  return {bytes_from(j.at("author")), j.at("step").get<uint64_t>(),
+          bytes_from(j.at("payload_hash")), bytes_from(j.at("signature"))};
 }
 
 json keys_json(const std::set<PublicKey>& keys) {
   json out = json::array();
-  for (const PublicKey& k : keys) out.push_back(to_hex(k));
+  for (const PublicKey& k : keys) out.push_back(hex_encode(k));
   return out;
 }
 
 std::set<PublicKey> keys_from(const json& j) {
   std::set<PublicKey> out;
-  for (const json& k : j) out.insert(from_hex(k.get<std::string>()));
+  for (const json& k : j) out.insert(bytes_from(k));
   return out;
 }
 
 json assignments_json(const std::map<PublicKey, std::vector<SequenceRange>>& m) {
   json out = json::array();
-  for (const auto& [key, ranges] : m) out.push_back({to_hex(key), ranges_json(ranges)});
+  for (const auto& [key, ranges] : m) out.push_back({hex_encode(key), ranges_json(ranges)});
   return out;
 }
 
 std::map<PublicKey, std::vector<SequenceRange>> assignments_from(const json& j) {
   std::map<PublicKey, std::vector<SequenceRange>> out;
-  for (const json& e : j) out[from_hex(e.at(0).get<std::string>())] = ranges_from(e.at(1));
+  for (const json& e : j) out[bytes_from(e.at(0))] = ranges_from(e.at(1));
   return out;
 }
 
+// Every counter once, by its name in the JSON. Those added after the first release may be
+// absent from a database written before them, and read as 0.
+struct CounterField {
+  const char* name;
+  uint64_t Counters::*field;
+  bool may_be_absent;
+};
+
+constexpr CounterField kCounterFields[] = {
+    {"joins", &Counters::joins, false},
+    {"refusals", &Counters::refusals, false},
+    {"leaves", &Counters::leaves, false},
+    {"drops", &Counters::drops, false},
+    {"strikes", &Counters::strikes, false},
+    {"rounds_opened", &Counters::rounds_opened, false},
+    {"commits_accepted", &Counters::commits_accepted, false},
+    {"commits_rejected", &Counters::commits_rejected, false},
+    {"commits_late", &Counters::commits_late, false},
+    {"witnesses", &Counters::witnesses, false},
+    {"rejections_reported", &Counters::rejections_reported, false},
+    {"payloads_final", &Counters::payloads_final, false},
+    {"payloads_not_final", &Counters::payloads_not_final, false},
+    {"resyncs_sent", &Counters::resyncs_sent, false},
+    {"restarts", &Counters::restarts, true},
+    {"deadline_misses", &Counters::deadline_misses, true},  // added with the metrics (issue 7)
+    {"checkpoints", &Counters::checkpoints, true},          // likewise
+    {"events", &Counters::events, false},
+};
+
 json counters_json(const Counters& c) {
-  return {{"joins", c.joins},
-          {"refusals", c.refusals},
-          {"leaves", c.leaves},
-          {"drops", c.drops},
-          {"strikes", c.strikes},
-          {"rounds_opened", c.rounds_opened},
-          {"commits_accepted", c.commits_accepted},
-          {"commits_rejected", c.commits_rejected},
-          {"commits_late", c.commits_late},
-          {"witnesses", c.witnesses},
-          {"rejections_reported", c.rejections_reported},
-          {"payloads_final", c.payloads_final},
-          {"payloads_not_final", c.payloads_not_final},
-          {"resyncs_sent", c.resyncs_sent},
-          {"restarts", c.restarts},
-          {"deadline_misses", c.deadline_misses},
-          {"checkpoints", c.checkpoints},
-          {"events", c.events}};
+  json out = json::object();
+  for (const CounterField& f : kCounterFields) out[f.name] = c.*f.field;
+  return out;
 }
 
 Counters counters_from(const json& j) {
   Counters c;
-  c.joins = j.at("joins");
-  c.refusals = j.at("refusals");
-  c.leaves = j.at("leaves");
-  c.drops = j.at("drops");
-  c.strikes = j.at("strikes");
-  c.rounds_opened = j.at("rounds_opened");
-  c.commits_accepted = j.at("commits_accepted");
-  c.commits_rejected = j.at("commits_rejected");
-  c.commits_late = j.at("commits_late");
-  c.witnesses = j.at("witnesses");
-  c.rejections_reported = j.at("rejections_reported");
-  c.payloads_final = j.at("payloads_final");
-  c.payloads_not_final = j.at("payloads_not_final");
-  c.resyncs_sent = j.at("resyncs_sent");
-  c.restarts = j.value("restarts", uint64_t{0});
-  // Added with the metrics (issue 7): databases written before lack them.
-  c.deadline_misses = j.value("deadline_misses", uint64_t{0});
-  c.checkpoints = j.value("checkpoints", uint64_t{0});
-  c.events = j.at("events");
+  for (const CounterField& f : kCounterFields) {
+    c.*f.field = f.may_be_absent ? j.value(f.name, uint64_t{0}) : j.at(f.name).get<uint64_t>();
+  }
   return c;
 }
 
@@ -153,7 +131,9 @@ json volatile_json(const RunState& s) {
     json commits = json::array();
     for (const CommitRecord& r : c.commits) commits.push_back(commit_json(r));
     json holders = json::array();
-    for (const auto& [hash, keys] : c.holders) holders.push_back({to_hex(hash), keys_json(keys)});
+    for (const auto& [hash, keys] : c.holders) {
+      holders.push_back({hex_encode(hash), keys_json(keys)});
+    }
     collecting.push_back({{"step", c.step},
                           {"commits", commits},
                           {"ranges", assignments_json(c.ranges)},
@@ -197,7 +177,7 @@ void volatile_from(const json& j, RunState& s) {
     step.expected = keys_from(c.at("expected"));
     step.witnessed = keys_from(c.at("witnessed"));
     for (const json& h : c.at("holders")) {
-      step.holders[from_hex(h.at(0).get<std::string>())] = keys_from(h.at(1));
+      step.holders[bytes_from(h.at(0))] = keys_from(h.at(1));
     }
     step.deadline = c.at("deadline");
     s.collecting[step.step] = std::move(step);

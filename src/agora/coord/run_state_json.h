@@ -8,8 +8,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-#include <string>
-#include <string_view>
 
 #include "agora/coord/run_state.h"
 
@@ -18,9 +16,5 @@ namespace agora::coord {
 nlohmann::json volatile_json(const RunState& state);
 // Fills the in-flight fields of `state` from `j`; the others are left as they are.
 void volatile_from(const nlohmann::json& j, RunState& state);
-
-// Lower-case hex of raw bytes, and back (Error naming the text for anything else).
-std::string to_hex(std::string_view bytes);
-std::string from_hex(const std::string& hex);
 
 }  // namespace agora::coord

@@ -35,75 +35,84 @@ StateMachine::StateMachine(Options options, RunState state)
 
 // ---- entry points ------------------------------------------------------------------------------
 
-Actions StateMachine::handle(const net::PublicKey& from, const wire::Envelope& message,
-                             double now) {
+template <typename Body>
+Actions StateMachine::collect_actions(double now, Body&& body) {
   Actions actions;
   out_ = &actions;
   now_ = now;
-  if (state_.phase == Phase::kFinished) {
-    wire::Envelope reply;
-    reply.mutable_finished()->set_steps(state_.finalized_steps());
-    send(from, std::move(reply));
+  try {
+    body();
+  } catch (...) {
     out_ = nullptr;
-    return actions;
+    throw;
   }
-  if (message.has_join()) {
-    on_join(from, message.join(), now);
-  } else {
-    auto it = state_.members.find(from);
-    if (it == state_.members.end() || it->second.state == MemberState::kLeft) {
-      refuse(
-          from,
-          fmt::format("join first: {} is not a member of run {}", short_hex(from), options_.run_id),
-          /*may_rejoin=*/true);
-    } else if (it->second.state == MemberState::kDropped) {
-      refuse(from,
-             fmt::format("{} was dropped from run {}: {}; join again", short_hex(from),
-                         options_.run_id, drop_text(it->second.drop_reason)),
-             it->second.drop_reason == DropReason::kHeartbeatTimeout);
-    } else {
-      Member& member = it->second;
-      member.last_seen = now;
-      switch (message.body_case()) {
-        case wire::Envelope::kHeartbeat:
-          on_heartbeat(member, message.heartbeat(), now);
-          break;
-        case wire::Envelope::kLeave:
-          on_leave(member);
-          break;
-        case wire::Envelope::kCommit:
-          on_commit(member, message.commit());
-          break;
-        case wire::Envelope::kWitness:
-          on_witness(member, message.witness());
-          break;
-        case wire::Envelope::kStateReport:
-          on_state_report(member, message.state_report());
-          break;
-        case wire::Envelope::kGetFinalized:
-          on_get_finalized(member, message.get_finalized());
-          break;
-        case wire::Envelope::kCheckpointReport:
-          on_checkpoint_report(member, message.checkpoint_report(), now);
-          break;
-        default:
-          log(
-              fmt::format("ignored a message of kind {} from {}: not one a peer sends the "
-                          "coordinator",
-                          static_cast<int>(message.body_case()), short_hex(from)));
-      }
-    }
-  }
-  progress(now);
   out_ = nullptr;
   return actions;
 }
 
+Actions StateMachine::handle(const net::PublicKey& from, const wire::Envelope& message,
+                             double now) {
+  return collect_actions(now, [&] {
+    if (state_.phase == Phase::kFinished) {
+      wire::Envelope reply;
+      reply.mutable_finished()->set_steps(state_.finalized_steps());
+      send(from, std::move(reply));
+      return;
+    }
+    if (message.has_join()) {
+      on_join(from, message.join(), now);
+    } else {
+      auto it = state_.members.find(from);
+      if (it == state_.members.end() || it->second.state == MemberState::kLeft) {
+        refuse(from,
+               fmt::format("join first: {} is not a member of run {}", short_hex(from),
+                           options_.run_id),
+               /*may_rejoin=*/true);
+      } else if (it->second.state == MemberState::kDropped) {
+        refuse(from,
+               fmt::format("{} was dropped from run {}: {}; join again", short_hex(from),
+                           options_.run_id, drop_text(it->second.drop_reason)),
+               it->second.drop_reason == DropReason::kHeartbeatTimeout);
+      } else {
+        MemberRecord& member = it->second;
+        member.last_seen = now;
+        switch (message.body_case()) {
+          case wire::Envelope::kHeartbeat:
+            on_heartbeat(member, message.heartbeat(), now);
+            break;
+          case wire::Envelope::kLeave:
+            on_leave(member);
+            break;
+          case wire::Envelope::kCommit:
+            on_commit(member, message.commit());
+            break;
+          case wire::Envelope::kWitness:
+            on_witness(member, message.witness());
+            break;
+          case wire::Envelope::kStateReport:
+            on_state_report(member, message.state_report());
+            break;
+          case wire::Envelope::kGetFinalized:
+            on_get_finalized(member, message.get_finalized());
+            break;
+          case wire::Envelope::kCheckpointReport:
+            on_checkpoint_report(member, message.checkpoint_report(), now);
+            break;
+          default:
+            log(
+                fmt::format("ignored a message of kind {} from {}: not one a peer sends the "
+                            "coordinator",
+                            static_cast<int>(message.body_case()), short_hex(from)));
+        }
+      }
+    }
+    progress(now);
+  });
+}
+
 Actions StateMachine::tick(double now) {
-  Actions actions;
-  out_ = &actions;
-  now_ = now;
-  if (state_.phase != Phase::kFinished) {
+  return collect_actions(now, [&] {
+    if (state_.phase == Phase::kFinished) return;
     const double timeout = options_.network.heartbeat_timeout_seconds;
     for (auto& [key, member] : state_.members) {
       if (current(member) && now - member.last_seen > timeout) {
@@ -114,16 +123,12 @@ Actions StateMachine::tick(double now) {
     }
     if (state_.round && now >= state_.round->deadline) close_round(now);
     progress(now);
-  }
-  out_ = nullptr;
-  return actions;
+  });
 }
 
 Actions StateMachine::resume(double now) {
-  Actions actions;
-  out_ = &actions;
-  now_ = now;
-  if (state_.phase != Phase::kFinished) {
+  return collect_actions(now, [&] {
+    if (state_.phase == Phase::kFinished) return;
     for (auto& [key, member] : state_.members) {
       if (current(member)) member.last_seen = now;
     }
@@ -133,27 +138,20 @@ Actions StateMachine::resume(double now) {
       OpenRound& round = *state_.round;
       round.deadline = std::max(round.deadline, now + options_.network.min_deadline_seconds);
       for (const auto& [key, ranges] : round.assignments) {
-        auto it = state_.members.find(key);
-        if (it != state_.members.end() && current(it->second) && !round.commits.contains(key)) {
-          send(key, round_start_for(key, now));
-        }
+        if (is_current(key) && !round.commits.contains(key)) send(key, round_start_for(key, now));
       }
     }
     for (auto& [step, collecting] : state_.collecting) {
       if (collecting.commits.empty()) continue;
       collecting.deadline = std::max(collecting.deadline, now + options_.network.witness_seconds);
       for (const PublicKey& key : collecting.expected) {
-        auto it = state_.members.find(key);
-        if (it != state_.members.end() && current(it->second) &&
-            !collecting.witnessed.contains(key)) {
+        if (is_current(key) && !collecting.witnessed.contains(key)) {
           send(key, collect_for(collecting));
         }
       }
     }
     progress(now);
-  }
-  out_ = nullptr;
-  return actions;
+  });
 }
 
 // ---- messages ----------------------------------------------------------------------------------
@@ -161,11 +159,11 @@ Actions StateMachine::resume(double now) {
 void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, double now) {
   if (join.key() != from) {
     refuse(from, fmt::format("the join names key {} but the connection authenticated {}",
-                             full_hex(join.key()), full_hex(from)));
+                             hex_for_log(join.key()), hex_for_log(from)));
     return;
   }
   if (!options_.allowlist.empty() && !options_.allowlist.contains(from)) {
-    refuse(from, fmt::format("key {} is not on the allowlist of run {}", full_hex(from),
+    refuse(from, fmt::format("key {} is not on the allowlist of run {}", hex_for_log(from),
                              options_.run_id));
     return;
   }
@@ -183,8 +181,9 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
     return;
   }
   // Every other member is gone and the joiner does not hold the newest recorded state: nobody
-  // can serve the parameters, so the run restarts from its newest checkpoint (DESIGN.md
-  // section 1), or from the initialisation when none was reported.
+  // can serve the parameters, so the run restarts from its newest checkpoint
+  // (docs/architecture.md, "Joining, leaving, restarts"; docs/protocol.md section 10), or from
+  // the initialisation when none was reported.
   bool others = false;
   for (const auto& [key, other] : state_.members)
     others = others || (key != from && current(other));
@@ -194,7 +193,7 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   if (!others && state_.finalized_steps() > 0 && holds_nothing) {
     restart_from_checkpoint();
   }
-  Member& m = state_.members[from];
+  MemberRecord& m = state_.members[from];
   m.key = from;
   m.endpoint = join.endpoint();
   m.agent = printable(join.agent());
@@ -271,7 +270,8 @@ void StateMachine::restart_from_checkpoint() {
       to, to, final_steps - 1));
 }
 
-void StateMachine::on_heartbeat(Member& member, const wire::Heartbeat& heartbeat, double now) {
+void StateMachine::on_heartbeat(MemberRecord& member, const wire::Heartbeat& heartbeat,
+                                double now) {
   member.applied_steps = heartbeat.applied_steps();
   mark_caught_up(member);
   // Heals a RoundStart lost while the connection was down: the peer says which round it waits
@@ -283,13 +283,13 @@ void StateMachine::on_heartbeat(Member& member, const wire::Heartbeat& heartbeat
   }
 }
 
-void StateMachine::on_leave(Member& member) {
+void StateMachine::on_leave(MemberRecord& member) {
   member.state = MemberState::kLeft;
   ++state_.counters.leaves;
   log(fmt::format("{} left; {} active", short_hex(member.key), active_count()), &member.key);
 }
 
-void StateMachine::on_commit(Member& member, const wire::Commit& commit) {
+void StateMachine::on_commit(MemberRecord& member, const wire::Commit& commit) {
   const wire::CommitRecord& record = commit.record();
   const std::string who = short_hex(member.key);
   auto reject = [&](const std::string& why) {
@@ -350,7 +350,7 @@ void StateMachine::on_commit(Member& member, const wire::Commit& commit) {
   }
 }
 
-void StateMachine::on_witness(Member& member, const wire::Witness& witness) {
+void StateMachine::on_witness(MemberRecord& member, const wire::Witness& witness) {
   const std::string who = short_hex(member.key);
   auto it = state_.collecting.find(witness.step());
   if (it == state_.collecting.end()) {
@@ -381,7 +381,7 @@ void StateMachine::on_witness(Member& member, const wire::Witness& witness) {
   if (step.witnessed.insert(member.key).second) ++state_.counters.witnesses;
 }
 
-void StateMachine::on_state_report(Member& member, const wire::StateReport& report) {
+void StateMachine::on_state_report(MemberRecord& member, const wire::StateReport& report) {
   const wire::StateRecord& s = report.state();
   const std::string who = short_hex(member.key);
   bool ok = s.state_hash().size() == kHashBytes && s.tensor_names_size() == s.tensor_hashes_size();
@@ -422,7 +422,7 @@ void StateMachine::on_state_report(Member& member, const wire::StateReport& repo
   if (reports.contains(k)) check_hashes(k);
 }
 
-void StateMachine::on_checkpoint_report(Member& member, const wire::CheckpointReport& report,
+void StateMachine::on_checkpoint_report(MemberRecord& member, const wire::CheckpointReport& report,
                                         double now) {
   if (report.state_hash().size() != kHashBytes) {
     log(fmt::format("ignored a checkpoint report from {}: the state hash has {} bytes, expected {}",
@@ -441,7 +441,7 @@ void StateMachine::on_checkpoint_report(Member& member, const wire::CheckpointRe
       &member.key);
 }
 
-void StateMachine::on_get_finalized(Member& member, const wire::GetFinalized& request) {
+void StateMachine::on_get_finalized(MemberRecord& member, const wire::GetFinalized& request) {
   wire::Envelope reply;
   if (request.step() < state_.finalized_steps()) {
     wire::Finalized* f = reply.mutable_finalized();
@@ -461,13 +461,11 @@ void StateMachine::check_hashes(uint64_t applied_steps) {
   const std::string majority = majority_hash(r, &counts, &best);
   std::vector<PublicKey> holders;
   for (const auto& [key, hash] : r.reported) {
-    auto m = state_.members.find(key);
-    if (hash == majority && m != state_.members.end() && current(m->second)) holders.push_back(key);
+    if (hash == majority && is_current(key)) holders.push_back(key);
   }
   for (const auto& [key, hash] : r.reported) {
     if (counts[hash] >= best || r.resynced.contains(key)) continue;
-    auto m = state_.members.find(key);
-    if (m == state_.members.end() || !current(m->second)) continue;
+    if (!is_current(key)) continue;
     wire::Envelope message;
     wire::Resync* resync = message.mutable_resync();
     to_wire(r.records.at(majority), resync->mutable_state());
@@ -484,8 +482,13 @@ void StateMachine::check_hashes(uint64_t applied_steps) {
 
 // ---- helpers -----------------------------------------------------------------------------------
 
-std::vector<const Member*> StateMachine::active_members(bool syncing_too) const {
-  std::vector<const Member*> out;
+bool StateMachine::is_current(const PublicKey& key) const {
+  const auto it = state_.members.find(key);
+  return it != state_.members.end() && current(it->second);
+}
+
+std::vector<const MemberRecord*> StateMachine::active_members(bool syncing_too) const {
+  std::vector<const MemberRecord*> out;
   for (const auto& [key, m] : state_.members) {
     if (m.state == MemberState::kActive || (syncing_too && m.state == MemberState::kSyncing)) {
       out.push_back(&m);

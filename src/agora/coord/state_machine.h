@@ -7,7 +7,7 @@
 // simulator. State lives in RunState (run_state.h) so the service can persist it after every call
 // and resume() after a crash.
 //
-// What it promises (DESIGN.md section 1):
+// What it promises (docs/architecture.md, "The life of one round"):
 //   - every sequence id is trained into a final payload exactly once: ids of a missed deadline,
 //     a departed member or a payload that did not become final go back to the queue and are
 //     handed out first in the next round;
@@ -95,15 +95,15 @@ class StateMachine {
  private:
   // Message handlers; the member exists and is kActive or kSyncing unless noted.
   void on_join(const net::PublicKey& from, const wire::Join& join, double now);  // anyone
-  void on_heartbeat(Member& member, const wire::Heartbeat& heartbeat, double now);
+  void on_heartbeat(MemberRecord& member, const wire::Heartbeat& heartbeat, double now);
   // Every member left: back to the newest checkpoint (or step 0); in-flight data is requeued.
   void restart_from_checkpoint();
-  void on_leave(Member& member);
-  void on_commit(Member& member, const wire::Commit& commit);
-  void on_witness(Member& member, const wire::Witness& witness);
-  void on_state_report(Member& member, const wire::StateReport& report);
-  void on_checkpoint_report(Member& member, const wire::CheckpointReport& report, double now);
-  void on_get_finalized(Member& member, const wire::GetFinalized& request);
+  void on_leave(MemberRecord& member);
+  void on_commit(MemberRecord& member, const wire::Commit& commit);
+  void on_witness(MemberRecord& member, const wire::Witness& witness);
+  void on_state_report(MemberRecord& member, const wire::StateReport& report);
+  void on_checkpoint_report(MemberRecord& member, const wire::CheckpointReport& report, double now);
+  void on_get_finalized(MemberRecord& member, const wire::GetFinalized& request);
 
   // Everything that follows from the state without the passage of time (plus warmup expiry):
   // phase changes by member count, closing a round everyone committed to, finalizing steps,
@@ -118,13 +118,19 @@ class StateMachine {
   void finalize(CollectingStep& step);
   void finish();
 
-  void strike(Member& member, const std::string& why);
-  void drop(Member& member, DropReason reason, const std::string& why);
-  void mark_caught_up(Member& member);
+  void strike(MemberRecord& member, const std::string& why);
+  void drop(MemberRecord& member, DropReason reason, const std::string& why);
+  void mark_caught_up(MemberRecord& member);
   void check_hashes(uint64_t applied_steps);
 
+  // Runs an entry point's `body`; what it sends and logs is collected in the Actions returned.
+  template <typename Body>
+  Actions collect_actions(double now, Body&& body);
+
+  // True when `key` is a member that is kActive or kSyncing.
+  bool is_current(const PublicKey& key) const;
   // Members by state; kActive only unless `syncing_too`.
-  std::vector<const Member*> active_members(bool syncing_too = false) const;
+  std::vector<const MemberRecord*> active_members(bool syncing_too = false) const;
   size_t active_count() const;
   void add_members(google::protobuf::RepeatedPtrField<wire::Member>* out,
                    const std::vector<PublicKey>& keys) const;

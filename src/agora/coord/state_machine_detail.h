@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "agora/coord/run_state.h"
+#include "agora/core/hex.h"
 #include "agora/wire/agora.pb.h"
 
 namespace agora::coord::detail {
@@ -38,21 +39,6 @@ inline bool valid_endpoint(std::string_view endpoint) {
   return value >= 1 && value <= 65535;
 }
 
-// A key or hash for a log line: the first 8 hex characters (any length, never throws).
-inline std::string short_hex(std::string_view bytes) {
-  std::string out;
-  for (size_t i = 0; i < bytes.size() && i < 4; ++i) {
-    out += fmt::format("{:02x}", static_cast<unsigned char>(bytes[i]));
-  }
-  return out.empty() ? "<empty>" : out;
-}
-
-inline std::string full_hex(std::string_view bytes) {
-  std::string out;
-  for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
-  return out.empty() ? "<empty>" : out;
-}
-
 // Untrusted text for a log line: printable ASCII, bounded.
 inline std::string printable(std::string_view text, size_t limit = kMaxReasonChars) {
   std::string out;
@@ -61,7 +47,7 @@ inline std::string printable(std::string_view text, size_t limit = kMaxReasonCha
   return out;
 }
 
-inline bool current(const Member& m) {
+inline bool current(const MemberRecord& m) {
   return m.state == MemberState::kActive || m.state == MemberState::kSyncing;
 }
 

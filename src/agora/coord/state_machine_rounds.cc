@@ -51,7 +51,7 @@ void StateMachine::progress(double now) {
       // Close early once everyone the round still waits for has committed.
       bool all_in = true;
       for (const auto& [key, ranges] : state_.round->assignments) {
-        const Member& m = state_.members.at(key);
+        const MemberRecord& m = state_.members.at(key);
         if (m.state == MemberState::kActive && total_count(ranges) > 0 &&
             !state_.round->commits.contains(key)) {
           all_in = false;
@@ -88,9 +88,9 @@ void StateMachine::set_phase(Phase phase, double now) {
 
 void StateMachine::open_round(double now) {
   const uint64_t t = state_.next_step;
-  const std::vector<const Member*> members = active_members();
+  const std::vector<const MemberRecord*> members = active_members();
   std::vector<double> measured;
-  for (const Member* m : members) measured.push_back(m->sequences_per_second);
+  for (const MemberRecord* m : members) measured.push_back(m->sequences_per_second);
   const std::vector<uint64_t> shares =
       proportional_shares(options_.batch_size, throughput_weights(measured));
   const std::vector<SequenceRange> ids = take_sequences(state_.queue, options_.batch_size);
@@ -117,7 +117,7 @@ void StateMachine::open_round(double now) {
   round.deadline = now + seconds;
   state_.round = std::move(round);
   ++state_.counters.rounds_opened;
-  for (const Member* m : members) send(m->key, round_start_for(m->key, now));
+  for (const MemberRecord* m : members) send(m->key, round_start_for(m->key, now));
   log(fmt::format("round {} opened: {} sequences to {} members ({}), deadline {:.1f} s", t,
                   options_.batch_size, members.size(), split, seconds));
   if (t == options_.tst_switch_step && t > 0) {
@@ -142,7 +142,7 @@ void StateMachine::close_round(double now) {
     // No commit: the data goes back to the queue, handed out first next round.
     return_sequences(state_.queue, ranges);
     if (total_count(ranges) == 0) continue;  // nothing was asked of it
-    Member& m = state_.members.at(key);
+    MemberRecord& m = state_.members.at(key);
     missed.push_back(short_hex(key));
     ++state_.counters.deadline_misses;
     // A member that left or restarted (rejoined, now syncing) walked out; no strike.
@@ -150,7 +150,7 @@ void StateMachine::close_round(double now) {
       strike(m, fmt::format("missed the deadline of round {}", round.step));
     }
   }
-  for (const Member* m : active_members()) step.expected.insert(m->key);
+  for (const MemberRecord* m : active_members()) step.expected.insert(m->key);
   log(fmt::format("round {} closed: {} of {} committed{}{}", round.step, step.commits.size(),
                   round.assignments.size(), missed.empty() ? "" : "; no commit from ",
                   fmt::join(missed, ", ")));
@@ -175,7 +175,7 @@ void StateMachine::finalize_ready(double now) {
     if (!ready) {
       ready = true;  // every expected witness still active has reported
       for (const PublicKey& key : step.expected) {
-        const Member& m = state_.members.at(key);
+        const MemberRecord& m = state_.members.at(key);
         if (m.state == MemberState::kActive && !step.witnessed.contains(key)) ready = false;
       }
     }
@@ -217,7 +217,7 @@ void StateMachine::finalize(CollectingStep& step) {
   f->set_step(step.step);
   for (const CommitRecord& c : final_set) to_wire(c, f->add_set());
   state_.finalized.push_back(std::move(final_set));
-  for (const Member* m : active_members(true)) send(m->key, message);
+  for (const MemberRecord* m : active_members(true)) send(m->key, message);
   log(fmt::format("step {} final: {} of {} payloads, {} of {} witnesses", step.step,
                   state_.finalized.back().size(), step.commits.size(), step.witnessed.size(),
                   expected));
@@ -227,13 +227,13 @@ void StateMachine::finish() {
   set_phase(Phase::kFinished, now_);
   wire::Envelope message;
   message.mutable_finished()->set_steps(state_.finalized_steps());
-  for (const Member* m : active_members(true)) send(m->key, message);
+  for (const MemberRecord* m : active_members(true)) send(m->key, message);
   log(fmt::format("run {} finished: {} steps final", options_.run_id, state_.finalized_steps()));
 }
 
 // ---- members -----------------------------------------------------------------------------------
 
-void StateMachine::strike(Member& member, const std::string& why) {
+void StateMachine::strike(MemberRecord& member, const std::string& why) {
   ++member.strikes;
   ++state_.counters.strikes;
   log(fmt::format("{} strike {} of {}: {}", short_hex(member.key), member.strikes,
@@ -246,7 +246,7 @@ void StateMachine::strike(Member& member, const std::string& why) {
   }
 }
 
-void StateMachine::drop(Member& member, DropReason reason, const std::string& why) {
+void StateMachine::drop(MemberRecord& member, DropReason reason, const std::string& why) {
   member.state = MemberState::kDropped;
   member.drop_reason = reason;
   ++state_.counters.drops;
@@ -260,7 +260,7 @@ void StateMachine::drop(Member& member, DropReason reason, const std::string& wh
   send(member.key, std::move(message));
 }
 
-void StateMachine::mark_caught_up(Member& member) {
+void StateMachine::mark_caught_up(MemberRecord& member) {
   if (member.state != MemberState::kSyncing) return;
   if (member.applied_steps + static_cast<uint64_t>(options_.network.overlap) >=
       state_.finalized_steps()) {

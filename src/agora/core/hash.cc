@@ -3,6 +3,7 @@
 #include <sodium.h>
 
 #include "agora/core/error.h"
+#include "agora/core/little_endian.h"
 
 namespace agora {
 namespace {
@@ -29,10 +30,7 @@ std::string blake2b256_bytes(std::string_view bytes) {
 }
 
 uint64_t stable_hash64(std::string_view bytes) {
-  const auto digest = blake2b256(bytes);
-  uint64_t value = 0;
-  for (int i = 7; i >= 0; --i) value = (value << 8) | digest[i];
-  return value;
+  return load_le64(blake2b256(bytes).data());
 }
 
 }  // namespace agora
@@ -58,16 +56,6 @@ void Blake2bHasher::update(std::string_view bytes) {
 std::array<uint8_t, 32> Blake2bHasher::finish() {
   std::array<uint8_t, 32> out{};
   crypto_generichash_final(&state_->sodium, out.data(), out.size());
-  return out;
-}
-
-std::string to_hex(const std::array<uint8_t, 32>& digest) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (uint8_t byte : digest) {
-    out += kDigits[byte >> 4];
-    out += kDigits[byte & 15];
-  }
   return out;
 }
 

@@ -36,7 +36,4 @@ class Blake2bHasher {
   std::unique_ptr<State> state_;
 };
 
-// Lower-case hexadecimal.
-std::string to_hex(const std::array<uint8_t, 32>& digest);
-
 }  // namespace agora

@@ -10,7 +10,7 @@
 //   target exactly once. A shard holds (n - 1) / T windows (0 when n < T + 1); windows never
 //   cross shards. Global window indices run through the shards in the order given.
 //
-// Bags (Token Superposition Training, ALGORITHMS.md section 4). With bag = s > 1 every unit
+// Bags (Token Superposition Training, docs/algorithms.md section 4). With bag = s > 1 every unit
 //   above is a bag of s consecutive tokens: a window is T + 1 bags (s * (T + 1) tokens: T input
 //   bags and T target bags, shifted by one bag), window i starts at token i * s * T, neighbouring
 //   windows share one bag, and a shard holds (n - s) / (s * T) windows (0 when n < s * (T + 1)).

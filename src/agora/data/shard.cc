@@ -1,35 +1,13 @@
 #include "agora/data/shard.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <string>
 #include <utility>
 
 #include "agora/core/error.h"
+#include "agora/core/little_endian.h"
 
 namespace agora {
 namespace {
-
-// Bytes are assembled one at a time so the format is little-endian on any host and no load is
-// ever misaligned; compilers turn these into single loads and stores on x86 and ARM.
-uint32_t load_le32(const uint8_t* p) {
-  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-}
-
-uint16_t load_le16(const uint8_t* p) {
-  return static_cast<uint16_t>(p[0] | p[1] << 8);
-}
-
-void store_le32(uint32_t v, uint8_t* p) {
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
-  p[2] = static_cast<uint8_t>(v >> 16);
-  p[3] = static_cast<uint8_t>(v >> 24);
-}
 
 size_t token_bytes(int version) {
   return version == 1 ? 2 : 4;
@@ -42,15 +20,12 @@ const char* token_type(int version) {
 // Flush to disk in chunks of this size; large enough that write() calls are cheap.
 constexpr size_t kWriteBufferBytes = size_t{1} << 20;
 
-void write_all(int fd, const uint8_t* data, size_t size, off_t offset,
-               const std::filesystem::path& path) {
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pwrite(fd, data + done, size - done, offset + static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("cannot write {}: {}", path.string(), std::strerror(errno));
-    done += static_cast<size_t>(n);
+int checked_version(const std::filesystem::path& path, int version) {
+  if (version != 1 && version != 2) {
+    fail("shard {}: version {} is not supported; use 1 (uint16 tokens) or 2 (uint32 tokens)",
+         path.string(), version);
   }
+  return version;
 }
 
 }  // namespace
@@ -63,66 +38,20 @@ int shard_version_for_vocab(uint32_t vocab_size) {
 // ShardWriter
 
 ShardWriter::ShardWriter(std::filesystem::path path, int version)
-    : path_(std::move(path)), version_(version) {
-  if (version != 1 && version != 2) {
-    fail("shard {}: version {} is not supported; use 1 (uint16 tokens) or 2 (uint32 tokens)",
-         path_.string(), version);
-  }
-  // A unique name beside the final path: the rename stays within one file system, and two
-  // writers aimed at the same path do not write into each other's file.
-  std::string tmpl = path_.string() + ".tmp.XXXXXX";
-  fd_ = ::mkstemp(tmpl.data());
-  if (fd_ < 0) fail("cannot create a temporary file {}: {}", tmpl, std::strerror(errno));
-  tmp_path_ = tmpl;
-  // mkstemp makes the file private (0600); a shard is ordinary data.
-  if (::fchmod(fd_, 0644) != 0) {
-    const int err = errno;
-    abandon();
-    fail("cannot set permissions of {}: {}", tmpl, std::strerror(err));
-  }
+    : version_(checked_version(path, version)), file_(std::move(path)) {
   // Room for the header, which finish() fills once the count is known. Until then the magic is
   // zero, so nobody mistakes the temporary file for a finished shard.
   buffer_.reserve(kWriteBufferBytes);
   buffer_.assign(kShardHeaderBytes, 0);
 }
 
-ShardWriter::~ShardWriter() {
-  abandon();
-}
-
-ShardWriter::ShardWriter(ShardWriter&& other) noexcept
-    : path_(std::move(other.path_)),
-      tmp_path_(std::move(other.tmp_path_)),
-      version_(other.version_),
-      fd_(std::exchange(other.fd_, -1)),
-      num_tokens_(other.num_tokens_),
-      buffer_(std::move(other.buffer_)) {}
-
-ShardWriter& ShardWriter::operator=(ShardWriter&& other) noexcept {
-  if (this != &other) {
-    abandon();
-    path_ = std::move(other.path_);
-    tmp_path_ = std::move(other.tmp_path_);
-    version_ = other.version_;
-    fd_ = std::exchange(other.fd_, -1);
-    num_tokens_ = other.num_tokens_;
-    buffer_ = std::move(other.buffer_);
-  }
-  return *this;
-}
-
-void ShardWriter::abandon() noexcept {
-  if (fd_ < 0) return;
-  ::close(fd_);
-  fd_ = -1;
-  ::unlink(tmp_path_.c_str());
-}
-
 void ShardWriter::append(std::span<const TokenId> tokens) {
-  if (fd_ < 0) fail("shard {}: append() after the writer was finished or failed", path_.string());
+  if (!file_.is_open()) {
+    fail("shard {}: append() after the writer was finished or failed", path().string());
+  }
   if (tokens.size() > kShardMaxTokens - num_tokens_) {
     fail("shard {}: {} + {} tokens exceed the format's limit of {} tokens per shard",
-         path_.string(), num_tokens_, tokens.size(), kShardMaxTokens);
+         path().string(), num_tokens_, tokens.size(), kShardMaxTokens);
   }
   // Check everything first so a rejected call writes nothing.
   if (version_ == 1) {
@@ -131,7 +60,7 @@ void ShardWriter::append(std::span<const TokenId> tokens) {
         fail(
             "shard {}: token {} at position {} does not fit version 1 (uint16, ids up to 65535); "
             "write version 2 for vocabularies above 65536",
-            path_.string(), tokens[i], num_tokens_ + i);
+            path().string(), tokens[i], num_tokens_ + i);
       }
     }
   }
@@ -147,51 +76,21 @@ void ShardWriter::append(std::span<const TokenId> tokens) {
 
 void ShardWriter::flush_buffer() {
   if (buffer_.empty()) return;
-  const off_t end = ::lseek(fd_, 0, SEEK_END);
-  try {
-    if (end < 0) fail("cannot seek in {}: {}", tmp_path_.string(), std::strerror(errno));
-    write_all(fd_, buffer_.data(), buffer_.size(), end, tmp_path_);
-  } catch (...) {
-    abandon();
-    throw;
-  }
+  file_.append(buffer_.data(), buffer_.size());
   buffer_.clear();
 }
 
 void ShardWriter::finish() {
-  if (fd_ < 0) fail("shard {}: finish() after the writer was finished or failed", path_.string());
+  if (!file_.is_open()) {
+    fail("shard {}: finish() after the writer was finished or failed", path().string());
+  }
   flush_buffer();
   uint8_t header[kShardHeaderBytes] = {};
   store_le32(static_cast<uint32_t>(kShardMagic), header);
   store_le32(static_cast<uint32_t>(version_), header + 4);
   store_le32(static_cast<uint32_t>(num_tokens_), header + 8);
-  try {
-    write_all(fd_, header, sizeof(header), 0, tmp_path_);
-    if (::fsync(fd_) != 0) fail("cannot flush {}: {}", tmp_path_.string(), std::strerror(errno));
-  } catch (...) {
-    abandon();
-    throw;
-  }
-  const int fd = std::exchange(fd_, -1);
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp_path_.c_str());
-    fail("cannot close {}: {}", tmp_path_.string(), std::strerror(err));
-  }
-  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp_path_.c_str());
-    fail("cannot rename {} to {}: {}", tmp_path_.string(), path_.string(), std::strerror(err));
-  }
-  // Make the rename itself durable. Best effort: some file systems refuse fsync on a folder,
-  // and the shard is already complete and in place either way.
-  std::filesystem::path dir = path_.parent_path();
-  if (dir.empty()) dir = ".";
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
+  file_.write_at(0, header, sizeof(header));
+  file_.commit();
 }
 
 void write_shard(const std::filesystem::path& path, std::span<const TokenId> tokens, int version) {

@@ -25,6 +25,7 @@
 #include <span>
 #include <vector>
 
+#include "agora/core/file.h"
 #include "agora/core/mapped_file.h"
 #include "agora/data/tokenizer.h"
 
@@ -45,10 +46,9 @@ class ShardWriter {
   // Creates the temporary file beside `path`. Throws Error for a version other than 1 or 2, or
   // when the file cannot be created.
   ShardWriter(std::filesystem::path path, int version);
-  ~ShardWriter();
 
-  ShardWriter(ShardWriter&& other) noexcept;
-  ShardWriter& operator=(ShardWriter&& other) noexcept;
+  ShardWriter(ShardWriter&& other) noexcept = default;
+  ShardWriter& operator=(ShardWriter&& other) noexcept = default;
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
@@ -63,16 +63,13 @@ class ShardWriter {
 
   uint64_t num_tokens() const { return num_tokens_; }
   int version() const { return version_; }
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const { return file_.path(); }
 
  private:
   void flush_buffer();
-  void abandon() noexcept;  // closes and removes the temporary file
 
-  std::filesystem::path path_;
-  std::filesystem::path tmp_path_;
   int version_ = 0;
-  int fd_ = -1;
+  AtomicFile file_;  // the temporary file, renamed into place by finish()
   uint64_t num_tokens_ = 0;
   std::vector<uint8_t> buffer_;  // encoded tokens not yet written
 };

@@ -1,4 +1,4 @@
-// Llama: the decoder every peer trains (ALGORITHMS.md section 5).
+// Llama: the decoder every peer trains (docs/algorithms.md section 5).
 //
 //   tokens -> embed_tokens -> L x [ x + attn(rmsnorm(x)); x + mlp(rmsnorm(x)) ] -> norm -> lm_head
 //

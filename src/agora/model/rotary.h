@@ -6,7 +6,7 @@
 // where f repeats inv_freq twice ([f0..f_{D/2-1}, f0..f_{D/2-1}]) — the layout HF uses, so
 // checkpoints exchange with it without permuting q_proj/k_proj rows.
 //
-// YaRN (ALGORITHMS.md section 5, HF's _compute_yarn_parameters): with scale s and original
+// YaRN (docs/algorithms.md section 5.3, HF's _compute_yarn_parameters): with scale s and original
 // context L, frequencies that turn more than beta_fast times over L keep inv_freq, those that
 // turn fewer than beta_slow times become inv_freq / s, a linear ramp over the dimension index
 // blends between them, and cos and sin are both multiplied by 0.1 ln(s) + 1.

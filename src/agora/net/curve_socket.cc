@@ -104,9 +104,9 @@ std::optional<Incoming> Server::recv() {
     if (!zmq::recv_multipart(socket_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
       return std::nullopt;
     }
-    for (const auto& part : parts) bytes_received_ += part.size();
+    for (const auto& part : parts) count_received(part.size());
     if (parts.size() != 2) {
-      drop("frames", fmt::format("message with {} frames (expected one)", parts.size() - 1));
+      count_drop("frames", fmt::format("message with {} frames (expected one)", parts.size() - 1));
       continue;
     }
     const char* user = parts[1].gets("User-Id");
@@ -117,13 +117,12 @@ std::optional<Incoming> Server::recv() {
       curve_key.clear();
     }
     if (curve_key.empty()) {
-      drop("unauthenticated", "message without an authenticated key");
+      count_drop("unauthenticated", "message without an authenticated key");
       continue;
     }
     Decoded decoded = decode_envelope(parts[1].to_string_view(), limits_);
-    if (auto* reason = std::get_if<std::string>(&decoded)) {
-      const std::string_view token = decode_failure_token(*reason);  // before the move below
-      drop(token, std::move(*reason));
+    if (auto* failure = std::get_if<DecodeFailure>(&decoded)) {
+      count_drop(to_token(failure->code), std::move(failure->reason));
       continue;
     }
     return Incoming{to_string(parts[0]), std::move(curve_key),
@@ -131,15 +130,9 @@ std::optional<Incoming> Server::recv() {
   }
 }
 
-void Server::drop(std::string_view token, std::string reason) {
-  ++dropped_;
-  ++drops_by_reason_[std::string(token)];
-  last_drop_ = std::move(reason);
-}
-
 void Server::send(const std::string& route, const wire::Envelope& message) {
   const std::string bytes = encode_envelope(message);
-  bytes_sent_ += bytes.size();
+  count_sent(bytes.size());
   std::vector<zmq::const_buffer> parts = {zmq::buffer(route), zmq::buffer(bytes)};
   try {
     zmq::send_multipart(socket_, parts, zmq::send_flags::dontwait);
@@ -170,12 +163,10 @@ std::optional<wire::Envelope> Client::recv() {
   while (true) {
     zmq::message_t message;
     if (!socket_.recv(message, zmq::recv_flags::dontwait)) return std::nullopt;
-    bytes_received_ += message.size();
+    count_received(message.size());
     Decoded decoded = decode_envelope(message.to_string_view(), limits_);
-    if (auto* reason = std::get_if<std::string>(&decoded)) {
-      ++dropped_;
-      ++drops_by_reason_[std::string(decode_failure_token(*reason))];
-      last_drop_ = *reason;
+    if (auto* failure = std::get_if<DecodeFailure>(&decoded)) {
+      count_drop(to_token(failure->code), std::move(failure->reason));
       continue;
     }
     return std::move(std::get<wire::Envelope>(decoded));
@@ -184,7 +175,7 @@ std::optional<wire::Envelope> Client::recv() {
 
 void Client::send(const wire::Envelope& message) {
   const std::string bytes = encode_envelope(message);
-  bytes_sent_ += bytes.size();
+  count_sent(bytes.size());
   try {
     socket_.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
   } catch (const zmq::error_t&) {

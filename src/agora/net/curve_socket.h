@@ -27,7 +27,9 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <zmq.hpp>
 
 #include "agora/net/envelope.h"
@@ -37,8 +39,8 @@ namespace agora::net {
 
 // Who may connect to this process's servers.
 struct Admission {
-  bool open = true;                     // anyone with a valid CURVE key
-  std::set<std::string> curve_keys;     // otherwise: these curve25519 public keys only
+  bool open = true;                  // anyone with a valid CURVE key
+  std::set<std::string> curve_keys;  // otherwise: these curve25519 public keys only
 };
 
 // A ZeroMQ context plus the ZAP handler every server socket of the process uses.
@@ -67,12 +69,39 @@ class Context {
 };
 
 struct Incoming {
-  std::string route;       // ZeroMQ routing id of the connection (server side)
-  std::string curve_key;   // the sender's authenticated curve25519 key (server side)
+  std::string route;      // ZeroMQ routing id of the connection (server side)
+  std::string curve_key;  // the sender's authenticated curve25519 key (server side)
   wire::Envelope message;
 };
 
-class Server {
+// What a Server or Client counts for /metrics, read by the thread that owns the socket.
+class SocketCounters {
+ public:
+  uint64_t dropped() const { return dropped_; }
+  const std::string& last_drop_reason() const { return last_drop_; }
+  // Drops by short reason token (frames, unauthenticated, or to_token(DecodeError)'s).
+  const std::map<std::string, uint64_t>& drops_by_reason() const { return drops_by_reason_; }
+  // Bytes of the frames received (valid or not) and of the messages handed to ZeroMQ.
+  uint64_t bytes_received() const { return bytes_received_; }
+  uint64_t bytes_sent() const { return bytes_sent_; }
+
+ protected:
+  void count_received(size_t bytes) { bytes_received_ += bytes; }
+  void count_sent(size_t bytes) { bytes_sent_ += bytes; }
+  void count_drop(std::string_view token, std::string reason) {
+    ++dropped_;
+    ++drops_by_reason_[std::string(token)];
+    last_drop_ = std::move(reason);
+  }
+
+ private:
+  uint64_t dropped_ = 0;
+  std::string last_drop_;
+  std::map<std::string, uint64_t> drops_by_reason_;
+  uint64_t bytes_received_ = 0, bytes_sent_ = 0;
+};
+
+class Server : public SocketCounters {
  public:
   // Binds `endpoint` ("tcp://0.0.0.0:7400"; port 0 is not supported by ZeroMQ's tcp: use "*"
   // ports via bound_endpoint()). Throws Error naming the endpoint when binding fails.
@@ -83,30 +112,16 @@ class Server {
   zmq::socket_t& socket() { return socket_; }
 
   // The next valid message if one is waiting; malformed ones are counted in dropped() and
-  // skipped (with `why` holding the latest reason).
+  // skipped (last_drop_reason() holds the latest reason).
   std::optional<Incoming> recv();
   void send(const std::string& route, const wire::Envelope& message);
 
-  uint64_t dropped() const { return dropped_; }
-  const std::string& last_drop_reason() const { return last_drop_; }
-  // Drops by short reason token (frames, unauthenticated, or decode_failure_token()'s).
-  const std::map<std::string, uint64_t>& drops_by_reason() const { return drops_by_reason_; }
-  // Bytes of the frames received (valid or not) and of the messages handed to ZeroMQ.
-  uint64_t bytes_received() const { return bytes_received_; }
-  uint64_t bytes_sent() const { return bytes_sent_; }
-
  private:
-  void drop(std::string_view token, std::string reason);
-
   zmq::socket_t socket_;
   DecodeLimits limits_;
-  uint64_t dropped_ = 0;
-  std::string last_drop_;
-  std::map<std::string, uint64_t> drops_by_reason_;
-  uint64_t bytes_received_ = 0, bytes_sent_ = 0;
 };
 
-class Client {
+class Client : public SocketCounters {
  public:
   // Connects to `endpoint`, expecting the server to hold ed25519 key `server_key`.
   Client(Context& context, const Identity& identity, const std::string& endpoint,
@@ -117,20 +132,10 @@ class Client {
   std::optional<wire::Envelope> recv();  // non-blocking; malformed messages are dropped
   void send(const wire::Envelope& message);
 
-  uint64_t dropped() const { return dropped_; }
-  const std::string& last_drop_reason() const { return last_drop_; }
-  const std::map<std::string, uint64_t>& drops_by_reason() const { return drops_by_reason_; }
-  uint64_t bytes_received() const { return bytes_received_; }
-  uint64_t bytes_sent() const { return bytes_sent_; }
-
  private:
   zmq::socket_t socket_;
   std::string endpoint_;
   DecodeLimits limits_;
-  uint64_t dropped_ = 0;
-  std::string last_drop_;
-  std::map<std::string, uint64_t> drops_by_reason_;
-  uint64_t bytes_received_ = 0, bytes_sent_ = 0;
 };
 
 }  // namespace agora::net

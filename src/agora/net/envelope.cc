@@ -7,30 +7,40 @@ namespace agora::net {
 Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits) {
   const size_t largest = std::max(limits.max_control, limits.max_data);
   if (bytes.size() > largest) {
-    return fmt::format("message of {} bytes is larger than any allowed ({} bytes)", bytes.size(),
-                       largest);
+    return DecodeFailure{DecodeError::kTooLarge,
+                         fmt::format("message of {} bytes is larger than any allowed ({} bytes)",
+                                     bytes.size(), largest)};
   }
   wire::Envelope envelope;
   if (!envelope.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return fmt::format("{} bytes do not parse as an agora message", bytes.size());
+    return DecodeFailure{DecodeError::kUnparsable,
+                         fmt::format("{} bytes do not parse as an agora message", bytes.size())};
   }
   if (envelope.body_case() == wire::Envelope::BODY_NOT_SET) {
-    return "message has no body (an unknown kind, or from a newer agora)";
+    return DecodeFailure{DecodeError::kNoBody,
+                         "message has no body (an unknown kind, or from a newer agora)"};
   }
   const bool data = envelope.has_blob() || envelope.has_tensor_data();
   const size_t limit = data ? limits.max_data : limits.max_control;
   if (bytes.size() > limit) {
-    return fmt::format("{} message of {} bytes exceeds its limit of {} bytes",
-                       kind_name(envelope), bytes.size(), limit);
+    return DecodeFailure{DecodeError::kOverLimit,
+                         fmt::format("{} message of {} bytes exceeds its limit of {} bytes",
+                                     kind_name(envelope), bytes.size(), limit)};
   }
   return envelope;
 }
 
-std::string_view decode_failure_token(std::string_view reason) {
-  // Matches the texts decode_envelope() writes above.
-  if (reason.find("larger than any allowed") != std::string_view::npos) return "too_large";
-  if (reason.find("do not parse") != std::string_view::npos) return "unparsable";
-  if (reason.find("no body") != std::string_view::npos) return "no_body";
+std::string_view to_token(DecodeError code) {
+  switch (code) {
+    case DecodeError::kTooLarge:
+      return "too_large";
+    case DecodeError::kUnparsable:
+      return "unparsable";
+    case DecodeError::kNoBody:
+      return "no_body";
+    case DecodeError::kOverLimit:
+      return "over_limit";
+  }
   return "over_limit";
 }
 

@@ -4,7 +4,8 @@
 // against the limit for the message's kind: control messages (joins, commits, rounds...) are
 // small, so a 1 GB "heartbeat" is refused before anyone looks inside; payload blobs and model
 // tensors may be as large as the run allows. Anything that does not parse, has no body, or is
-// too large comes back as an error string and is counted by the caller, never trusted.
+// too large comes back as a DecodeFailure (a code to count by, and a reason in plain words) and
+// is counted by the caller, never trusted.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +28,22 @@ struct DecodeLimits {
   size_t max_data = size_t{1} << 30;
 };
 
-// The message, or a plain-words reason why the bytes were refused.
-using Decoded = std::variant<wire::Envelope, std::string>;
+// Why bytes were refused: larger than any message may be, not a protobuf Envelope, an Envelope
+// with no body (an unknown kind), or larger than the limit of its kind.
+enum class DecodeError { kTooLarge, kUnparsable, kNoBody, kOverLimit };
+
+struct DecodeFailure {
+  DecodeError code;
+  std::string reason;  // plain words with the sizes involved, for logs
+};
+
+// too_large, unparsable, no_body, over_limit: the metrics label of a code.
+std::string_view to_token(DecodeError code);
+
+// The message, or why the bytes were refused.
+using Decoded = std::variant<wire::Envelope, DecodeFailure>;
 
 Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits = {});
-// A short fixed token for a reason decode_envelope() gave, for metrics labels: too_large,
-// unparsable, no_body or over_limit.
-std::string_view decode_failure_token(std::string_view reason);
 std::string encode_envelope(const wire::Envelope& envelope);
 
 // "commit", "blob", ...: the body's kind, for logs and counters ("empty" when none is set).

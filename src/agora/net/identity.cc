@@ -1,9 +1,7 @@
 #include "agora/net/identity.h"
 
-#include <fcntl.h>
 #include <sodium.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -11,6 +9,8 @@
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
+#include "agora/core/hex.h"
+#include "agora/core/little_endian.h"
 
 namespace agora::net {
 namespace fs = std::filesystem;
@@ -23,27 +23,6 @@ void initialise_sodium() {
 
 const unsigned char* bytes_of(std::string_view s) {
   return reinterpret_cast<const unsigned char*>(s.data());
-}
-
-std::string hex(std::string_view raw) {
-  std::string out(raw.size() * 2 + 1, '\0');
-  sodium_bin2hex(out.data(), out.size(), bytes_of(raw), raw.size());
-  out.pop_back();
-  return out;
-}
-
-std::string unhex(std::string_view text, size_t bytes, std::string_view what) {
-  if (text.size() != bytes * 2) {
-    fail("{} has {} characters; expected {} hexadecimal characters", what, text.size(), bytes * 2);
-  }
-  std::string out(bytes, '\0');
-  size_t written = 0;
-  if (sodium_hex2bin(reinterpret_cast<unsigned char*>(out.data()), bytes, text.data(), text.size(),
-                     nullptr, &written, nullptr) != 0 ||
-      written != bytes) {
-    fail("{} is not hexadecimal: '{}'", what, text);
-  }
-  return out;
 }
 
 }  // namespace
@@ -95,8 +74,8 @@ Identity Identity::load(const fs::path& path) {
         "and \"seed\" strings)",
         path.string());
   }
-  const std::string seed = unhex(j["seed"].get<std::string>(), crypto_sign_SEEDBYTES,
-                                 "key file " + path.string() + ": seed");
+  const std::string seed = hex_decode(j["seed"].get<std::string>(), crypto_sign_SEEDBYTES,
+                                      "key file " + path.string() + ": seed");
   const PublicKey expected =
       key_from_hex(j["public"].get<std::string>(), "key file " + path.string() + ": public key");
   Identity id = from_seed(seed);
@@ -116,16 +95,8 @@ void Identity::save(const fs::path& path, bool overwrite) const {
   }
   const std::string seed(secret_.data(), crypto_sign_SEEDBYTES);
   const nlohmann::json j = {
-      {"kind", "agora-ed25519"}, {"public", hex(public_key_)}, {"seed", hex(seed)}};
-  const std::string text = j.dump(2) + "\n";
-  const fs::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) fail("cannot write {}: {}", tmp.string(), std::strerror(errno));
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                  ::fchmod(fd, 0600) == 0 && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok) fail("cannot write {}: {}", tmp.string(), std::strerror(errno));
-  fs::rename(tmp, path);
+      {"kind", "agora-ed25519"}, {"public", hex_encode(public_key_)}, {"seed", hex_encode(seed)}};
+  write_file_atomic(path, j.dump(2) + "\n", 0600);
 }
 
 std::string Identity::sign(std::string_view message) const {
@@ -161,30 +132,29 @@ std::string curve_public_of(const PublicKey& key) {
   if (key.size() != crypto_sign_PUBLICKEYBYTES ||
       crypto_sign_ed25519_pk_to_curve25519(reinterpret_cast<unsigned char*>(out.data()),
                                            bytes_of(key)) != 0) {
-    fail("public key {} is not a valid ed25519 key", hex(key));
+    fail("public key {} is not a valid ed25519 key", hex_encode(key));
   }
   return out;
 }
 
 std::string key_to_hex(const PublicKey& key) {
-  return hex(key);
+  return hex_encode(key);
 }
 
 PublicKey key_from_hex(std::string_view text, std::string_view what) {
-  return unhex(text, kKeyBytes, what);
+  return hex_decode(text, kKeyBytes, what);
 }
 
 std::string short_key(const PublicKey& key) {
-  return hex(key).substr(0, 8);
+  return short_hex(key);
 }
 
 std::string commit_signing_bytes(std::string_view run_id, uint64_t step,
                                  std::string_view payload_hash) {
   std::string out = "agora/commit/v1";
-  out.push_back(static_cast<char>(run_id.size() & 0xff));
-  out.push_back(static_cast<char>((run_id.size() >> 8) & 0xff));
+  append_le(out, run_id.size(), 2);
   out.append(run_id);
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((step >> (8 * i)) & 0xff));
+  append_le(out, step, 8);
   out.append(payload_hash);
   return out;
 }

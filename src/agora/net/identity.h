@@ -59,7 +59,7 @@ bool verify_signature(const PublicKey& key, std::string_view message, std::strin
 // not a valid ed25519 point.
 std::string curve_public_of(const PublicKey& key);
 
-// "ab12...": 64 lower-case hex characters.
+// The key forms of core/hex.h. "ab12...": 64 lower-case hex characters.
 std::string key_to_hex(const PublicKey& key);
 // The inverse; throws Error naming `what` when `hex` is not 64 hex characters.
 PublicKey key_from_hex(std::string_view hex, std::string_view what = "public key");

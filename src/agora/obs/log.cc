@@ -111,6 +111,13 @@ std::string format_log_line(LogFormat format, std::string_view process, LogLevel
     if (context.step) j["step"] = *context.step;
     if (!context.peer.empty()) j["peer"] = context.peer;
     j["process"] = process;
+    if (!context.event.empty()) {
+      j["event"] = context.event;
+      for (const LogField& f : context.fields) {
+        if (j.contains(f.key)) continue;  // the fixed keys keep their meaning
+        std::visit([&](const auto& v) { j[f.key] = v; }, f.value);
+      }
+    }
     // Invalid UTF-8 (a peer's agent string) must not make the line unwritable.
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }

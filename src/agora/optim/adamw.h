@@ -1,6 +1,6 @@
-// AdamW, local or all-reduce (ALGORITHMS.md section 3, the baseline DeMo is measured against):
-// torch::optim::AdamW with two parameter groups, the parameters marked `decay` with decoupled
-// weight decay and the others (norms) without.
+// AdamW, local or all-reduce (docs/algorithms.md section 3, the baseline DeMo is measured
+// against): torch::optim::AdamW with two parameter groups, the parameters marked `decay` with
+// decoupled weight decay and the others (norms) without.
 //
 // The update is torch's AdamW exactly (the same as Python's torch.optim.AdamW):
 //   p <- p * (1 - lr * wd);  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2

@@ -1,5 +1,5 @@
 // Chunking: how DeMo cuts a tensor into the blocks its DCT and top-k run over
-// (ALGORITHMS.md section 1, "Chunked DCT").
+// (docs/algorithms.md section 1.3, "Chunked DCT").
 //
 // For a dimension of size n and a target chunk c, the chunk is the largest divisor of n that is
 // <= c (n itself when n <= c). A 1-D tensor [N] is cut into rows of chunk(N); a tensor [..., M, N]

@@ -1,4 +1,5 @@
-// The chunked orthonormal DCT-II that DeMo compresses momentum with (ALGORITHMS.md section 1).
+// The chunked orthonormal DCT-II that DeMo compresses momentum with (docs/algorithms.md
+// section 1.3).
 //
 // With C[k, j] = a_k cos(pi (2j + 1) k / (2n)), a_0 = sqrt(1/n), a_k = sqrt(2/n):
 //   1-D [N], chunk n:            each row of the [N/n, n] view becomes C x;

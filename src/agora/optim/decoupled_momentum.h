@@ -1,6 +1,6 @@
 // DeMo (Decoupled Momentum, arXiv 2411.19870), agora's default strategy: each peer sends the
-// top-k DCT coefficients of its momentum per chunk instead of a gradient (ALGORITHMS.md
-// section 1 is the specification; the numbered steps below are its steps).
+// top-k DCT coefficients of its momentum per chunk instead of a gradient (docs/algorithms.md
+// section 1 is the specification; the numbered steps below are those of its section 1.2).
 //
 // contribute(), per parameter p with local gradient g (already clipped by the caller):
 //   2. delta <- beta * delta + lr * g

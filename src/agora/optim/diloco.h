@@ -1,4 +1,4 @@
-// DiLoCo (ALGORITHMS.md section 2): rounds of H local AdamW steps, then one outer step on the
+// DiLoCo (docs/algorithms.md section 2): rounds of H local AdamW steps, then one outer step on the
 // averaged pseudo-gradients. The comparison strategy: it saves bandwidth by syncing rarely, where
 // DeMo compresses every step.
 //

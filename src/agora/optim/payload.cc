@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "agora/core/error.h"
+#include "agora/core/little_endian.h"
 
 namespace agora {
 namespace {
@@ -22,23 +23,11 @@ constexpr size_t kMaxDims = 8;
 constexpr int64_t kMaxElements = int64_t{1} << 40;
 constexpr int64_t kMaxDim = std::numeric_limits<uint32_t>::max();
 
-// Integers are assembled a byte at a time, so the format is little-endian on any host and no
-// load is ever misaligned.
-uint64_t load_le(const uint8_t* p, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
-  return v;
-}
-
-void store_le(std::string& out, uint64_t v, size_t n) {
-  for (size_t i = 0; i < n; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-
 float load_f32(const uint8_t* p) {
-  return std::bit_cast<float>(static_cast<uint32_t>(load_le(p, 4)));
+  return std::bit_cast<float>(load_le32(p));
 }
 void store_f32(std::string& out, float v) {
-  store_le(out, std::bit_cast<uint32_t>(v), 4);
+  append_le(out, std::bit_cast<uint32_t>(v), 4);
 }
 
 // Every read goes through take(), which fails before anything past the end is touched.
@@ -248,7 +237,7 @@ void write_values(std::string& out, ValueType type, const std::vector<float>& va
   if (type == ValueType::kF32) {
     for (const float v : values) store_f32(out, v);
   } else if (type == ValueType::kBF16) {
-    for (const float v : values) store_le(out, std::bit_cast<uint32_t>(round_to_bf16(v)) >> 16, 2);
+    for (const float v : values) append_le(out, std::bit_cast<uint32_t>(round_to_bf16(v)) >> 16, 2);
   } else {
     for (size_t begin = 0; begin < values.size(); begin += 8) {
       uint8_t byte = 0;
@@ -268,7 +257,7 @@ std::vector<float> read_values(const uint8_t* p, ValueType type, size_t n,
     for (size_t i = 0; i < n; ++i) values[i] = load_f32(p + 4 * i);
   } else if (type == ValueType::kBF16) {
     for (size_t i = 0; i < n; ++i) {
-      values[i] = std::bit_cast<float>(static_cast<uint32_t>(load_le(p + 2 * i, 2)) << 16);
+      values[i] = std::bit_cast<float>(uint32_t{load_le16(p + 2 * i)} << 16);
     }
   } else {
     for (size_t i = 0; i < n; ++i) values[i] = (p[i / 8] >> (i % 8)) & 1 ? -1.0f : 1.0f;
@@ -332,7 +321,7 @@ Payload decode(std::string_view bytes, const PayloadLayout* expected) {
       fail("{}: ndim {} is invalid (allowed: 1 to {})", where, ndim, kMaxDims);
     }
     const uint8_t* dims = r.take(4 * ndim, where, "the dimensions");
-    for (size_t d = 0; d < ndim; ++d) l.shape.push_back(load_le(dims + 4 * d, 4));
+    for (size_t d = 0; d < ndim; ++d) l.shape.push_back(load_le32(dims + 4 * d));
     where = describe(i, l.shape);
     if (l.encoding == TensorEncoding::kDctTopK) {
       l.chunk_rows = r.uint(4, where, "chunk_rows");
@@ -441,30 +430,30 @@ std::string encode_payload(const Payload& payload) {
   std::string out;
   out.reserve(size);
   out.append(reinterpret_cast<const char*>(kMagic), sizeof(kMagic));
-  store_le(out, kPayloadVersion, 2);
-  store_le(out, static_cast<uint8_t>(payload.kind), 1);
-  store_le(out, 0, 1);  // flags
-  store_le(out, payload.step, 8);
-  store_le(out, payload.tensors.size(), 4);
+  append_le(out, kPayloadVersion, 2);
+  append_le(out, static_cast<uint8_t>(payload.kind), 1);
+  append_le(out, 0, 1);  // flags
+  append_le(out, payload.step, 8);
+  append_le(out, payload.tensors.size(), 4);
   for (const TensorPayload& t : payload.tensors) {
     const TensorLayout& l = t.layout;
-    store_le(out, l.shape.size(), 1);
-    store_le(out, static_cast<uint8_t>(l.encoding), 1);
-    store_le(out, static_cast<uint8_t>(l.value_type), 1);
-    store_le(out, 0, 1);  // reserved
-    for (const int64_t d : l.shape) store_le(out, static_cast<uint64_t>(d), 4);
+    append_le(out, l.shape.size(), 1);
+    append_le(out, static_cast<uint8_t>(l.encoding), 1);
+    append_le(out, static_cast<uint8_t>(l.value_type), 1);
+    append_le(out, 0, 1);  // reserved
+    for (const int64_t d : l.shape) append_le(out, static_cast<uint64_t>(d), 4);
     if (l.encoding == TensorEncoding::kDctTopK) {
-      store_le(out, static_cast<uint64_t>(l.chunk_rows), 4);
-      store_le(out, static_cast<uint64_t>(l.chunk_cols), 4);
-      store_le(out, static_cast<uint64_t>(l.topk), 4);
+      append_le(out, static_cast<uint64_t>(l.chunk_rows), 4);
+      append_le(out, static_cast<uint64_t>(l.chunk_cols), 4);
+      append_le(out, static_cast<uint64_t>(l.topk), 4);
       const uint64_t width = position_bytes(l.chunk_size());
-      for (const uint32_t p : t.positions) store_le(out, p, width);
+      for (const uint32_t p : t.positions) append_le(out, p, width);
       write_values(out, l.value_type, t.values);
     } else if (l.encoding == TensorEncoding::kDense) {
       write_values(out, l.value_type, t.values);
     } else {
       for (const float s : t.scales) store_f32(out, s);
-      for (const int8_t q : t.quantized) store_le(out, static_cast<uint8_t>(q), 1);
+      for (const int8_t q : t.quantized) append_le(out, static_cast<uint8_t>(q), 1);
     }
   }
   return out;

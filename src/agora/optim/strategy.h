@@ -1,6 +1,6 @@
 // Strategy: how a step's gradients become a parameter update, possibly across peers.
 //
-// The trainer's loop (and later the peer's round loop) is the same whatever runs behind this
+// The local trainer and a network peer run the same step (train/step.h) whatever runs behind this
 // interface:
 //
 //   strategy.before_forward(step)                   // Psyche's look-ahead moves the weights here

@@ -3,29 +3,20 @@
 #include <torch/torch.h>
 
 #include "agora/core/error.h"
-#include "agora/core/hash.h"
+#include "agora/core/hex.h"
+#include "agora/train/parameter_hash.h"
 
 namespace agora::peer {
-namespace {
-
-std::string tensor_bytes(const torch::Tensor& t) {
-  const torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-  return std::string(static_cast<const char*>(c.data_ptr()), c.numel() * sizeof(float));
-}
-
-}  // namespace
 
 wire::StateRecord state_record(Llama& model, uint64_t applied_steps) {
+  const ParameterHashes hashes = hash_parameters(model);
   wire::StateRecord record;
   record.set_applied_steps(applied_steps);
-  std::string all;
-  for (const auto& item : model->named_parameters()) {
-    const std::string h = blake2b256_bytes(tensor_bytes(item.value()));
-    record.add_tensor_names(item.key());
-    record.add_tensor_hashes(h);
-    all += h;
+  for (size_t i = 0; i < hashes.names.size(); ++i) {
+    record.add_tensor_names(hashes.names[i]);
+    record.add_tensor_hashes(hashes.tensor_hashes[i]);
   }
-  record.set_state_hash(blake2b256_bytes(all));
+  record.set_state_hash(hashes.state_hash);
   return record;
 }
 
@@ -35,7 +26,7 @@ std::shared_ptr<const Snapshot> snapshot_of(Llama& model) {
     TensorBytes t;
     t.dtype = "F32";
     for (int64_t d : item.value().sizes()) t.shape.push_back(d);
-    t.data = tensor_bytes(item.value());
+    t.data = parameter_bytes(item.value());
     (*out)[item.key()] = std::move(t);
   }
   return out;
@@ -60,10 +51,8 @@ void load_snapshot(Llama& model, const Snapshot& snapshot) {
 }
 
 std::string state_hash_hex(const wire::StateRecord& record) {
-  std::array<uint8_t, 32> d{};
-  if (record.state_hash().size() != d.size()) return "(none)";
-  std::memcpy(d.data(), record.state_hash().data(), d.size());
-  return to_hex(d);
+  constexpr size_t kHashBytes = 32;
+  return record.state_hash().size() == kHashBytes ? hex_encode(record.state_hash()) : "(none)";
 }
 
 }  // namespace agora::peer

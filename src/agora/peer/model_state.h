@@ -1,9 +1,9 @@
 // The model's parameters as the network sees them: hashed, served and loaded tensor by tensor.
 //
-// A state record names every parameter in the model's order with the BLAKE2b-256 of its bytes
-// (float32, little-endian, contiguous: what safetensors stores), and a state hash over those
-// hashes in order. Two peers with the same state hash hold bit-identical parameters; a joiner can
-// check each tensor it fetched on its own, before it has the rest.
+// A state record names every parameter in the model's order with its hash, and the state hash
+// over them (train/parameter_hash.h: the same hash the local trainer reports). Two peers with the
+// same state hash hold bit-identical parameters; a joiner can check each tensor it fetched on its
+// own, before it has the rest.
 #pragma once
 
 #include <memory>

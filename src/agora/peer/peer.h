@@ -1,26 +1,17 @@
 // The peer: one member of a decentralized run, from joining to leaving.
 //
 // run_peer() joins the coordinator, builds the model and strategy from the run config the
-// coordinator hands out, obtains the current parameters (the seed's initialisation at step 0;
-// otherwise the majority's state fetched tensor by tensor from several members, or, when no
-// member holds it because the run restarted from a checkpoint, that checkpoint from its own
-// checkpoint_dir; then the finalized steps since), and runs the round loop (DESIGN.md
-// section 1):
-//
-//   RoundStart(s): apply every finalized step below apply_through, in order, each one's payloads
-//                  in the canonical order (the strategy sorts them) -> train the assigned sequence
-//                  ranges with gradient accumulation -> clip locally -> the strategy's payload ->
-//                  store it, sign (run, s, hash), commit.
-//   Collect(s):    the I/O thread fetches and verifies step s's payloads while training goes on,
-//                  then witnesses what it holds (network.overlap = 1 hides this behind compute).
-//   Finalized(s):  remembered; applied when a round asks for it.
-//   Resync:        this peer's parameters disagree with the majority: fetch the majority's.
-//   Finished:      the run is over; a checkpointer writes the final checkpoint.
-//
-// Every network.hash_interval applied steps the peer reports its state record and keeps a
-// snapshot that joiners may fetch. A checkpointer writes an atomic safetensors checkpoint every
-// train.checkpoint_interval applied steps and at the end. Setting *stop (Ctrl-C) makes the peer
-// finish the micro-batch it is in, send Leave and return.
+// coordinator hands out, obtains the current parameters, and runs rounds until the run finishes
+// or the operator stops it. Its parts, in the order a round meets them (docs/architecture.md
+// traces one round through them):
+//   peer.cc         the phases (peer_context.h: PeerPhase) and the dispatch of coordinator
+//                   messages: RoundStart, Finalized, Collect, Resync, Refused, Finished;
+//   session.cc      the Join handshake and building the model from the Welcome;
+//   state_sync.cc   the parameters: the seed's, the majority's fetched, or a local checkpoint;
+//   round.cc        applying finalized steps and training a round (train/step.h), then commit;
+//   checkpointer.cc validation for the run's page and checkpoints;
+//   peer_link.h     the network behind all of it (PeerNetwork, or a fake in tests).
+// Setting *stop (Ctrl-C) makes the peer finish the micro-batch it is in, send Leave and return.
 #pragma once
 
 #include <atomic>
@@ -66,5 +57,12 @@ struct PeerSummary {
 
 PeerSummary run_peer(const net::Identity& identity, const PeerOptions& options,
                      const std::atomic<bool>& stop);
+
+class PeerLink;
+class PeerMetrics;
+// The same over a link the caller owns (tests drive a peer with a fake one); `metrics` records
+// into the registry the caller serves, if any.
+PeerSummary run_peer(const net::Identity& identity, const PeerOptions& options, PeerLink& link,
+                     PeerMetrics& metrics, const std::atomic<bool>& stop);
 
 }  // namespace agora::peer

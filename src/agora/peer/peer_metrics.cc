@@ -62,7 +62,7 @@ void PeerMetrics::checkpoint_written(double seconds) {
   add_time(Activity::kCheckpointing, seconds);
 }
 
-void PeerMetrics::watch(const PeerNetwork& network) {
+void PeerMetrics::watch(const PeerLink& network) {
   registry_.add_collector([&network](obs::Registry& r) {
     const NetworkCounters c = network.counters();
     for (size_t k = 0; k < 3; ++k) {

@@ -2,16 +2,16 @@
 // agora_network_*), recorded by the round loop and read by `agora peer --metrics`.
 //
 // The round loop calls it at a few points (a round trained, a step applied, a resync, a
-// checkpoint) and times its activities with Timer; the network counters are read from
-// PeerNetwork at scrape time. Everything is thread-safe: the loop writes while an HTTP thread
-// renders. Torch-free, like PeerNetwork.
+// checkpoint) and times its activities with Timer; the network counters are read from the
+// peer's link (peer_link.h) at scrape time. Everything is thread-safe: the loop writes while an
+// HTTP thread renders. Torch-free.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 
 #include "agora/obs/metrics.h"
-#include "agora/peer/peer_network.h"
+#include "agora/peer/peer_link.h"
 
 namespace agora::peer {
 
@@ -46,7 +46,7 @@ class PeerMetrics {
   void resynced();
   void checkpoint_written(double seconds);
   // Publishes `network`'s counters at every scrape; `network` must outlive the registry's use.
-  void watch(const PeerNetwork& network);
+  void watch(const PeerLink& network);
 
  private:
   obs::Registry& registry_;

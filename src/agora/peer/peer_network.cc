@@ -15,6 +15,12 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+std::chrono::steady_clock::time_point deadline_after(double seconds) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(seconds));
+}
+
 Traffic traffic_of(const wire::Envelope& m) {
   if (m.has_get_blob() || m.has_blob()) return Traffic::kPayload;
   if (m.has_get_tensor() || m.has_tensor_data()) return Traffic::kState;
@@ -79,22 +85,23 @@ PeerNetwork::~PeerNetwork() {
   server_.reset();
 }
 
-void PeerNetwork::configure(std::string run_id,
-                            std::function<std::string(std::string_view)> validator) {
-  std::lock_guard lock(mutex_);
+void PeerNetwork::configure(std::string run_id, PayloadValidator validator) {
+  MutexLock lock(mutex_);
   run_id_ = std::move(run_id);
   validator_ = std::move(validator);
 }
 
 void PeerNetwork::send_to_coordinator(wire::Envelope message) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   to_coordinator_.push_back(std::move(message));
 }
 
 std::optional<wire::Envelope> PeerNetwork::next_from_coordinator(double timeout_seconds) {
-  std::unique_lock lock(mutex_);
-  arrived_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
-                    [&] { return !from_coordinator_.empty(); });
+  const auto deadline = deadline_after(timeout_seconds);
+  MutexLock lock(mutex_);
+  while (from_coordinator_.empty()) {
+    if (arrived_.wait_until(mutex_, deadline) == std::cv_status::timeout) break;
+  }
   if (from_coordinator_.empty()) return std::nullopt;
   wire::Envelope message = std::move(from_coordinator_.front());
   from_coordinator_.pop_front();
@@ -102,7 +109,7 @@ std::optional<wire::Envelope> PeerNetwork::next_from_coordinator(double timeout_
 }
 
 void PeerNetwork::set_status(uint64_t applied_steps, uint64_t next_round) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   applied_steps_ = applied_steps;
   next_round_ = next_round;
 }
@@ -140,8 +147,18 @@ std::shared_ptr<PeerNetwork::Job> PeerNetwork::collect_job(uint64_t step,
   return job;
 }
 
+bool PeerNetwork::wait_for(Job& job, double timeout_seconds) {
+  const auto deadline = deadline_after(timeout_seconds);
+  MutexLock lock(mutex_);
+  while (!job.finished) {
+    if (arrived_.wait_until(mutex_, deadline) == std::cv_status::timeout) break;
+  }
+  job.cancelled = !job.finished;
+  return job.finished;
+}
+
 void PeerNetwork::submit(std::shared_ptr<Job> job) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   new_jobs_.push_back(std::move(job));
 }
 
@@ -156,11 +173,7 @@ std::vector<std::string> PeerNetwork::ensure(uint64_t step,
   if (missing.empty()) return {};
   const auto job = collect_job(step, missing, members, /*witness=*/false);
   submit(job);
-  std::unique_lock lock(mutex_);
-  arrived_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
-                    [&] { return job->finished; });
-  job->cancelled = !job->finished;
-  lock.unlock();
+  wait_for(*job, timeout_seconds);
   std::vector<std::string> still;
   for (const auto& record : missing) {
     if (!blobs_.contains(record.payload_hash())) still.push_back(record.payload_hash());
@@ -170,7 +183,7 @@ std::vector<std::string> PeerNetwork::ensure(uint64_t step,
 
 void PeerNetwork::publish_snapshot(uint64_t applied_steps,
                                    std::shared_ptr<const Snapshot> snapshot) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   snapshots_[applied_steps] = std::move(snapshot);
   while (snapshots_.size() > 2) snapshots_.erase(snapshots_.begin());
 }
@@ -204,15 +217,10 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
     job->wants.push_back(std::move(want));
   }
   submit(job);
-  std::unique_lock lock(mutex_);
-  arrived_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
-                    [&] { return job->finished; });
-  if (!job->finished) {
-    job->cancelled = true;
+  if (!wait_for(*job, timeout_seconds)) {
     fail("fetching the parameters after step {} took longer than {} s", state.applied_steps(),
          timeout_seconds);
   }
-  lock.unlock();
   Snapshot out;
   for (Want& want : job->wants) {
     if (!want.ok) {
@@ -226,7 +234,7 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
 }
 
 NetworkCounters PeerNetwork::counters() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   NetworkCounters c = counters_;  // dropped_* come from sync_socket_counters()
   c.bytes_sent = c.bytes_received = 0;
   for (size_t k = 0; k < 3; ++k) {
@@ -256,7 +264,7 @@ void PeerNetwork::sync_socket_counters() {
   for (const auto& [endpoint, client] : clients_) {
     for (const auto& [reason, n] : client->drops_by_reason()) by_reason[reason] += n;
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   counters_.dropped_messages = dropped;
   counters_.dropped_by_reason = std::move(by_reason);
 }
@@ -308,38 +316,37 @@ void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
           reject(Rejection::kHash);
           // A relay (or the author) sent bytes that are not the committed payload: ask another.
           want.reason = fmt::format("{} served bytes that do not match the committed hash", source);
-          std::lock_guard lock(mutex_);
-          ++counters_.payloads_rejected;
+          {
+            MutexLock lock(mutex_);
+            ++counters_.payloads_rejected;
+          }
           advance(want, now);
           return;
         }
         std::string run_id;
-        std::function<std::string(std::string_view)> validator;
+        PayloadValidator validator;
         {
-          std::lock_guard lock(mutex_);
+          MutexLock lock(mutex_);
           run_id = run_id_;
           validator = validator_;
         }
         const wire::CommitRecord& r = want.record;
-        std::string why;
+        std::optional<std::string> invalid;  // why the payload is refused, if it is
         if (!net::verify_signature(
                 r.author(), net::commit_signing_bytes(run_id, r.step(), want.key), r.signature())) {
-          why = "the author's signature over the commitment does not verify";
+          invalid = "the author's signature over the commitment does not verify";
           reject(Rejection::kSignature);
-        } else if (validator) {
-          why = validator(data);
-          if (!why.empty()) reject(Rejection::kLayout);
+        } else if (validator && (invalid = validator(data))) {
+          reject(Rejection::kLayout);
         }
-        if (why.empty() && payload_fetch_ != nullptr) payload_fetch_->observe(now - want.started);
         want.done = true;
         want.asked.clear();
-        std::lock_guard lock(mutex_);
-        if (why.empty()) {
-          want.ok = true;
-          ++counters_.payloads_fetched;
-        } else {
-          want.reason = why;
-          ++counters_.payloads_rejected;
+        want.ok = !invalid;
+        if (invalid) want.reason = std::move(*invalid);
+        if (want.ok && payload_fetch_ != nullptr) payload_fetch_->observe(now - want.started);
+        {
+          MutexLock lock(mutex_);
+          ++(want.ok ? counters_.payloads_fetched : counters_.payloads_rejected);
         }
         if (want.ok) blobs_.put(want.key, std::move(data), r.step());
         return;
@@ -379,7 +386,7 @@ void PeerNetwork::serve(net::Incoming&& in) {
   } else if (m.has_get_tensor()) {
     std::shared_ptr<const Snapshot> snapshot;
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       const auto it = snapshots_.find(m.get_tensor().applied_steps());
       if (it != snapshots_.end()) snapshot = it->second;
     }
@@ -403,17 +410,18 @@ void PeerNetwork::serve(net::Incoming&& in) {
 
 void PeerNetwork::pump_commands() {
   std::deque<wire::Envelope> outgoing;
+  std::deque<std::shared_ptr<Job>> jobs;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     outgoing.swap(to_coordinator_);
-    while (!new_jobs_.empty()) {
-      jobs_.push_back(std::move(new_jobs_.front()));
-      new_jobs_.pop_front();
-      const double now = now_seconds();
-      for (Want& want : jobs_.back()->wants) {
-        if (!want.done) advance(want, now);
-      }
+    jobs.swap(new_jobs_);
+  }
+  const double now = now_seconds();
+  for (auto& job : jobs) {
+    for (Want& want : job->wants) {
+      if (!want.done) advance(want, now);
     }
+    jobs_.push_back(std::move(job));
   }
   for (const auto& message : outgoing) {
     count(Traffic::kControl, true, message.ByteSizeLong());
@@ -424,7 +432,7 @@ void PeerNetwork::pump_commands() {
 void PeerNetwork::finish_jobs() {
   std::vector<wire::Envelope> witnesses;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);  // Job::finished and Job::cancelled
     for (auto it = jobs_.begin(); it != jobs_.end();) {
       Job& job = **it;
       bool all = !job.cancelled;
@@ -479,7 +487,7 @@ void PeerNetwork::run() {
     bool any = false;
     while (auto m = coordinator_->recv()) {
       count(Traffic::kControl, false, m->ByteSizeLong());
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       from_coordinator_.push_back(std::move(*m));
       any = true;
     }
@@ -504,14 +512,14 @@ void PeerNetwork::run() {
     finish_jobs();
     bool joined;
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       joined = !run_id_.empty();
     }
     // Heartbeats start once the run is known: before its Join, the coordinator would refuse them.
     if (joined && now >= next_heartbeat) {
       wire::Envelope hb;
       {
-        std::lock_guard lock(mutex_);
+        MutexLock lock(mutex_);
         hb.mutable_heartbeat()->set_applied_steps(applied_steps_);
         hb.mutable_heartbeat()->set_next_round(next_round_);
       }

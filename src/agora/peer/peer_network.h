@@ -29,16 +29,17 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "agora/core/mutex.h"
 #include "agora/net/blob_store.h"
 #include "agora/net/curve_socket.h"
 #include "agora/net/identity.h"
 #include "agora/obs/metrics.h"
+#include "agora/peer/peer_link.h"
 
 namespace agora::peer {
 
@@ -54,72 +55,32 @@ struct PeerNetworkOptions {
   double tensor_timeout_seconds = 60;
 };
 
-// One tensor of a snapshot, as served: dtype, shape and little-endian bytes.
-struct TensorBytes {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string data;
-};
-using Snapshot = std::map<std::string, TensorBytes>;
-
-// What travels: payloads (GetBlob, Blob), model state (GetTensor, TensorData) and control (the
-// coordinator's connection, NotFound answers).
-enum class Traffic { kPayload = 0, kState = 1, kControl = 2 };
-inline constexpr const char* kTrafficNames[] = {"payload", "state", "control"};
-
-// Why a fetched payload was refused: its bytes did not hash to the commitment (that source is
-// skipped, the next is asked), the author's signature did not verify, the strategy's layout
-// check failed, or no source served it.
-enum class Rejection { kHash = 0, kSignature = 1, kLayout = 2, kUnavailable = 3 };
-inline constexpr const char* kRejectionNames[] = {"hash", "signature", "layout", "unavailable"};
-
-struct NetworkCounters {
-  uint64_t bytes_sent = 0, bytes_received = 0;                 // every kind
-  std::array<uint64_t, 3> sent_by_kind{}, received_by_kind{};  // indexed by Traffic
-  uint64_t payloads_fetched = 0, payloads_rejected = 0, dropped_messages = 0;
-  std::array<uint64_t, 4> rejected_by_reason{};       // indexed by Rejection
-  std::map<std::string, uint64_t> dropped_by_reason;  // net::Server::drops_by_reason() tokens
-};
-
-class PeerNetwork {
+class PeerNetwork final : public PeerLink {
  public:
   PeerNetwork(const net::Identity& identity, PeerNetworkOptions options);
   ~PeerNetwork();
   PeerNetwork(const PeerNetwork&) = delete;
   PeerNetwork& operator=(const PeerNetwork&) = delete;
 
-  // The endpoint other peers dial (advertise, or the bound one).
-  const std::string& endpoint() const { return endpoint_; }
-  net::BlobStore& blobs() { return blobs_; }
-
-  // Set once the run is known: the run id commitments are signed under, and a check of a
-  // payload's content ("" = valid, else the reason).
-  void configure(std::string run_id, std::function<std::string(std::string_view)> validator);
-
-  void send_to_coordinator(wire::Envelope message);
-  // The next message from the coordinator, waiting up to `timeout_seconds`.
-  std::optional<wire::Envelope> next_from_coordinator(double timeout_seconds);
-  // What the heartbeat reports.
-  void set_status(uint64_t applied_steps, uint64_t next_round);
-
-  // Fetches and verifies the payloads of `commits`; sends a Witness for `step` when done if
-  // `witness`. Returns at once.
+  // PeerLink (peer_link.h). The endpoint is the advertised one, or the bound one; snapshots
+  // are kept for the newest 2 steps published; fetch_state() asks several holders at once.
+  const std::string& endpoint() const override { return endpoint_; }
+  net::BlobStore& blobs() override { return blobs_; }
+  void configure(std::string run_id, PayloadValidator validator) override;
+  void send_to_coordinator(wire::Envelope message) override;
+  std::optional<wire::Envelope> next_from_coordinator(double timeout_seconds) override;
+  void set_status(uint64_t applied_steps, uint64_t next_round) override;
   void collect(uint64_t step, std::vector<wire::CommitRecord> commits,
-               std::vector<wire::Member> members, bool witness);
-  // Blocks until every payload of `set` is held (fetching what is missing from `members`) or
-  // `timeout_seconds` pass; returns the hashes still missing.
+               std::vector<wire::Member> members, bool witness) override;
   std::vector<std::string> ensure(uint64_t step, const std::vector<wire::CommitRecord>& set,
-                                  std::vector<wire::Member> members, double timeout_seconds);
-
-  // Keeps `snapshot` (the parameters after `applied_steps` steps) to serve; keeps the newest 2.
-  void publish_snapshot(uint64_t applied_steps, std::shared_ptr<const Snapshot> snapshot);
-  // Fetches the tensors of `state` from `holders`, several at once, each verified against its
-  // hash. Throws Error when a tensor cannot be had from any holder within the timeout.
+                                  std::vector<wire::Member> members,
+                                  double timeout_seconds) override;
+  void publish_snapshot(uint64_t applied_steps,
+                        std::shared_ptr<const Snapshot> snapshot) override;
   Snapshot fetch_state(const wire::StateRecord& state, const std::vector<wire::Member>& holders,
-                       double timeout_seconds);
-
-  // Thread-safe: the metrics' collector reads them from an HTTP thread.
-  NetworkCounters counters() const;
+                       double timeout_seconds) override;
+  // The metrics' collector reads them from an HTTP thread.
+  NetworkCounters counters() const override;
 
  private:
   struct Want;
@@ -138,33 +99,46 @@ class PeerNetwork {
   void reject(Rejection why);
   void sync_socket_counters();
 
+  // Blocks until the I/O thread finished `job` or `timeout_seconds` pass; a job given up on is
+  // cancelled (the I/O thread drops it). True when it finished.
+  bool wait_for(Job& job, double timeout_seconds) EXCLUDES(mutex_);
+
+  // Set at construction, then read-only.
   const net::Identity& identity_;
   PeerNetworkOptions options_;
+  std::string endpoint_;
+  obs::Histogram* payload_fetch_ = nullptr;
+  obs::Histogram* state_fetch_ = nullptr;
+
+  // The I/O thread's alone: the sockets (ZeroMQ sockets belong to one thread) and the jobs in
+  // flight. Never locked; the training thread never touches them.
   net::Context context_;
   std::unique_ptr<net::Server> server_;
   std::unique_ptr<net::Client> coordinator_;
   std::map<std::string, std::unique_ptr<net::Client>> clients_;  // by endpoint
-  std::string endpoint_;
+  std::vector<std::shared_ptr<Job>> jobs_;
+  uint64_t dropped_seen_ = 0;
+
+  // Thread-safe on its own.
   net::BlobStore blobs_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable arrived_;
-  std::deque<wire::Envelope> from_coordinator_;
-  std::deque<wire::Envelope> to_coordinator_;
-  std::deque<std::shared_ptr<Job>> new_jobs_;
-  std::map<uint64_t, std::shared_ptr<const Snapshot>> snapshots_;
-  std::string run_id_;
-  std::function<std::string(std::string_view)> validator_;
-  uint64_t applied_steps_ = 0, next_round_ = 0;
-  NetworkCounters counters_;
-  // Updated without mutex_ (advance() runs with and without it held).
+  // What the two threads hand each other. The I/O thread never sends on a socket with mutex_
+  // held, and the training thread never blocks on the network with it held.
+  mutable Mutex mutex_;
+  std::condition_variable_any arrived_;  // a message from the coordinator, or a job finished
+  std::deque<wire::Envelope> from_coordinator_ GUARDED_BY(mutex_);
+  std::deque<wire::Envelope> to_coordinator_ GUARDED_BY(mutex_);
+  std::deque<std::shared_ptr<Job>> new_jobs_ GUARDED_BY(mutex_);
+  std::map<uint64_t, std::shared_ptr<const Snapshot>> snapshots_ GUARDED_BY(mutex_);
+  std::string run_id_ GUARDED_BY(mutex_);
+  PayloadValidator validator_ GUARDED_BY(mutex_);
+  uint64_t applied_steps_ GUARDED_BY(mutex_) = 0;
+  uint64_t next_round_ GUARDED_BY(mutex_) = 0;
+  NetworkCounters counters_ GUARDED_BY(mutex_);  // the tallies not kept in the atomics below
+  // Written by the I/O thread, read by counters() from any thread.
   std::array<std::atomic<uint64_t>, 3> sent_{}, received_{};
   std::array<std::atomic<uint64_t>, 4> rejected_{};
-  uint64_t dropped_seen_ = 0;  // I/O thread only
-  obs::Histogram* payload_fetch_ = nullptr;
-  obs::Histogram* state_fetch_ = nullptr;
 
-  std::vector<std::shared_ptr<Job>> jobs_;  // I/O thread only
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "agora/core/error.h"
+#include "agora/core/little_endian.h"
 
 namespace agora {
 
@@ -401,12 +402,6 @@ class HeaderHandler {
       "safetensors {}: the file has {} bytes, fewer than the 8-byte header length that starts a "
       "safetensors file",
       source_name, size);
-}
-
-uint64_t load_le64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
-  return v;
 }
 
 }  // namespace

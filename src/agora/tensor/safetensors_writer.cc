@@ -1,19 +1,15 @@
 // write_safetensors() and safetensors_header_bytes(): see safetensors.h for the promises.
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
-#include <utility>
 
 #include "agora/core/error.h"
+#include "agora/core/file.h"
+#include "agora/core/little_endian.h"
 #include "agora/tensor/safetensors.h"
 
 namespace agora {
@@ -62,66 +58,6 @@ uint64_t checked_size(const TensorView& t) {
   return bytes;
 }
 
-void write_all(int fd, const uint8_t* data, size_t size, const std::filesystem::path& path) {
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(fd, data + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("cannot write {}: {}", path.string(), std::strerror(errno));
-    done += static_cast<size_t>(n);
-  }
-}
-
-// A temporary file beside the target, removed unless commit() renamed it into place.
-class TempFile {
- public:
-  explicit TempFile(const std::filesystem::path& target) : target_(target) {
-    // A unique name in the target's folder: the rename stays within one file system, and two
-    // writers aimed at the same path do not write into each other's file.
-    std::string tmpl = target.string() + ".tmp.XXXXXX";
-    fd_ = ::mkstemp(tmpl.data());
-    if (fd_ < 0) fail("cannot create a temporary file {}: {}", tmpl, std::strerror(errno));
-    path_ = tmpl;
-    // mkstemp makes the file private (0600); a checkpoint is ordinary data.
-    if (::fchmod(fd_, 0644) != 0) {
-      fail("cannot set permissions of {}: {}", path_.string(), std::strerror(errno));
-    }
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-
-  void write(const uint8_t* data, size_t size) { write_all(fd_, data, size, path_); }
-
-  void commit() {
-    if (::fsync(fd_) != 0) fail("cannot flush {}: {}", path_.string(), std::strerror(errno));
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) fail("cannot close {}: {}", path_.string(), std::strerror(errno));
-    if (::rename(path_.c_str(), target_.c_str()) != 0) {
-      fail("cannot rename {} to {}: {}", path_.string(), target_.string(), std::strerror(errno));
-    }
-    committed_ = true;
-    // Make the rename itself durable. Best effort: some file systems refuse fsync on a folder,
-    // and the file is already complete and in place either way.
-    std::filesystem::path dir = target_.parent_path();
-    if (dir.empty()) dir = ".";
-    const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd >= 0) {
-      ::fsync(dir_fd);
-      ::close(dir_fd);
-    }
-  }
-
- private:
-  std::filesystem::path target_;
-  std::filesystem::path path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
 }  // namespace
 
 std::string safetensors_header_bytes(const std::vector<TensorView>& tensors,
@@ -166,18 +102,18 @@ std::string safetensors_header_bytes(const std::vector<TensorView>& tensors,
         "accept; write fewer tensors per file",
         json.size(), kSafetensorsMaxHeaderBytes);
   }
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((uint64_t{json.size()} >> (8 * i)) & 0xff);
+  std::string out;
+  append_le(out, json.size(), 8);
   return out + json;
 }
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorView>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   const std::string header = safetensors_header_bytes(tensors, metadata);
-  TempFile file(path);
-  file.write(reinterpret_cast<const uint8_t*>(header.data()), header.size());
+  AtomicFile file(path);
+  file.append(header);
   // Straight from the caller's memory: a model is never copied whole.
-  for (const TensorView& t : tensors) file.write(t.bytes.data(), t.bytes.size());
+  for (const TensorView& t : tensors) file.append(t.bytes.data(), t.bytes.size());
   file.commit();
 }
 

@@ -32,9 +32,4 @@ torch::Tensor read_windows(const Sampler& sampler, uint64_t first, int64_t count
   });
 }
 
-torch::Tensor next_token_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(
-      logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32), targets.reshape({-1}));
-}
-
 }  // namespace agora

@@ -1,5 +1,5 @@
-// Turning sampler windows into model inputs: [B, T + 1] int64 token tensors, split into the
-// inputs (the first T) and the targets (the last T, shifted by one).
+// Turning sampler windows into model inputs: [B, bag * (T + 1)] int64 token tensors (train/loss.h
+// turns them into a loss).
 #pragma once
 
 #include <torch/torch.h>
@@ -15,8 +15,5 @@ torch::Tensor read_sequences(const Sampler& sampler, uint64_t first, int64_t cou
 
 // Windows first .. first + count - 1 in file order (unshuffled: evaluation).
 torch::Tensor read_windows(const Sampler& sampler, uint64_t first, int64_t count);
-
-// Mean next-token cross-entropy of `logits` [B, T, V] against `targets` [B, T].
-torch::Tensor next_token_loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
 }  // namespace agora

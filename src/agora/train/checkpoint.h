@@ -1,6 +1,6 @@
 // Checkpoints: a folder that Hugging Face opens as a LlamaForCausalLM and agora resumes from.
 //
-//   DIR/config.json                 HF LlamaConfig (model/hf_config.h)
+//   DIR/config.json                 HF LlamaConfig (config/hf_config.h)
 //   DIR/model.safetensors           the parameters under HF's names, float32
 //   DIR/agora.json                  step, tokens seen, tokenizer, end-of-text id, last val loss
 //   DIR/run.toml                    the resolved run config the run was started with

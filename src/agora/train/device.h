@@ -11,7 +11,8 @@ namespace agora {
 // Throws Error for "cuda" without a usable GPU, naming what this build has.
 torch::Device resolve_device(std::string_view name);
 
-// While alive, eligible ops run in bfloat16 (torch autocast) on `device`; a no-op when disabled.
+// While alive, eligible ops run in bfloat16 (torch autocast) on `device`; a no-op when disabled
+// or when autocast is already on (an outer guard keeps it on past this one).
 class AutocastGuard {
  public:
   AutocastGuard(torch::Device device, bool enabled);

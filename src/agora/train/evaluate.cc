@@ -4,7 +4,7 @@
 
 #include "agora/core/error.h"
 #include "agora/train/batches.h"
-#include "agora/train/superposition.h"
+#include "agora/train/loss.h"
 
 namespace agora {
 
@@ -22,10 +22,7 @@ EvalResult evaluate(Llama& model, const Sampler& windows, int64_t max_windows, i
   for (int64_t first = 0; first < n; first += batch) {
     const int64_t count = std::min(batch, n - first);
     const torch::Tensor tokens = read_windows(windows, first, count).to(device);
-    const torch::Tensor loss =
-        windows.bag() > 1
-            ? superposition_loss(model, tokens, windows.bag())
-            : next_token_loss(model->forward(tokens.narrow(1, 0, T)), tokens.narrow(1, 1, T));
+    const torch::Tensor loss = window_loss(model, tokens, windows.bag());
     total += loss.item<double>() * count * T;
   }
   model->train(was_training);

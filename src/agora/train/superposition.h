@@ -1,8 +1,9 @@
-// Token Superposition Training (ALGORITHMS.md section 4): what a bag of tokens is to the model.
+// Token Superposition Training (docs/algorithms.md section 4): what a bag of tokens is to the
+// model.
 //
 // A sampler built with bag = s (data/sampler.h) gives windows of T + 1 bags of s consecutive
 // tokens, [B, s * (T + 1)]. Bag j is tokens [j * s, (j + 1) * s). The inputs are bags 0 .. T - 1,
-// the targets bags 1 .. T. ALGORITHMS.md's example, s = 2 and T = 2:
+// the targets bags 1 .. T. The example of docs/algorithms.md section 4, s = 2 and T = 2:
 //   tokens 10 11 12 13 14 15  ->  inputs [10 11] [12 13], targets [12 13] [14 15].
 //
 // Position j enters the model as the mean of its bag's s token embeddings, so the model still

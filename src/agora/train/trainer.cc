@@ -18,14 +18,12 @@
 #include "agora/data/sampler.h"
 #include "agora/data/tokenizer.h"
 #include "agora/obs/progress.h"
-#include "agora/train/batches.h"
 #include "agora/train/checkpoint.h"
 #include "agora/data/data_meta.h"
 #include "agora/train/device.h"
 #include "agora/train/evaluate.h"
 #include "agora/train/parameter_hash.h"
-#include "agora/train/strategy_factory.h"
-#include "agora/train/superposition.h"
+#include "agora/train/step.h"
 
 namespace agora {
 namespace fs = std::filesystem;
@@ -72,27 +70,18 @@ class StepLine {
   bool pending_ = false;
 };
 
-void point_latest(const fs::path& out_dir, const fs::path& checkpoint) {
-  const fs::path link = out_dir / "latest", tmp = out_dir / "latest.tmp";
-  fs::remove(tmp);
-  fs::create_directory_symlink(checkpoint.filename(), tmp);
-  fs::rename(tmp, link);  // atomic replacement of the old link
-}
-
 // One simulated peer: its own copy of the model and its own strategy state.
 struct Replica {
   std::string id;
-  Llama model{nullptr};
-  std::unique_ptr<Strategy> strategy;
-  std::vector<torch::Tensor> params;
+  Learner learner;
 };
 
 // Training state keys: a single peer's strategy state as it is, several peers' under "peer-NNN.".
 std::map<std::string, torch::Tensor> gather_state(const std::vector<Replica>& replicas) {
-  if (replicas.size() == 1) return replicas[0].strategy->state();
+  if (replicas.size() == 1) return replicas[0].learner.strategy->state();
   std::map<std::string, torch::Tensor> out;
   for (const Replica& r : replicas) {
-    for (auto& [name, tensor] : r.strategy->state()) out[r.id + "." + name] = tensor;
+    for (auto& [name, tensor] : r.learner.strategy->state()) out[r.id + "." + name] = tensor;
   }
   return out;
 }
@@ -110,7 +99,7 @@ void scatter_state(std::vector<Replica>& replicas,
          trained_with == 1 ? "one peer" : fmt::format("{} simulated peers", trained_with),
          trained_with);
   }
-  if (replicas.size() == 1) return replicas[0].strategy->load_state(state);
+  if (replicas.size() == 1) return replicas[0].learner.strategy->load_state(state);
   for (Replica& r : replicas) {
     std::map<std::string, torch::Tensor> own;
     const std::string prefix = r.id + ".";
@@ -120,7 +109,7 @@ void scatter_state(std::vector<Replica>& replicas,
     if (own.empty() && !state.empty()) {
       fail("checkpoint {} has no state for {}", checkpoint.string(), r.id);
     }
-    r.strategy->load_state(own);
+    r.learner.strategy->load_state(own);
   }
 }
 
@@ -128,8 +117,8 @@ void scatter_state(std::vector<Replica>& replicas,
 // strategy's determinism, and training on would hide it.
 void check_identical(std::vector<Replica>& replicas, int64_t step) {
   for (size_t i = 1; i < replicas.size(); ++i) {
-    for (size_t k = 0; k < replicas[0].params.size(); ++k) {
-      if (!torch::equal(replicas[0].params[k], replicas[i].params[k])) {
+    for (size_t k = 0; k < replicas[0].learner.params.size(); ++k) {
+      if (!torch::equal(replicas[0].learner.params[k], replicas[i].learner.params[k])) {
         fail(
             "step {}: simulated {} holds different parameters from {} (tensor {}); the "
             "strategy is not deterministic",
@@ -171,35 +160,27 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
         "train.micro_batch_size = {} (allowed: a micro-batch size that divides batch_size / peers)",
         N, per_peer, b);
   }
-  const int64_t accumulation = per_peer / b;
 
   std::vector<Replica> replicas(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) {
     Replica& r = replicas[static_cast<size_t>(i)];
     r.id = fmt::format("peer-{:03}", i);
-    torch::manual_seed(config.seed);  // every replica starts from the same initialisation
-    r.model = Llama(config.model);
-    r.model->to(device);
-    r.model->train();
-    r.strategy = make_strategy(config, r.model);
-    r.params = r.model->parameters();
+    r.learner = Learner::create(config, device);
   }
-  Llama& model = replicas[0].model;
+  Llama& model = replicas[0].learner.model;
 
-  const Sampler train_data =
-      Sampler::from_directory(config.data.dir, "train", config.data.seq_len, config.seed);
+  // Each simulated peer trains its slice of the global batch in micro-batches of b.
+  RunConfig step_config = config;
+  step_config.train.micro_batch_size = b;
+  const TrainStep train_step(step_config, device);
   const Sampler val_data =
       Sampler::from_directory(config.data.dir, "val", config.data.seq_len, config.seed);
-  // TST phase 1 reads windows of tst.bag * (T + 1) tokens from samplers of their own.
+  // TST phase 1 validates on bags as well, from a sampler of its own.
   const int64_t switch_step = config.tst_switch_step(), bag = config.tst.bag;
-  std::optional<Sampler> bag_train, bag_val;
-  if (switch_step > 0) {
-    bag_train = Sampler::from_directory(config.data.dir, "train", config.data.seq_len, config.seed,
-                                        static_cast<uint32_t>(bag));
-    if (bag > 1) {
-      bag_val = Sampler::from_directory(config.data.dir, "val", config.data.seq_len, config.seed,
-                                        static_cast<uint32_t>(bag));
-    }
+  std::optional<Sampler> bag_val;
+  if (switch_step > 0 && bag > 1) {
+    bag_val = Sampler::from_directory(config.data.dir, "val", config.data.seq_len, config.seed,
+                                      static_cast<uint32_t>(bag));
   }
 
   TrainSummary summary;
@@ -228,7 +209,7 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
     {
       torch::NoGradGuard no_grad;
       for (Replica& r : replicas) {
-        auto target = r.model->named_parameters();
+        auto target = r.learner.model->named_parameters();
         for (auto& item : checkpoint.model->named_parameters())
           target[item.key()].copy_(item.value());
       }
@@ -254,7 +235,7 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
         "then next-token training",
         switch_step - 1, bag, bag * T));
   }
-  for (const std::string& warning : replicas[0].strategy->warnings()) {
+  for (const std::string& warning : replicas[0].learner.strategy->warnings()) {
     line.message("warning: " + warning);
   }
   if (!options.save_payloads.empty()) fs::create_directories(options.save_payloads);
@@ -286,20 +267,15 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
     meta.val_loss = val_loss;
     TrainingState state{gather_state(replicas), at::detail::getDefaultCPUGenerator().get_state()};
     save_checkpoint(dir, model, meta, data.tokenizer_spec, config.to_toml(), state);
-    point_latest(t.out_dir, dir);
+    replace_symlink(fs::path(t.out_dir) / "latest", dir.filename());
     summary.checkpoint = dir;
     line.message(fmt::format("step {:>6}  checkpoint {}", steps_done, dir.string()));
   };
 
-  // Local clipping (ALGORITHMS.md: scale by min(1, c / (||g|| + 1e-6))); with clipping off the
-  // norm is still measured for the log.
-  const double clip = config.optimizer.grad_clip > 0 ? config.optimizer.grad_clip
-                                                     : std::numeric_limits<double>::infinity();
   const auto started = Clock::now();
   double last_val = NAN;
   std::vector<Contribution> contributions(static_cast<size_t>(N));
   for (int64_t step = start; step < t.steps; ++step) {
-    const bool bagged = step < switch_step;
     if (step == switch_step && switch_step > 0) {
       line.message(fmt::format(
           "step {:>6}  token superposition ends: next-token training from here on, same "
@@ -312,31 +288,13 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
     int64_t bytes = 0;
     for (int64_t i = 0; i < N; ++i) {
       Replica& r = replicas[static_cast<size_t>(i)];
-      r.strategy->before_forward(context);
-      for (auto& p : r.params) p.mutable_grad() = torch::Tensor();
-      double loss_peer = 0;
-      for (int64_t k = 0; k < accumulation; ++k) {
-        const uint64_t first = static_cast<uint64_t>(step * B + i * per_peer + k * b);
-        const torch::Tensor tokens =
-            read_sequences(bagged ? *bag_train : train_data, first, b).to(device);
-        const torch::Tensor loss =
-            (bagged ? superposition_loss(r.model, tokens, bag)
-                    : next_token_loss(r.model->forward(tokens.narrow(1, 0, T)),
-                                      tokens.narrow(1, 1, T))) /
-            accumulation;
-        loss.backward();
-        loss_peer += loss.item<double>();
-      }
-      if (!std::isfinite(loss_peer)) {
-        fail(
-            "step {}: the loss is {} (diverged); lower optimizer.lr (now {}) or raise "
-            "schedule.warmup_steps",
-            step, loss_peer, config.optimizer.lr);
-      }
-      loss_sum += loss_peer;
-      norm_sum += torch::nn::utils::clip_grad_norm_(r.params, clip);
+      const SequenceRange share{static_cast<uint64_t>(step * B + i * per_peer),
+                                static_cast<uint64_t>(per_peer)};
+      StepResult result = train_step.run(r.learner, context, {&share, 1});
+      loss_sum += result.loss;
+      norm_sum += result.grad_norm;
       Contribution& own = contributions[static_cast<size_t>(i)];
-      own = r.strategy->contribute(context);
+      own = std::move(result.contribution);
       own.peer = r.id;
       bytes += static_cast<int64_t>(own.bytes.size());
       if (!options.save_payloads.empty() && !own.bytes.empty()) {
@@ -345,16 +303,16 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
       }
     }
     bool exchanged = false;
-    for (Replica& r : replicas) r.strategy->apply(context, contributions);
+    for (Replica& r : replicas) r.learner.strategy->apply(context, contributions);
     for (const Contribution& c : contributions) exchanged = exchanged || !c.bytes.empty();
     if (exchanged) check_identical(replicas, step);
 
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
     train_seconds += seconds;
-    const StepStats stats{
-        step,      loss_sum / N,    context.lr, norm_sum / N, B * T / std::max(seconds, 1e-9),
-        bytes / N, bagged ? bag : 1};
+    const StepStats stats{step,         loss_sum / N, context.lr,
+                          norm_sum / N, B * T / std::max(seconds, 1e-9),
+                          bytes / N,    train_step.bag(step)};
     summary.final_loss = stats.loss;
     summary.payload_bytes_per_peer += static_cast<uint64_t>(stats.payload_bytes);
     if (options.on_step) options.on_step(stats);

@@ -6,16 +6,16 @@
 //
 // Per optimizer step s (0-based), with global batch B, N peers, micro-batch b, sequence length T:
 //   1. the learning rate comes from the run's schedule;
-//   2. peer i trains on sequence ids s*B + i*B/N .. s*B + (i+1)*B/N - 1 from the sampler (so the
-//      data position is a function of the step alone), in micro-batches of min(b, B/N);
-//   3. each peer clips its own gradient to optimizer.grad_clip (clipping is local, as DeMo's
-//      specification says) and its strategy contributes a payload, sent by "peer-000", ...;
-//   4. every peer's strategy applies all N contributions; after every exchange the trainer checks
+//   2. peer i runs the step (train/step.h, the same code a network peer runs) on sequence ids
+//      s*B + i*B/N .. s*B + (i+1)*B/N - 1 (so the data position is a function of the step alone),
+//      in micro-batches of min(b, B/N): forward, backward, local clipping to
+//      optimizer.grad_clip, and its strategy's payload, sent by "peer-000", ...;
+//   3. every peer's strategy applies all N contributions; after every exchange the trainer checks
 //      that all replicas hold bit-identical parameters, and stops with an error if they do not.
 // Validation every eval_interval steps and at the end; checkpoints every checkpoint_interval
 // steps and at the end, as OUT/checkpoint_<step>/ with OUT/latest pointing at the newest.
 //
-// Token Superposition Training ([tst], ALGORITHMS.md section 4): steps before
+// Token Superposition Training ([tst], docs/algorithms.md): steps before
 // config.tst_switch_step() read their sequences from a sampler with bag = tst.bag and train on
 // superposition_loss (train/superposition.h); the rest train on next tokens. The model, the
 // strategy state and the lr schedule carry across the switch untouched; the switch is logged.

@@ -1,0 +1,168 @@
+#include "agora/peer/round.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "agora/core/error.h"
+#include "agora/core/hash.h"
+#include "agora/obs/progress.h"
+#include "agora/peer/state_sync.h"
+
+namespace agora::peer {
+
+using Clock = std::chrono::steady_clock;
+
+bool Round::handle_passive(const wire::Envelope& m) {
+  if (m.has_finalized()) {
+    const auto& f = m.finalized();
+    finalized_[f.step()] = {f.set().begin(), f.set().end()};
+    return true;
+  }
+  if (m.has_collect()) {
+    const auto& c = m.collect();
+    peer_.members.assign(c.members().begin(), c.members().end());
+    peer_.link.collect(c.step(), {c.commits().begin(), c.commits().end()}, peer_.members, true);
+    return true;
+  }
+  return false;
+}
+
+std::optional<uint64_t> Round::pending_final() const {
+  if (finalized_.empty() || finalized_.rbegin()->first < peer_.applied) return std::nullopt;
+  return finalized_.rbegin()->first;
+}
+
+void Round::catch_up(uint64_t target, std::deque<wire::Envelope>& deferred) {
+  while (peer_.applied < target && !peer_.stopping()) {
+    if (finalized_.count(peer_.applied) == 0) {
+      wire::Envelope ask;
+      ask.mutable_get_finalized()->set_step(peer_.applied);
+      peer_.link.send_to_coordinator(ask);
+      const auto asked = Clock::now();
+      while (finalized_.count(peer_.applied) == 0 && !peer_.stopping()) {
+        PeerMetrics::Timer waiting(peer_.metrics, PeerMetrics::Activity::kWaiting);
+        auto m = peer_.link.next_from_coordinator(0.2);
+        waiting.stop();
+        if (m && !handle_passive(*m)) deferred.push_back(std::move(*m));
+        if (Clock::now() - asked > std::chrono::seconds(5)) break;  // ask again
+      }
+      continue;
+    }
+    apply(peer_.applied);
+  }
+}
+
+void Round::apply(uint64_t step) {
+  PeerMetrics::Timer timer(peer_.metrics, PeerMetrics::Activity::kApplying);
+  const auto& set = finalized_.at(step);
+  const auto missing = peer_.link.ensure(step, set, peer_.members, 120);
+  if (!missing.empty()) {
+    fail("step {}: {} finalized payload(s) could not be fetched from any member", step,
+         missing.size());
+  }
+  std::vector<Contribution> contributions;
+  for (const auto& record : set) {
+    contributions.push_back(
+        {net::key_to_hex(record.author()), *peer_.link.blobs().get(record.payload_hash())});
+  }
+  const StepContext context{static_cast<int64_t>(step),
+                            peer_.config.learning_rate(static_cast<int64_t>(step)),
+                            static_cast<int64_t>(std::max<size_t>(1, set.size()))};
+  const auto apply_started = Clock::now();
+  if (!contributions.empty()) peer_.learner.strategy->apply(context, contributions);
+  if (peer_.first_round) {
+    peer_.summary.compute_seconds +=
+        std::chrono::duration<double>(Clock::now() - apply_started).count();
+  }
+  ++peer_.applied;
+  finalized_.erase(finalized_.begin(), finalized_.lower_bound(peer_.applied));
+  timer.stop();  // a checkpoint written by settle() counts as checkpointing
+  settle();
+}
+
+void Round::settle(bool force_report) {
+  const auto& n = peer_.config.network;
+  if (force_report || peer_.applied % static_cast<uint64_t>(n.hash_interval) == 0) {
+    report_state(peer_);
+  }
+  const uint64_t keep = 4 * static_cast<uint64_t>(n.hash_interval) + 16;
+  if (peer_.applied > keep) peer_.link.blobs().prune_below(peer_.applied - keep);
+  checkpointer_.after_apply();
+  peer_.link.set_status(peer_.applied, peer_.next_round);
+  peer_.metrics.applied(peer_.applied);
+}
+
+void Round::train(const wire::RoundStart& round) {
+  const uint64_t step = round.step();
+  peer_.members.assign(round.members().begin(), round.members().end());
+  std::vector<SequenceRange> share;
+  for (const auto& r : round.assignment()) share.push_back({r.first(), r.count()});
+  int64_t total = 0;
+  for (const SequenceRange& r : share) total += static_cast<int64_t>(r.count);
+  if (total == 0) return;  // no share this round (the batch is smaller than the membership)
+  const std::optional<double> val_loss = checkpointer_.validate(step);
+  const auto started = Clock::now();
+  const auto index = static_cast<int64_t>(step);
+  const StepContext context{index, peer_.config.learning_rate(index),
+                            static_cast<int64_t>(std::max<size_t>(1, peer_.members.size()))};
+  // Every member switches at the same step: the step, not the member, decides the phase.
+  if (index == peer_.config.tst_switch_step() && step > 0) {
+    peer_.log(fmt::format("step {:>5}  token superposition ends: next-token training from here on",
+                          step),
+              "tst_switch", {{"round", step}});
+  }
+  StepResult result = peer_.step->run(peer_.learner, context, share, &peer_.stop);
+  if (!result.completed) return;
+  double compute = result.compute_seconds;
+  // --slowdown stands for slower hardware: the sleep counts as compute.
+  if (peer_.options.slowdown > 1.0) {
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>((peer_.options.slowdown - 1.0) * compute));
+    compute *= peer_.options.slowdown;
+  }
+  Contribution& own = result.contribution;
+  if (peer_.options.misbehave == "garbage-payload") own.bytes.resize(own.bytes.size() / 2);
+  const std::string hash = blake2b256_bytes(own.bytes);
+  peer_.link.blobs().put(hash, own.bytes, step);
+  wire::Envelope commit;
+  auto* c = commit.mutable_commit();
+  c->mutable_record()->set_author(peer_.identity.public_key());
+  c->mutable_record()->set_step(step);
+  c->mutable_record()->set_payload_hash(hash);
+  c->mutable_record()->set_signature(
+      peer_.identity.sign(net::commit_signing_bytes(peer_.run_id, step, hash)));
+  c->set_sequences(static_cast<uint64_t>(total));
+  c->set_compute_seconds(compute);
+  c->set_loss(result.loss);
+  c->set_payload_bytes(own.bytes.size());
+  if (val_loss) c->set_val_loss(*val_loss);
+  peer_.link.send_to_coordinator(commit);
+  last_commit_ = commit;
+  const auto committed = Clock::now();
+  peer_.summary.compute_seconds += std::chrono::duration<double>(committed - started).count();
+  peer_.summary.wall_seconds =
+      std::chrono::duration<double>(committed - *peer_.first_round).count();
+  ++peer_.summary.rounds_trained;
+  peer_.metrics.round_trained(result.loss, context.lr, static_cast<uint64_t>(total),
+                              static_cast<uint64_t>(peer_.config.train.batch_size),
+                              peer_.config.data.seq_len, compute);
+  peer_.log(fmt::format("step {:>5}  loss {:.4f}  {} seqs  {:.2f} s  payload {} B", step,
+                        result.loss, total, compute, own.bytes.size()),
+            "trained",
+            {{"round", step},
+             {"loss", result.loss},
+             {"sequences", total},
+             {"seconds", compute},
+             {"payload_bytes", static_cast<uint64_t>(own.bytes.size())},
+             {"grad_norm", result.grad_norm}});
+}
+
+void Round::recommit(uint64_t round) {
+  if (last_commit_ && last_commit_->commit().record().step() == round) {
+    peer_.link.send_to_coordinator(*last_commit_);
+  }
+}
+
+}  // namespace agora::peer

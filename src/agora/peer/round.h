@@ -1,0 +1,65 @@
+// One round of a peer, and the finalized steps it applies before training.
+//
+//   RoundStart(s):  catch_up(apply_through): every finalized step below it, in order, each
+//                   set's payloads fetched if missing (PeerLink::ensure) and applied in the
+//                   canonical order (the strategy sorts them) -> train(s): the assigned share
+//                   through the one step function (train/step.h) -> the payload stored, signed
+//                   over (run, s, hash) and committed with the round's numbers.
+//   Finalized(s):   the set is remembered until it is applied.
+//   Collect(s):     the link fetches and verifies step s's payloads in the background and
+//                   witnesses what it holds.
+//
+// Every network.hash_interval applied steps the peer reports its state (state_sync.h), and a
+// checkpointer checkpoints every train.checkpoint_interval steps (checkpointer.h).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "agora/peer/checkpointer.h"
+#include "agora/peer/peer_context.h"
+
+namespace agora::peer {
+
+class Round {
+ public:
+  Round(PeerContext& peer, Checkpointer& checkpointer) : peer_(peer), checkpointer_(checkpointer) {}
+
+  // Handles a message that never waits (Finalized, Collect); false for any other.
+  bool handle_passive(const wire::Envelope& m);
+
+  // Applies finalized steps until `target` steps are applied, asking the coordinator for sets it
+  // lacks. Other messages that arrive meanwhile are appended to `deferred`.
+  void catch_up(uint64_t target, std::deque<wire::Envelope>& deferred);
+  // The newest finalized step remembered and not yet applied, if any.
+  std::optional<uint64_t> pending_final() const;
+
+  // Runs round `round`: trains the assigned share and commits. A round with no share, or one
+  // stopped between micro-batches, commits nothing.
+  void train(const wire::RoundStart& round);
+  // The round was announced again (the coordinator restarted, or a heartbeat crossed our
+  // commit): the work is done; make sure the coordinator has the commitment.
+  void recommit(uint64_t round);
+
+  // Forgets every remembered set: after a sync the run may have gone back, so sets are asked
+  // for again.
+  void forget_finalized() { finalized_.clear(); }
+
+  // After the parameters changed (a step applied, or a sync when `force_report`): reports the
+  // state every network.hash_interval steps, prunes payloads no joiner will ask for, lets a
+  // checkpointer checkpoint, and updates what the heartbeat says.
+  void settle(bool force_report = false);
+
+ private:
+  void apply(uint64_t step);
+
+  PeerContext& peer_;
+  Checkpointer& checkpointer_;
+  std::map<uint64_t, std::vector<wire::CommitRecord>> finalized_;  // by step, not yet applied
+  std::optional<wire::Envelope> last_commit_;
+};
+
+}  // namespace agora::peer

@@ -1,0 +1,77 @@
+#include "agora/peer/session.h"
+
+#include <thread>
+
+#include "agora/core/error.h"
+#include "agora/optim/decoupled_momentum.h"
+#include "agora/optim/payload.h"
+#include "agora/train/device.h"
+
+namespace agora::peer {
+
+using Clock = std::chrono::steady_clock;
+
+wire::Welcome join(PeerContext& peer) {
+  peer.phase = PeerPhase::kJoining;
+  wire::Envelope join;
+  join.mutable_join()->set_key(peer.identity.public_key());
+  join.mutable_join()->set_endpoint(peer.link.endpoint());
+  join.mutable_join()->set_agent("agora 0.1.0");
+  join.mutable_join()->set_applied_steps(peer.applied);
+  auto last_sent = Clock::now() - std::chrono::hours(1);
+  const auto started = Clock::now();
+  const auto timeout = std::chrono::duration<double>(peer.options.join_timeout_seconds);
+  while (!peer.stopping()) {
+    if (Clock::now() - started > timeout) {
+      fail(
+          "no answer from the coordinator at {} within {:.0f} s; check the address and its key, "
+          "that its port is reachable through firewalls, and that this peer's public key ({}) "
+          "is on the run's allowlist",
+          peer.options.coordinator, peer.options.join_timeout_seconds,
+          net::key_to_hex(peer.identity.public_key()));
+    }
+    if (Clock::now() - last_sent > std::chrono::seconds(5)) {
+      peer.link.send_to_coordinator(join);
+      last_sent = Clock::now();
+    }
+    auto m = peer.link.next_from_coordinator(0.2);
+    if (!m) continue;
+    if (m->has_welcome()) return m->welcome();
+    // may_rejoin answers a message that overtook the Join; anything else is final.
+    if (m->has_refused() && !m->refused().may_rejoin()) {
+      fail("the coordinator refused this peer: {}", m->refused().reason());
+    }
+    if (m->has_finished()) fail("the run has finished ({} steps)", m->finished().steps());
+  }
+  fail("stopped before joining");
+}
+
+void build(PeerContext& peer, const wire::Welcome& welcome) {
+  RunConfig& config = peer.config;
+  config = RunConfig::parse(welcome.run_config_toml(), "the coordinator's run config");
+  check_decentralized(config);
+  if (!peer.options.data.empty()) config.data.dir = peer.options.data.string();
+  peer.data = read_data_meta(config.data.dir);
+  if (config.model.vocab_size == 0) config.set_vocab_size(peer.data.vocab_size);
+  const int64_t threads = peer.options.threads > 0 ? peer.options.threads : config.train.threads;
+  torch::set_num_threads(threads > 0 ? static_cast<int>(threads)
+                                     : static_cast<int>(std::thread::hardware_concurrency()));
+  peer.run_id = welcome.run_id();
+  peer.checkpointer = welcome.checkpointer();
+  peer.device = resolve_device(config.train.device);
+  peer.learner = Learner::create(config, peer.device);
+  peer.step = std::make_unique<TrainStep>(config, peer.device);
+  const PayloadLayout layout =
+      dynamic_cast<DecoupledMomentum&>(*peer.learner.strategy).payload_layout();
+  peer.link.configure(peer.run_id,
+                      [layout](std::string_view bytes) -> std::optional<std::string> {
+                        try {
+                          decode_payload(bytes, layout);
+                          return std::nullopt;
+                        } catch (const Error& e) {
+                          return e.what();
+                        }
+                      });
+}
+
+}  // namespace agora::peer

@@ -1,0 +1,18 @@
+// Joining a run: the Join handshake, and building the model and data from the run config the
+// coordinator hands out.
+#pragma once
+
+#include "agora/peer/peer_context.h"
+
+namespace agora::peer {
+
+// Sends Join every 5 s until the coordinator answers Welcome, and returns it. Throws Error when
+// the coordinator refuses the peer for good, the run has finished, no answer comes within
+// options.join_timeout_seconds, or the peer is stopped.
+wire::Welcome join(PeerContext& peer);
+
+// From the Welcome's run config: the model (the seed's initialisation), the strategy, the
+// training data, and the payload check the link applies to fetched payloads.
+void build(PeerContext& peer, const wire::Welcome& welcome);
+
+}  // namespace agora::peer

@@ -1,0 +1,283 @@
+// A whole peer driven by fake network events, in one process: the round logic (join, sync,
+// apply, train, commit) without sockets. FakeRun plays the coordinator and the network behind
+// PeerLink: it answers Join with a Welcome, finalizes each commit at once and opens the next
+// round with apply_through = that step + 1 (overlap 0), and finishes the run after `steps`.
+//
+// With one member, that schedule is exactly the local trainer's (train, apply own payload,
+// train...), so the peer must end with the trainer's parameters, bit for bit, and commit the
+// trainer's losses: the step function is shared, and this test fails if the two drift.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <deque>
+#include <filesystem>
+#include <map>
+
+#include "agora/core/error.h"
+#include "agora/core/hash.h"
+#include "agora/net/identity.h"
+#include "agora/obs/metrics.h"
+#include "agora/peer/peer.h"
+#include "agora/peer/peer_link.h"
+#include "agora/peer/peer_metrics.h"
+#include "agora/train/trainer.h"
+
+namespace agora::peer {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kData = AGORA_DATA_DIR "/tokens/sp8k";
+
+class FakeRun : public PeerLink {
+ public:
+  FakeRun(std::string config_toml, uint64_t steps, uint64_t batch)
+      : toml_(std::move(config_toml)), steps_(steps), batch_(batch) {}
+
+  // Hooks a test sets to change the script.
+  std::function<void(const wire::Commit&)> on_commit;  // replaces the default reaction
+
+  const std::string& endpoint() const override { return endpoint_; }
+  net::BlobStore& blobs() override { return blobs_; }
+  void configure(std::string run_id, PayloadValidator validator) override {
+    run_id_ = std::move(run_id);
+    validator_ = std::move(validator);
+  }
+  void send_to_coordinator(wire::Envelope m) override {
+    sent.push_back(m);
+    if (m.has_join()) {
+      member_.set_key(m.join().key());
+      member_.set_endpoint(m.join().endpoint());
+      wire::Envelope w;
+      auto* welcome = w.mutable_welcome();
+      welcome->set_run_id("fake-run");
+      welcome->set_run_config_toml(toml_);
+      welcome->set_finalized_steps(0);
+      welcome->mutable_state()->set_applied_steps(0);
+      *welcome->add_holders() = member_;
+      push(w);
+      push(round_start(0));
+    } else if (m.has_commit()) {
+      if (on_commit) return on_commit(m.commit());
+      finalize(m.commit().record());
+    }
+  }
+  std::optional<wire::Envelope> next_from_coordinator(double) override {
+    if (inbox_.empty()) return std::nullopt;
+    wire::Envelope m = std::move(inbox_.front());
+    inbox_.pop_front();
+    return m;
+  }
+  void set_status(uint64_t applied, uint64_t) override { status_applied = applied; }
+  void collect(uint64_t, std::vector<wire::CommitRecord>, std::vector<wire::Member>,
+               bool) override {}
+  std::vector<std::string> ensure(uint64_t, const std::vector<wire::CommitRecord>& set,
+                                  std::vector<wire::Member>, double) override {
+    std::vector<std::string> missing;
+    for (const auto& r : set) {
+      if (!blobs_.contains(r.payload_hash())) missing.push_back(r.payload_hash());
+    }
+    return missing;
+  }
+  void publish_snapshot(uint64_t applied, std::shared_ptr<const Snapshot>) override {
+    published.push_back(applied);
+  }
+  Snapshot fetch_state(const wire::StateRecord&, const std::vector<wire::Member>&,
+                       double) override {
+    fail("this test's run has nobody to fetch a state from");
+  }
+  NetworkCounters counters() const override { return {}; }
+
+  void push(wire::Envelope m) { inbox_.push_back(std::move(m)); }
+  wire::Envelope round_start(uint64_t step) const {
+    wire::Envelope e;
+    auto* r = e.mutable_round_start();
+    r->set_step(step);
+    r->set_apply_through(step);  // everything before it is final and applied by now
+    auto* range = r->add_assignment();
+    range->set_first(step * batch_);
+    range->set_count(batch_);
+    *r->add_members() = member_;
+    return e;
+  }
+  // Step `record.step()` is final with this one payload; the next round, or the end.
+  void finalize(const wire::CommitRecord& record) {
+    wire::Envelope f;
+    f.mutable_finalized()->set_step(record.step());
+    *f.mutable_finalized()->add_set() = record;
+    push(f);
+    if (record.step() + 1 < steps_) {
+      push(round_start(record.step() + 1));
+    } else {
+      wire::Envelope done;
+      done.mutable_finished()->set_steps(steps_);
+      push(done);
+    }
+  }
+  std::vector<wire::Commit> commits() const {
+    std::vector<wire::Commit> out;
+    for (const auto& m : sent) {
+      if (m.has_commit()) out.push_back(m.commit());
+    }
+    return out;
+  }
+
+  std::vector<wire::Envelope> sent;
+  std::vector<uint64_t> published;
+  uint64_t status_applied = 0;
+  std::string run_id_;
+  PayloadValidator validator_;
+
+ private:
+  std::string toml_;
+  uint64_t steps_, batch_;
+  std::string endpoint_ = "tcp://127.0.0.1:1";
+  net::BlobStore blobs_;
+  wire::Member member_;
+  std::deque<wire::Envelope> inbox_;
+};
+
+class PeerRoundTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(kData + "/meta.json"))
+        << kData << " is missing: run 'make data' (make test does it)";
+    dir_ = fs::temp_directory_path() / ("agora_peer_round_test_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string config_toml(int64_t steps) const {
+    return fmt::format(R"(
+seed = 5
+[model]
+preset = "tiny"
+[data]
+dir = "{}"
+seq_len = 32
+[train]
+steps = {}
+batch_size = {}
+micro_batch_size = 4
+eval_interval = 0
+checkpoint_interval = 0
+out_dir = "{}"
+device = "cpu"
+threads = 1
+[schedule]
+kind = "constant"
+warmup_steps = 1
+[optimizer]
+name = "demo"
+lr = 1e-2
+[demo]
+topk = 8
+one_bit = true
+[network]
+hash_interval = 1
+)",
+                       kData, steps, kBatch, (dir_ / "trainer").string());
+  }
+
+  PeerSummary run(FakeRun& link, const std::atomic<bool>& stop) {
+    PeerOptions options;
+    options.data = kData;
+    options.checkpoint_dir = dir_ / "peer";
+    options.progress = false;
+    obs::Registry registry;
+    PeerMetrics metrics(registry);
+    return run_peer(identity_, options, link, metrics, stop);
+  }
+
+  static constexpr uint64_t kBatch = 12;  // 3 micro-batches of 4: a non-power-of-two split
+  const net::Identity identity_ = net::Identity::from_seed(std::string(32, 'p'));
+  fs::path dir_;
+};
+
+TEST_F(PeerRoundTest, OnePeerTrainsExactlyAsTheLocalTrainer) {
+  constexpr int64_t kSteps = 4;
+  FakeRun link(config_toml(kSteps), kSteps, kBatch);
+  const std::atomic<bool> stop{false};
+  const PeerSummary peer = run(link, stop);
+
+  std::vector<double> losses;
+  TrainOptions options;
+  options.progress = false;
+  options.on_step = [&](const StepStats& s) { losses.push_back(s.loss); };
+  const TrainSummary local = train(RunConfig::parse(config_toml(kSteps), "test"), options);
+
+  EXPECT_EQ(peer.applied_steps, static_cast<uint64_t>(kSteps));
+  EXPECT_EQ(peer.rounds_trained, static_cast<uint64_t>(kSteps));
+  EXPECT_EQ(peer.state_hash, local.parameter_hash);
+  const std::vector<wire::Commit> commits = link.commits();
+  ASSERT_EQ(commits.size(), static_cast<size_t>(kSteps));
+  for (size_t s = 0; s < commits.size(); ++s) {
+    const wire::Commit& c = commits[s];
+    EXPECT_EQ(c.record().step(), s);
+    EXPECT_EQ(c.loss(), losses[s]) << "step " << s;  // the same bits, not merely close
+    EXPECT_EQ(c.sequences(), kBatch);
+    const std::optional<std::string> payload = link.blobs().get(c.record().payload_hash());
+    ASSERT_TRUE(payload.has_value());
+    EXPECT_EQ(blake2b256_bytes(*payload), c.record().payload_hash());
+    EXPECT_EQ(c.payload_bytes(), payload->size());
+    EXPECT_TRUE(net::verify_signature(
+        c.record().author(),
+        net::commit_signing_bytes("fake-run", s, c.record().payload_hash()),
+        c.record().signature()));
+    ASSERT_TRUE(link.validator_);
+    EXPECT_FALSE(link.validator_(*payload).has_value());
+  }
+  EXPECT_TRUE(link.validator_("not a payload").has_value());
+  // A state report after every applied step (hash_interval = 1), and one after the initial sync.
+  EXPECT_EQ(link.published, (std::vector<uint64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(link.status_applied, static_cast<uint64_t>(kSteps));
+}
+
+TEST_F(PeerRoundTest, ARoundAnnouncedAgainIsCommittedAgainNotRetrained) {
+  FakeRun link(config_toml(2), 2, kBatch);
+  bool repeated = false;
+  link.on_commit = [&](const wire::Commit& c) {
+    if (!repeated) {
+      repeated = true;
+      link.push(link.round_start(c.record().step()));  // as after a coordinator restart
+      return;
+    }
+    link.finalize(c.record());
+  };
+  const std::atomic<bool> stop{false};
+  const PeerSummary peer = run(link, stop);
+  const std::vector<wire::Commit> commits = link.commits();
+  ASSERT_EQ(commits.size(), 3u);  // step 0 twice (the same message), step 1 once
+  EXPECT_EQ(commits[0].SerializeAsString(), commits[1].SerializeAsString());
+  EXPECT_EQ(commits[2].record().step(), 1u);
+  EXPECT_EQ(peer.rounds_trained, 2u);
+}
+
+TEST_F(PeerRoundTest, AFinalizedPayloadNobodyHoldsStopsThePeerWithAClearError) {
+  FakeRun link(config_toml(3), 3, kBatch);
+  link.on_commit = [&](const wire::Commit& c) {
+    wire::CommitRecord lost = c.record();
+    lost.set_payload_hash(std::string(32, 'x'));  // final, but no member can serve it
+    link.finalize(lost);
+  };
+  const std::atomic<bool> stop{false};
+  try {
+    run(link, stop);
+    FAIL() << "the peer applied a step without its payload";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("could not be fetched"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(PeerRoundTest, AStoppedPeerSendsLeave) {
+  FakeRun link(config_toml(3), 3, kBatch);
+  std::atomic<bool> stop{false};
+  link.on_commit = [&](const wire::Commit&) { stop = true; };
+  const PeerSummary peer = run(link, stop);
+  EXPECT_EQ(peer.rounds_trained, 1u);
+  ASSERT_FALSE(link.sent.empty());
+  EXPECT_TRUE(link.sent.back().has_leave());
+}
+
+}  // namespace
+}  // namespace agora::peer
