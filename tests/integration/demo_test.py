@@ -9,6 +9,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
+import urllib.error
 import urllib.request
 
 PEERS, STEPS = 2, 8
@@ -18,14 +21,31 @@ process = subprocess.Popen(
     [agora, "demo", "--peers", str(PEERS), "--steps", str(STEPS), "--config",
      "configs/network-demo.toml", "--out", out, "--log-format", "json"],
     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-lines, page = [], None
+lines, page, poller = [], None, None
+
+
+def poll(url):
+    """The demo prints the address before its coordinator listens: ask until it answers, for as
+    long as the demo runs."""
+    global page
+    while process.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                page = response.status
+                return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.2)
+
+
 for line in process.stdout:
     lines.append(line)
     match = re.match(r"dashboard: (http://\S+)", line)
-    if match and page is None:
-        with urllib.request.urlopen(match.group(1) + "api/run", timeout=10) as response:
-            page = response.status
+    if match and poller is None:
+        poller = threading.Thread(target=poll, args=(match.group(1) + "api/run",), daemon=True)
+        poller.start()
 status = process.wait(timeout=300)
+if poller:
+    poller.join(timeout=15)
 text = "".join(lines)
 problems = []
 if status != 0:

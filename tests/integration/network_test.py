@@ -377,6 +377,7 @@ class Run:
                 text = open(os.path.join(self.dir, name), errors="replace").read()
                 print(f"--- {name} (last 25 lines) ---")
                 print("\n".join(text.splitlines()[-25:]))
+        print(f"FAIL: {message}")  # again, below the logs
         sys.exit(1)
 
     def stop(self):

@@ -23,6 +23,8 @@ TEST_F(CoordinatorTest, MissedDeadlineStrikesAndRequeuesTheData) {
   EXPECT_EQ(member(1).strikes, 1);
   EXPECT_EQ(state().counters.strikes, 1u);
   EXPECT_TRUE(logged(closed, "missed the deadline of round 0"));
+  EXPECT_TRUE(logged(closed, EventKind::kStrike, key(1)));
+  EXPECT_FALSE(logged(closed, EventKind::kStrike, key(0)));
   EXPECT_EQ(state().queue.pending, missed);
   // Both active members witness; member 0's payload is final (held by 2 of 2).
   auto collect = sent(closed, key(1), Body::kCollect);
@@ -51,7 +53,7 @@ TEST_F(CoordinatorTest, RepeatedStrikesDropAndTheDroppedAreRefused) {
     handle(1, heartbeat_msg(0, step + 1), t);  // alive, just never commits
     Actions closed = sm_->tick(t + 10);
     if (step == 1) {
-      EXPECT_TRUE(logged(closed, "dropped"));
+      EXPECT_TRUE(logged(closed, EventKind::kDrop, key(1)));
       EXPECT_EQ(sent(closed, key(1), Body::kRefused).size(), 1u);
     }
     handle(0, witness_msg(step, {hash_of(static_cast<int>(step))}), t + 10);

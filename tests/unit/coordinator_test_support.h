@@ -102,6 +102,13 @@ inline bool logged(const Actions& actions, const std::string& part) {
                      [&](const LogLine& l) { return l.text.find(part) != std::string::npos; });
 }
 
+// Whether `actions` logged an event of `kind` about the member with key `about`.
+inline bool logged(const Actions& actions, EventKind kind, const PublicKey& about) {
+  return std::any_of(actions.log.begin(), actions.log.end(), [&](const LogLine& l) {
+    return l.kind == kind && l.peer == net::short_key(about);
+  });
+}
+
 inline std::vector<SequenceRange> ranges_of(const wire::RoundStart& start) {
   std::vector<SequenceRange> out;
   for (const auto& r : start.assignment()) out.push_back({r.first(), r.count()});

@@ -37,29 +37,6 @@ constexpr MemberState kStates[] = {MemberState::kSyncing, MemberState::kActive, 
 
 }  // namespace
 
-std::string event_kind(const std::string& text) {
-  // The state machine's wording (state_machine*.cc); the first match wins.
-  const auto has = [&](const char* s) { return text.find(s) != std::string::npos; };
-  if (has(" joined (") || has(" rejoined (")) return "join";
-  if (has(" left; ")) return "leave";
-  if (has(" dropped: ")) return "drop";
-  if (has("wrote a checkpoint")) return "checkpoint";
-  if (has("rejected") || has("dropped a commit") || text.starts_with("refused ")) {
-    return "rejection";
-  }
-  if (has(": resync")) return "resync";
-  if (has("restarts from")) return "restart";
-  if (text.starts_with("phase ") || text.starts_with("resumed run") || has(" finished: ")) {
-    return "phase";
-  }
-  // One of each per step: the charts tell that story, so the page leaves these out of its list.
-  if ((text.starts_with("round ") && (has(" opened: ") || has(" closed: "))) ||
-      (text.starts_with("step ") && has(" final: "))) {
-    return "round";
-  }
-  return "other";
-}
-
 Monitor::Monitor(RunInfo info, std::vector<StepRow> history) : info_(std::move(info)) {
   add_rows(history);
   view_ = std::make_shared<RunView>();
@@ -221,7 +198,7 @@ std::string Monitor::history_json(uint64_t since, bool has_since, uint64_t event
   for (const Event& e : v->events) {
     if (e.seq <= events_since) continue;
     events.push_back(
-        {{"seq", e.seq}, {"at", e.at}, {"text", e.text}, {"kind", event_kind(e.text)}});
+        {{"seq", e.seq}, {"at", e.at}, {"text", e.text}, {"kind", to_string(e.kind)}});
   }
   json j = {{"steps", steps}, {"events", events}};
   if (more) j["more"] = true;

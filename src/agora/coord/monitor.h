@@ -76,9 +76,6 @@ struct RunView {
   std::map<std::string, uint64_t> drops_by_reason;
 };
 
-// "join", "drop", ...: what an event line is about, for the page's colours and filters.
-std::string event_kind(const std::string& text);
-
 class Monitor {
  public:
   static constexpr size_t kMaxHistoryRows = 5000;

@@ -1,5 +1,7 @@
 #include "agora/coord/run_state.h"
 
+#include <utility>
+
 namespace agora::coord {
 
 std::string to_string(Phase phase) {
@@ -42,6 +44,35 @@ std::string to_string(DropReason reason) {
       return "heartbeat_timeout";
   }
   return "unknown";
+}
+
+namespace {
+
+// One table for both directions, so a name can never read back as another kind.
+constexpr std::pair<EventKind, std::string_view> kEventKinds[] = {
+    {EventKind::kJoin, "join"},           {EventKind::kCaughtUp, "caught_up"},
+    {EventKind::kLeave, "leave"},         {EventKind::kStrike, "strike"},
+    {EventKind::kDrop, "drop"},           {EventKind::kRejection, "rejection"},
+    {EventKind::kIgnored, "ignored"},     {EventKind::kCheckpoint, "checkpoint"},
+    {EventKind::kResync, "resync"},       {EventKind::kRestart, "restart"},
+    {EventKind::kPhase, "phase"},         {EventKind::kRound, "round"},
+    {EventKind::kTstSwitch, "tst_switch"}, {EventKind::kOther, "other"},
+};
+
+}  // namespace
+
+std::string to_string(EventKind kind) {
+  for (const auto& [k, name] : kEventKinds) {
+    if (k == kind) return std::string(name);
+  }
+  return "other";
+}
+
+EventKind event_kind_from(std::string_view name) {
+  for (const auto& [k, n] : kEventKinds) {
+    if (n == name) return k;
+  }
+  return EventKind::kOther;
 }
 
 }  // namespace agora::coord

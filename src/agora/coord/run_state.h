@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agora/data/sequence_range.h"
@@ -159,11 +160,35 @@ struct CheckpointRecord {
   bool operator==(const CheckpointRecord&) const = default;
 };
 
+// What an event records, so that the page, the --json rows and tests read a key rather than the
+// sentence. to_string() gives the lower-case name ("join", "caught_up", ...).
+enum class EventKind {
+  kJoin,       // a member joined or rejoined
+  kCaughtUp,   // a syncing member reached the run and is active
+  kLeave,      // a member said Leave
+  kStrike,     // a member missed a deadline or authored a payload nobody could use
+  kDrop,       // a member was removed (strikes or silence)
+  kRejection,  // a commit, payload or join was refused, or a witness rejected a payload
+  kIgnored,    // a message that came too late or from someone not expected; no effect
+  kCheckpoint, // a checkpointer reported a checkpoint
+  kResync,     // a member's state differs from the majority's: it was told to resync
+  kRestart,    // nobody holds the parameters: the run went back to a checkpoint
+  kPhase,      // the run's phase changed, it resumed after a coordinator restart, or finished
+  kRound,      // a round opened or closed, or a step became final (one of each per step)
+  kTstSwitch,  // token superposition ended
+  kOther,      // rows of databases written before events had a kind
+};
+
+std::string to_string(EventKind kind);
+// The inverse of to_string(); kOther for a name it does not know.
+EventKind event_kind_from(std::string_view name);
+
 // One line of the run's history, for the operator and a dashboard.
 struct Event {
   uint64_t seq = 0;  // 1, 2, 3, ... over the whole run (Counters::events)
   double at = 0.0;
   std::string text;
+  EventKind kind = EventKind::kOther;
   bool operator==(const Event&) const = default;
 };
 

@@ -110,11 +110,14 @@ void Service::deliver(Actions actions) {
   monitor_->add_rows(rows);
   for (const LogLine& line : actions.log) {
     if (options_.json_lines) {
-      nlohmann::json j = {{"event", "log"}, {"text", line.text}, {"step", final_steps}};
+      nlohmann::json j = {{"event", "log"},
+                          {"kind", to_string(line.kind)},
+                          {"text", line.text},
+                          {"step", final_steps}};
       if (!line.peer.empty()) j["peer"] = line.peer;
       std::printf("%s\n", j.dump().c_str());
     } else {
-      obs::log_info({final_steps, line.peer}, line.text);
+      obs::log_info({final_steps, line.peer, to_string(line.kind)}, line.text);
     }
   }
   for (const StepRow& row : rows) print_row(row);

@@ -58,10 +58,12 @@ struct Outgoing {
   wire::Envelope message;
 };
 
-// One human line, and the member it is about (its short key; "" when it concerns the run).
+// One human line, what it records, and the member it is about (its short key; "" when it
+// concerns the run).
 struct LogLine {
   std::string text;
   std::string peer;
+  EventKind kind = EventKind::kOther;
 };
 
 struct Actions {
@@ -143,7 +145,7 @@ class StateMachine {
   void send(const PublicKey& to, wire::Envelope message);
   void refuse(const PublicKey& to, const std::string& reason, bool may_rejoin = false);
   // `about`: the member the line concerns, if one; logs carry its short key as their peer id.
-  void log(const std::string& line, const PublicKey* about = nullptr);
+  void log(EventKind kind, const std::string& line, const PublicKey* about = nullptr);
 
   Options options_;
   RunState state_;

@@ -154,7 +154,8 @@ CREATE TABLE IF NOT EXISTS state_records (
 CREATE TABLE IF NOT EXISTS checkpoints (
   position INTEGER PRIMARY KEY, applied_steps INTEGER NOT NULL, state_hash BLOB NOT NULL,
   path TEXT NOT NULL, reporter BLOB NOT NULL, at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, at REAL NOT NULL, text TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, at REAL NOT NULL, text TEXT NOT NULL,
+  kind TEXT NOT NULL DEFAULT 'other');
 CREATE TABLE IF NOT EXISTS step_stats (
   step INTEGER PRIMARY KEY, at REAL NOT NULL, loss REAL, val_loss REAL, learning_rate REAL,
   tokens_per_second REAL, payload_bytes REAL, allreduce_bytes REAL, peers INTEGER NOT NULL,
@@ -184,6 +185,14 @@ Store Store::open(const std::filesystem::path& path) {
   store.exec("PRAGMA synchronous=FULL");
   Transaction transaction(db, path, "BEGIN IMMEDIATE");
   store.exec(kSchema);
+  {
+    // Databases written before events had a kind gain the column; their old rows read "other".
+    Statement columns(db, path, "SELECT COUNT(*) FROM pragma_table_info('events') WHERE name = 'kind'");
+    columns.step();
+    if (columns.int64(0) == 0) {
+      store.exec("ALTER TABLE events ADD COLUMN kind TEXT NOT NULL DEFAULT 'other'");
+    }
+  }
   Statement get(db, path, "SELECT value FROM meta WHERE key = 'schema_version'");
   if (get.step()) {
     const std::string version = get.text(0);
@@ -353,10 +362,13 @@ std::optional<RunState> Store::load() const {
   }
   {
     Statement rows(db_, path_,
-                   "SELECT seq, at, text FROM (SELECT seq, at, text FROM events "
+                   "SELECT seq, at, text, kind FROM (SELECT seq, at, text, kind FROM events "
                    "ORDER BY seq DESC LIMIT ?) ORDER BY seq");
     rows.bind(1, static_cast<int64_t>(kMaxEvents));
-    while (rows.step()) s.events.push_back({rows.uint64(0), rows.real(1), rows.text(2)});
+    while (rows.step()) {
+      s.events.push_back(
+          {rows.uint64(0), rows.real(1), rows.text(2), event_kind_from(rows.text(3))});
+    }
   }
   transaction.commit();
   return s;
@@ -518,9 +530,11 @@ void Store::save(const RunState& s, bool allow_rollback, const std::vector<StepR
     Statement newest(db_, path_, "SELECT COALESCE(MAX(seq), 0) FROM events");
     newest.step();
     const uint64_t last = newest.uint64(0);
-    Statement row(db_, path_, "INSERT INTO events (seq, at, text) VALUES (?, ?, ?)");
+    Statement row(db_, path_, "INSERT INTO events (seq, at, text, kind) VALUES (?, ?, ?, ?)");
     for (const Event& e : s.events) {
-      if (e.seq > last) row.bind(1, e.seq).bind(2, e.at).bind_text(3, e.text).run();
+      if (e.seq > last) {
+        row.bind(1, e.seq).bind(2, e.at).bind_text(3, e.text).bind_text(4, to_string(e.kind)).run();
+      }
     }
   }
   transaction.commit();
