@@ -31,17 +31,9 @@ Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits) {
 }
 
 std::string_view to_token(DecodeError code) {
-  switch (code) {
-    case DecodeError::kTooLarge:
-      return "too_large";
-    case DecodeError::kUnparsable:
-      return "unparsable";
-    case DecodeError::kNoBody:
-      return "no_body";
-    case DecodeError::kOverLimit:
-      return "over_limit";
-  }
-  return "over_limit";
+  // In the order of the enum's values.
+  constexpr std::string_view kTokens[] = {"too_large", "unparsable", "no_body", "over_limit"};
+  return kTokens[static_cast<size_t>(code)];
 }
 
 std::string encode_envelope(const wire::Envelope& envelope) {

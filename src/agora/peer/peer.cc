@@ -18,23 +18,10 @@
 namespace agora::peer {
 
 const char* to_string(PeerPhase phase) {
-  switch (phase) {
-    case PeerPhase::kJoining:
-      return "joining";
-    case PeerPhase::kSyncing:
-      return "syncing";
-    case PeerPhase::kCatchingUp:
-      return "catching_up";
-    case PeerPhase::kWaiting:
-      return "waiting";
-    case PeerPhase::kTraining:
-      return "training";
-    case PeerPhase::kFinished:
-      return "finished";
-    case PeerPhase::kLeaving:
-      return "leaving";
-  }
-  return "unknown";
+  // In the order of the enum's values.
+  constexpr const char* kNames[] = {"joining",  "syncing",  "catching_up", "waiting",
+                                    "training", "finished", "leaving"};
+  return kNames[static_cast<size_t>(phase)];
 }
 
 namespace {
@@ -49,6 +36,7 @@ class Peer {
         round_(peer_, checkpointer_) {}
 
   PeerSummary run();
+  PeerPhase phase() const { return peer_.phase; }
 
  private:
   void catch_up(uint64_t target) {
@@ -204,7 +192,12 @@ PeerNetworkOptions network_options(const PeerOptions& o, obs::Registry* registry
 PeerSummary run_peer(const net::Identity& identity, const PeerOptions& options, PeerLink& link,
                      PeerMetrics& metrics, const std::atomic<bool>& stop) {
   Peer peer(identity, options, link, metrics, stop);
-  return peer.run();
+  try {
+    return peer.run();
+  } catch (const Error& e) {
+    // Say where the peer stood: "while syncing" tells an operator where to look.
+    fail("{} (while {})", e.what(), to_string(peer.phase()));
+  }
 }
 
 PeerSummary run_peer(const net::Identity& identity, const PeerOptions& options,
