@@ -62,6 +62,18 @@ class FakeRun : public PeerLink {
     }
   }
   std::optional<wire::Envelope> next_from_coordinator(double) override {
+    if (inbox_.empty() && busy_messages > 0) {
+      // A run whose messages never pause: one more Collect of a step this peer has no part in.
+      if (--busy_messages == 0) {
+        applied_when_finished = status_applied;
+        wire::Envelope done;
+        done.mutable_finished()->set_steps(finish_steps);
+        return done;
+      }
+      wire::Envelope c;
+      c.mutable_collect()->set_step(1000);
+      return c;
+    }
     if (inbox_.empty()) return std::nullopt;
     wire::Envelope m = std::move(inbox_.front());
     inbox_.pop_front();
@@ -123,6 +135,10 @@ class FakeRun : public PeerLink {
 
   std::vector<wire::Envelope> sent;
   std::vector<uint64_t> published;
+  // When set: after the inbox empties, this many messages without a pause, the last Finished.
+  int busy_messages = 0;
+  uint64_t finish_steps = 0;
+  std::optional<uint64_t> applied_when_finished;
   uint64_t status_applied = 0;
   std::string run_id_;
   PayloadValidator validator_;
@@ -269,6 +285,26 @@ TEST_F(PeerRoundTest, AFinalizedPayloadNobodyHoldsStopsThePeerWithAClearError) {
     // It was applying the finalized steps before round 1 when it found out.
     EXPECT_NE(std::string(e.what()).find("(while catching_up)"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(PeerRoundTest, FinalizedStepsAreAppliedWhileMessagesKeepComing) {
+  // A syncing member gets a Finalized per step and nothing else. When steps come faster than any
+  // pause, it must still apply them as they come: waiting for a quiet moment let the run prune
+  // the payloads before the member asked for them.
+  FakeRun link(config_toml(3), 3, kBatch);
+  link.on_commit = [&](const wire::Commit& c) {
+    wire::Envelope f;
+    f.mutable_finalized()->set_step(c.record().step());
+    *f.mutable_finalized()->add_set() = c.record();
+    link.push(f);
+    link.busy_messages = 50;
+    link.finish_steps = 1;
+  };
+  const std::atomic<bool> stop{false};
+  const PeerSummary peer = run(link, stop);
+  EXPECT_EQ(peer.applied_steps, 1u);
+  ASSERT_TRUE(link.applied_when_finished.has_value());
+  EXPECT_EQ(*link.applied_when_finished, 1u) << "step 0 waited for a pause in the messages";
 }
 
 TEST_F(PeerRoundTest, AStoppedPeerSendsLeave) {

@@ -141,12 +141,13 @@ PeerSummary Peer::run() {
   while (!peer_.stopping() && peer_.phase != PeerPhase::kFinished) {
     peer_.phase = PeerPhase::kWaiting;
     const std::optional<wire::Envelope> m = next_message();
-    if (!m) {
-      // Idle: a syncing member catches up on what is final.
+    if (!m || round_.handle_passive(*m)) {
+      // Nothing to act on but what is final: apply it now. A syncing member must keep up with a
+      // run whose steps come faster than any pause between messages, or the payloads it needs
+      // are pruned before it asks for them.
       if (const auto newest = round_.pending_final()) catch_up(*newest + 1);
       continue;
     }
-    if (round_.handle_passive(*m)) continue;
     if (m->has_round_start()) {
       on_round_start(m->round_start());
     } else if (m->has_resync()) {
