@@ -5,11 +5,11 @@
 // (medians of --repeats after one warm-up, all in this process):
 //   forward+backward  one optimizer step's worth: --batch sequences of --seq-len tokens as
 //                     micro-batches of --micro-batch, gradients accumulated;
-//   contribute        DecoupledMomentum::contribute(): momentum update, chunked DCT, top-k, own decode
-//                     subtraction, payload encoding;
+//   contribute        DecoupledMomentum::contribute(): momentum update, chunked DCT, top-k,
+//                     own decode subtraction, payload encoding;
 //   apply, P peers    DecoupledMomentum::apply() with P contributions (its own and P - 1 made
-//                     beforehand by other DecoupledMomentum instances on random gradients): decoding,
-//                     weight decay, mean aggregation, chunked IDCT, sign step;
+//                     beforehand by other DecoupledMomentum instances on random gradients):
+//                     decoding, weight decay, mean aggregation, chunked IDCT, sign step;
 //   AdamW             AdamWStrategy with one peer (torch's AdamW step);
 // for each DeMo configuration (default top-k 32 with f32 values and Psyche's top-k 4 one-bit, both
 // at chunk 64). Then, unless --skip-python, reference_demo.py (tests/parity/demo_reference.py's
@@ -32,10 +32,10 @@
 #include <thread>
 #include <vector>
 
+#include "agora/config/model_config.h"
 #include "agora/core/allocator.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
-#include "agora/config/model_config.h"
 #include "measure.h"
 #include "python_side.h"
 

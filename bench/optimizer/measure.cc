@@ -8,8 +8,8 @@
 #include <iostream>
 #include <span>
 
-#include "agora/core/error.h"
 #include "agora/config/model_config.h"
+#include "agora/core/error.h"
 #include "agora/optim/adamw.h"
 #include "agora/optim/decoupled_momentum.h"
 

@@ -68,8 +68,9 @@ class AgoraBench {
   // accumulated (cleared before each step).
   std::vector<double> forward_backward();
   // contribute() of a fresh DecoupledMomentum on the gradients, then apply() with P contributions
-  // for each P in `peers`: its own and P - 1 of other DecoupledMomentum instances on random gradients
-  // (made beforehand, untimed). apply() moves the parameters; that does not matter for timing.
+  // for each P in `peers`: its own and P - 1 of other DecoupledMomentum instances on random
+  // gradients (made beforehand, untimed). apply() moves the parameters; that does not matter for
+  // timing.
   DemoSamples demo(const DemoConfig& config, const std::vector<int64_t>& peers);
   // AdamWStrategy with one peer: contribute() (nothing) and apply() (torch's AdamW step).
   std::vector<double> adamw();

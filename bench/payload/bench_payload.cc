@@ -35,11 +35,11 @@
 #include <thread>
 #include <vector>
 
+#include "agora/config/model_config.h"
 #include "agora/core/allocator.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/model/llama.h"
-#include "agora/config/model_config.h"
 #include "agora/obs/progress.h"
 #include "agora/optim/adamw.h"
 #include "agora/optim/chunking.h"
@@ -392,7 +392,8 @@ int run(const Options& o) {
         row.formula ? fmt::format("{:.3f}", row.bytes / *row.formula) : "-", row.source);
   }
 
-  std::cout << "\nDeMo compression warnings (DecoupledMomentum::warnings() / compression_warning())\n";
+  std::cout
+      << "\nDeMo compression warnings (DecoupledMomentum::warnings() / compression_warning())\n";
   for (const PresetResult& p : presets) {
     std::cout << fmt::format("{} (vocabulary {}, padded {}, hidden {}, intermediate {}): {}\n",
                              p.name, p.config.vocab_size, p.config.padded_vocab_size(),

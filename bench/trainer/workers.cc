@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "agora/model/llama.h"
 #include "agora/config/model_config.h"
+#include "agora/model/llama.h"
 #include "agora/optim/adamw.h"
 #include "agora/train/batches.h"
 #include "agora/train/loss.h"

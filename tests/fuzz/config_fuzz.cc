@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "agora/core/error.h"
 #include "agora/config/run_config.h"
+#include "agora/core/error.h"
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "agora/core/error.h"
 #include "agora/config/hf_config.h"
+#include "agora/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -237,8 +237,7 @@ TEST_F(PeerRoundTest, OnePeerTrainsExactlyAsTheLocalTrainer) {
     EXPECT_EQ(blake2b256_bytes(*payload), c.record().payload_hash());
     EXPECT_EQ(c.payload_bytes(), payload->size());
     EXPECT_TRUE(net::verify_signature(
-        c.record().author(),
-        net::commit_signing_bytes("fake-run", s, c.record().payload_hash()),
+        c.record().author(), net::commit_signing_bytes("fake-run", s, c.record().payload_hash()),
         c.record().signature()));
     ASSERT_TRUE(link.validator_);
     EXPECT_FALSE(link.validator_(*payload).has_value());

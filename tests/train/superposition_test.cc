@@ -14,8 +14,8 @@
 #include "agora/core/file.h"
 #include "agora/data/sampler.h"
 #include "agora/train/batches.h"
-#include "agora/train/loss.h"
 #include "agora/train/checkpoint.h"
+#include "agora/train/loss.h"
 #include "agora/train/strategy_factory.h"
 #include "agora/train/trainer.h"
 

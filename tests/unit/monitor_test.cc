@@ -52,9 +52,9 @@ TEST(Monitor, HistorySinceAndEvents) {
   Monitor monitor({"run", "tiny", "demo", 1000, 24, 64, 10, 0}, {row(0, 5), row(1, 4.5)});
   monitor.add_rows({row(2, NAN)});
   auto view = std::make_shared<RunView>();
-  view->events = {{1, 1.0, "8281c336 joined (agora 0.1.0) at tcp://x:1 as active; 1 active",
-                   EventKind::kJoin},
-                  {2, 2.0, "phase warmup -> training (2 active, min_peers 2)", EventKind::kPhase}};
+  view->events = {
+      {1, 1.0, "8281c336 joined (agora 0.1.0) at tcp://x:1 as active; 1 active", EventKind::kJoin},
+      {2, 2.0, "phase warmup -> training (2 active, min_peers 2)", EventKind::kPhase}};
   monitor.publish(view);
   const auto all = nlohmann::json::parse(monitor.history_json(0, false, 0));
   ASSERT_EQ(all["steps"].size(), 3u);

@@ -71,9 +71,10 @@ void ModelConfig::validate() const {
   // stored factor; keeping the two equal means every reader computes the same frequencies.
   if (yarn_factor > 1.0 &&
       std::abs(yarn_factor * double(yarn_original_max_seq_len) - double(max_seq_len)) > 0.5) {
-    fail("model.yarn_factor ({}) x model.yarn_original_max_seq_len ({}) must equal the context the "
-         "model runs at, max_seq_len = {} (data.seq_len)",
-         yarn_factor, yarn_original_max_seq_len, max_seq_len);
+    fail(
+        "model.yarn_factor ({}) x model.yarn_original_max_seq_len ({}) must equal the context the "
+        "model runs at, max_seq_len = {} (data.seq_len)",
+        yarn_factor, yarn_original_max_seq_len, max_seq_len);
   }
   if (!(yarn_beta_fast > yarn_beta_slow && yarn_beta_slow > 0)) {
     fail("model.yarn_beta_fast = {} and yarn_beta_slow = {} are invalid (allowed: fast > slow > 0)",

@@ -197,8 +197,7 @@ std::string Monitor::history_json(uint64_t since, bool has_since, uint64_t event
   json events = json::array();
   for (const Event& e : v->events) {
     if (e.seq <= events_since) continue;
-    events.push_back(
-        {{"seq", e.seq}, {"at", e.at}, {"text", e.text}, {"kind", to_string(e.kind)}});
+    events.push_back({{"seq", e.seq}, {"at", e.at}, {"text", e.text}, {"kind", to_string(e.kind)}});
   }
   json j = {{"steps", steps}, {"events", events}};
   if (more) j["more"] = true;

@@ -50,13 +50,20 @@ namespace {
 
 // One table for both directions, so a name can never read back as another kind.
 constexpr std::pair<EventKind, std::string_view> kEventKinds[] = {
-    {EventKind::kJoin, "join"},           {EventKind::kCaughtUp, "caught_up"},
-    {EventKind::kLeave, "leave"},         {EventKind::kStrike, "strike"},
-    {EventKind::kDrop, "drop"},           {EventKind::kRejection, "rejection"},
-    {EventKind::kIgnored, "ignored"},     {EventKind::kCheckpoint, "checkpoint"},
-    {EventKind::kResync, "resync"},       {EventKind::kRestart, "restart"},
-    {EventKind::kPhase, "phase"},         {EventKind::kRound, "round"},
-    {EventKind::kTstSwitch, "tst_switch"}, {EventKind::kOther, "other"},
+    {EventKind::kJoin, "join"},
+    {EventKind::kCaughtUp, "caught_up"},
+    {EventKind::kLeave, "leave"},
+    {EventKind::kStrike, "strike"},
+    {EventKind::kDrop, "drop"},
+    {EventKind::kRejection, "rejection"},
+    {EventKind::kIgnored, "ignored"},
+    {EventKind::kCheckpoint, "checkpoint"},
+    {EventKind::kResync, "resync"},
+    {EventKind::kRestart, "restart"},
+    {EventKind::kPhase, "phase"},
+    {EventKind::kRound, "round"},
+    {EventKind::kTstSwitch, "tst_switch"},
+    {EventKind::kOther, "other"},
 };
 
 }  // namespace

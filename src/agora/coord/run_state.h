@@ -163,20 +163,20 @@ struct CheckpointRecord {
 // What an event records, so that the page, the --json rows and tests read a key rather than the
 // sentence. to_string() gives the lower-case name ("join", "caught_up", ...).
 enum class EventKind {
-  kJoin,       // a member joined or rejoined
-  kCaughtUp,   // a syncing member reached the run and is active
-  kLeave,      // a member said Leave
-  kStrike,     // a member missed a deadline or authored a payload nobody could use
-  kDrop,       // a member was removed (strikes or silence)
-  kRejection,  // a commit, payload or join was refused, or a witness rejected a payload
-  kIgnored,    // a message that came too late or from someone not expected; no effect
-  kCheckpoint, // a checkpointer reported a checkpoint
-  kResync,     // a member's state differs from the majority's: it was told to resync
-  kRestart,    // nobody holds the parameters: the run went back to a checkpoint
-  kPhase,      // the run's phase changed, it resumed after a coordinator restart, or finished
-  kRound,      // a round opened or closed, or a step became final (one of each per step)
-  kTstSwitch,  // token superposition ended
-  kOther,      // rows of databases written before events had a kind
+  kJoin,        // a member joined or rejoined
+  kCaughtUp,    // a syncing member reached the run and is active
+  kLeave,       // a member said Leave
+  kStrike,      // a member missed a deadline or authored a payload nobody could use
+  kDrop,        // a member was removed (strikes or silence)
+  kRejection,   // a commit, payload or join was refused, or a witness rejected a payload
+  kIgnored,     // a message that came too late or from someone not expected; no effect
+  kCheckpoint,  // a checkpointer reported a checkpoint
+  kResync,      // a member's state differs from the majority's: it was told to resync
+  kRestart,     // nobody holds the parameters: the run went back to a checkpoint
+  kPhase,       // the run's phase changed, it resumed after a coordinator restart, or finished
+  kRound,       // a round opened or closed, or a step became final (one of each per step)
+  kTstSwitch,   // token superposition ended
+  kOther,       // rows of databases written before events had a kind
 };
 
 std::string to_string(EventKind kind);
@@ -221,7 +221,7 @@ inline constexpr size_t kMaxCheckpoints = 32;      // newest checkpoint reports 
 struct RunState {
   Phase phase = Phase::kWaitingForPeers;
   double phase_since = 0.0;                       // when `phase` was entered (the warmup clock)
-  std::map<PublicKey, MemberRecord> members;            // everyone who ever joined, whatever their state
+  std::map<PublicKey, MemberRecord> members;      // everyone who ever joined, whatever their state
   uint64_t next_step = 0;                         // the step the next round to open will train
   std::optional<OpenRound> round;                 // the round open for commits, if any
   std::map<uint64_t, CollectingStep> collecting;  // closed, not yet final; keyed by step

@@ -25,9 +25,9 @@
 #include <filesystem>
 #include <optional>
 
+#include "agora/config/run_config.h"
 #include "agora/net/identity.h"
 #include "agora/obs/http_server.h"
-#include "agora/config/run_config.h"
 
 namespace agora::coord {
 

@@ -99,7 +99,7 @@ Actions StateMachine::handle(const net::PublicKey& from, const wire::Envelope& m
             on_checkpoint_report(member, message.checkpoint_report(), now);
             break;
           default:
-            log(EventKind::kIgnored, 
+            log(EventKind::kIgnored,
                 fmt::format("ignored a message of kind {} from {}: not one a peer sends the "
                             "coordinator",
                             static_cast<int>(message.body_case()), short_hex(from)));
@@ -132,7 +132,8 @@ Actions StateMachine::resume(double now) {
     for (auto& [key, member] : state_.members) {
       if (current(member)) member.last_seen = now;
     }
-    log(EventKind::kPhase, fmt::format("resumed run {} in phase {}: {} steps final, next round {}", options_.run_id,
+    log(EventKind::kPhase,
+        fmt::format("resumed run {} in phase {}: {} steps final, next round {}", options_.run_id,
                     to_string(state_.phase), state_.finalized_steps(), state_.next_step));
     if (state_.round) {
       OpenRound& round = *state_.round;
@@ -228,7 +229,8 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   add_members(welcome->mutable_holders(), holders);
   welcome->set_checkpointer(m.checkpointer);
   send(from, std::move(reply));
-  log(EventKind::kJoin, fmt::format("{} {} ({}) at {} as {}{}; {} active", short_hex(from),
+  log(EventKind::kJoin,
+      fmt::format("{} {} ({}) at {} as {}{}; {} active", short_hex(from),
                   rejoin ? "rejoined" : "joined", m.agent, m.endpoint, to_string(m.state),
                   m.checkpointer ? ", checkpointer" : "", active_count()),
       &from);
@@ -262,12 +264,13 @@ void StateMachine::restart_from_checkpoint() {
   }
   if (state_.phase == Phase::kTraining) set_phase(Phase::kPaused, state_.phase_since);
   ++state_.counters.restarts;
-  log(EventKind::kRestart, fmt::format(
-      "no member holds the parameters: the run restarts from {} after step {} (steps {}..{} are "
-      "undone; their data is not trained again)",
-      best ? fmt::format("the checkpoint {} wrote to {}", short_hex(best->reporter), best->path)
-           : std::string("the initialisation"),
-      to, to, final_steps - 1));
+  log(EventKind::kRestart, fmt::format("no member holds the parameters: the run restarts from {} "
+                                       "after step {} (steps {}..{} are "
+                                       "undone; their data is not trained again)",
+                                       best ? fmt::format("the checkpoint {} wrote to {}",
+                                                          short_hex(best->reporter), best->path)
+                                            : std::string("the initialisation"),
+                                       to, to, final_steps - 1));
 }
 
 void StateMachine::on_heartbeat(MemberRecord& member, const wire::Heartbeat& heartbeat,
@@ -286,7 +289,8 @@ void StateMachine::on_heartbeat(MemberRecord& member, const wire::Heartbeat& hea
 void StateMachine::on_leave(MemberRecord& member) {
   member.state = MemberState::kLeft;
   ++state_.counters.leaves;
-  log(EventKind::kLeave, fmt::format("{} left; {} active", short_hex(member.key), active_count()), &member.key);
+  log(EventKind::kLeave, fmt::format("{} left; {} active", short_hex(member.key), active_count()),
+      &member.key);
 }
 
 void StateMachine::on_commit(MemberRecord& member, const wire::Commit& commit) {
@@ -294,7 +298,8 @@ void StateMachine::on_commit(MemberRecord& member, const wire::Commit& commit) {
   const std::string who = short_hex(member.key);
   auto reject = [&](const std::string& why) {
     ++state_.counters.commits_rejected;
-    log(EventKind::kRejection, fmt::format("dropped a commit from {} for step {}: {}", who, record.step(), why),
+    log(EventKind::kRejection,
+        fmt::format("dropped a commit from {} for step {}: {}", who, record.step(), why),
         &member.key);
   };
   if (!commit.has_record()) return reject("it has no record");
@@ -305,7 +310,8 @@ void StateMachine::on_commit(MemberRecord& member, const wire::Commit& commit) {
   const uint64_t open_step = state_.round ? state_.round->step : state_.next_step;
   if (record.step() < open_step) {
     ++state_.counters.commits_late;
-    log(EventKind::kIgnored, fmt::format("ignored a late commit from {} for step {}: its round already closed", who,
+    log(EventKind::kIgnored,
+        fmt::format("ignored a late commit from {} for step {}: its round already closed", who,
                     record.step()),
         &member.key);
     return;
@@ -354,14 +360,15 @@ void StateMachine::on_witness(MemberRecord& member, const wire::Witness& witness
   const std::string who = short_hex(member.key);
   auto it = state_.collecting.find(witness.step());
   if (it == state_.collecting.end()) {
-    log(EventKind::kIgnored, fmt::format("ignored a witness from {} for step {}: that step is not collecting", who,
+    log(EventKind::kIgnored,
+        fmt::format("ignored a witness from {} for step {}: that step is not collecting", who,
                     witness.step()),
         &member.key);
     return;
   }
   CollectingStep& step = it->second;
   if (!step.expected.contains(member.key)) {
-    log(EventKind::kIgnored, 
+    log(EventKind::kIgnored,
         fmt::format("ignored a witness from {} for step {}: it was not active when the step "
                     "closed",
                     who, witness.step()));
@@ -374,7 +381,8 @@ void StateMachine::on_witness(MemberRecord& member, const wire::Witness& witness
   }
   for (const wire::Rejection& rejection : witness.rejected()) {
     ++state_.counters.rejections_reported;
-    log(EventKind::kRejection, fmt::format("{} rejected {}'s payload for step {}: {}", who, short_hex(rejection.author()),
+    log(EventKind::kRejection,
+        fmt::format("{} rejected {}'s payload for step {}: {}", who, short_hex(rejection.author()),
                     step.step, printable(rejection.reason())),
         &member.key);
   }
@@ -387,7 +395,7 @@ void StateMachine::on_state_report(MemberRecord& member, const wire::StateReport
   bool ok = s.state_hash().size() == kHashBytes && s.tensor_names_size() == s.tensor_hashes_size();
   for (const std::string& hash : s.tensor_hashes()) ok = ok && hash.size() == kHashBytes;
   if (!ok) {
-    log(EventKind::kIgnored, 
+    log(EventKind::kIgnored,
         fmt::format("ignored a state report from {}: the state hash must have {} bytes and every "
                     "tensor a name and a {}-byte hash",
                     who, kHashBytes, kHashBytes));
@@ -399,7 +407,7 @@ void StateMachine::on_state_report(MemberRecord& member, const wire::StateReport
   auto& reports = state_.state_reports;
   if (!reports.contains(k) && reports.size() >= kMaxStateReportSteps &&
       k < reports.begin()->first) {
-    log(EventKind::kIgnored, 
+    log(EventKind::kIgnored,
         fmt::format("ignored a state report from {} for {} applied steps: older than every step "
                     "kept",
                     who, k));
@@ -425,7 +433,8 @@ void StateMachine::on_state_report(MemberRecord& member, const wire::StateReport
 void StateMachine::on_checkpoint_report(MemberRecord& member, const wire::CheckpointReport& report,
                                         double now) {
   if (report.state_hash().size() != kHashBytes) {
-    log(EventKind::kIgnored, fmt::format("ignored a checkpoint report from {}: the state hash has {} bytes, expected {}",
+    log(EventKind::kIgnored,
+        fmt::format("ignored a checkpoint report from {}: the state hash has {} bytes, expected {}",
                     short_hex(member.key), report.state_hash().size(), kHashBytes),
         &member.key);
     return;
@@ -435,7 +444,8 @@ void StateMachine::on_checkpoint_report(MemberRecord& member, const wire::Checkp
                                                 printable(report.path(), 1024), member.key, now});
   if (state_.checkpoints.size() > kMaxCheckpoints)
     state_.checkpoints.erase(state_.checkpoints.begin());
-  log(EventKind::kCheckpoint, fmt::format("{} wrote a checkpoint after {} steps (state {}) to {}", short_hex(member.key),
+  log(EventKind::kCheckpoint,
+      fmt::format("{} wrote a checkpoint after {} steps (state {}) to {}", short_hex(member.key),
                   report.applied_steps(), short_hex(report.state_hash()),
                   state_.checkpoints.back().path),
       &member.key);
@@ -473,7 +483,8 @@ void StateMachine::check_hashes(uint64_t applied_steps) {
     send(key, std::move(message));
     r.resynced.insert(key);
     ++state_.counters.resyncs_sent;
-    log(EventKind::kResync, fmt::format("{} reported state {} after {} steps; the majority ({} of {}) has {}: resync",
+    log(EventKind::kResync,
+        fmt::format("{} reported state {} after {} steps; the majority ({} of {}) has {}: resync",
                     short_hex(key), short_hex(hash), applied_steps, best, r.reported.size(),
                     short_hex(majority)),
         &key);

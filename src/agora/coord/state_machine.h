@@ -36,8 +36,8 @@
 #include <string>
 #include <vector>
 
-#include "agora/coord/run_state.h"
 #include "agora/config/run_config.h"
+#include "agora/coord/run_state.h"
 #include "agora/wire/agora.pb.h"
 
 namespace agora::coord {

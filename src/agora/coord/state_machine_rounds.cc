@@ -82,8 +82,8 @@ void StateMachine::set_phase(Phase phase, double now) {
   const Phase before = state_.phase;
   state_.phase = phase;
   state_.phase_since = now;
-  log(EventKind::kPhase, fmt::format("phase {} -> {} ({} active, min_peers {})", to_string(before), to_string(phase),
-                  active_count(), options_.network.min_peers));
+  log(EventKind::kPhase, fmt::format("phase {} -> {} ({} active, min_peers {})", to_string(before),
+                                     to_string(phase), active_count(), options_.network.min_peers));
 }
 
 void StateMachine::open_round(double now) {
@@ -118,10 +118,12 @@ void StateMachine::open_round(double now) {
   state_.round = std::move(round);
   ++state_.counters.rounds_opened;
   for (const MemberRecord* m : members) send(m->key, round_start_for(m->key, now));
-  log(EventKind::kRound, fmt::format("round {} opened: {} sequences to {} members ({}), deadline {:.1f} s", t,
+  log(EventKind::kRound,
+      fmt::format("round {} opened: {} sequences to {} members ({}), deadline {:.1f} s", t,
                   options_.batch_size, members.size(), split, seconds));
   if (t == options_.tst_switch_step && t > 0) {
-    log(EventKind::kTstSwitch, fmt::format("step {}: token superposition ends; next-token training from here on", t));
+    log(EventKind::kTstSwitch,
+        fmt::format("step {}: token superposition ends; next-token training from here on", t));
   }
 }
 
@@ -151,7 +153,8 @@ void StateMachine::close_round(double now) {
     }
   }
   for (const MemberRecord* m : active_members()) step.expected.insert(m->key);
-  log(EventKind::kRound, fmt::format("round {} closed: {} of {} committed{}{}", round.step, step.commits.size(),
+  log(EventKind::kRound,
+      fmt::format("round {} closed: {} of {} committed{}{}", round.step, step.commits.size(),
                   round.assignments.size(), missed.empty() ? "" : "; no commit from ",
                   fmt::join(missed, ", ")));
   if (step.commits.empty()) {
@@ -218,9 +221,9 @@ void StateMachine::finalize(CollectingStep& step) {
   for (const CommitRecord& c : final_set) to_wire(c, f->add_set());
   state_.finalized.push_back(std::move(final_set));
   for (const MemberRecord* m : active_members(true)) send(m->key, message);
-  log(EventKind::kRound, fmt::format("step {} final: {} of {} payloads, {} of {} witnesses", step.step,
-                  state_.finalized.back().size(), step.commits.size(), step.witnessed.size(),
-                  expected));
+  log(EventKind::kRound, fmt::format("step {} final: {} of {} payloads, {} of {} witnesses",
+                                     step.step, state_.finalized.back().size(), step.commits.size(),
+                                     step.witnessed.size(), expected));
 }
 
 void StateMachine::finish() {
@@ -228,7 +231,8 @@ void StateMachine::finish() {
   wire::Envelope message;
   message.mutable_finished()->set_steps(state_.finalized_steps());
   for (const MemberRecord* m : active_members(true)) send(m->key, message);
-  log(EventKind::kPhase, fmt::format("run {} finished: {} steps final", options_.run_id, state_.finalized_steps()));
+  log(EventKind::kPhase,
+      fmt::format("run {} finished: {} steps final", options_.run_id, state_.finalized_steps()));
 }
 
 // ---- members -----------------------------------------------------------------------------------
@@ -236,7 +240,8 @@ void StateMachine::finish() {
 void StateMachine::strike(MemberRecord& member, const std::string& why) {
   ++member.strikes;
   ++state_.counters.strikes;
-  log(EventKind::kStrike, fmt::format("{} strike {} of {}: {}", short_hex(member.key), member.strikes,
+  log(EventKind::kStrike,
+      fmt::format("{} strike {} of {}: {}", short_hex(member.key), member.strikes,
                   options_.network.max_strikes, why),
       &member.key);
   if (member.strikes >= options_.network.max_strikes) {
@@ -250,7 +255,8 @@ void StateMachine::drop(MemberRecord& member, DropReason reason, const std::stri
   member.state = MemberState::kDropped;
   member.drop_reason = reason;
   ++state_.counters.drops;
-  log(EventKind::kDrop, fmt::format("{} dropped: {}; {} active", short_hex(member.key), why, active_count()),
+  log(EventKind::kDrop,
+      fmt::format("{} dropped: {}; {} active", short_hex(member.key), why, active_count()),
       &member.key);
   // Tell it, in case it is still listening; its next message would be refused anyway.
   wire::Envelope message;
@@ -265,7 +271,8 @@ void StateMachine::mark_caught_up(MemberRecord& member) {
   if (member.applied_steps + static_cast<uint64_t>(options_.network.overlap) >=
       state_.finalized_steps()) {
     member.state = MemberState::kActive;
-    log(EventKind::kCaughtUp, fmt::format("{} caught up ({} steps applied); {} active", short_hex(member.key),
+    log(EventKind::kCaughtUp,
+        fmt::format("{} caught up ({} steps applied); {} active", short_hex(member.key),
                     member.applied_steps, active_count()),
         &member.key);
   }

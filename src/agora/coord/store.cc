@@ -187,7 +187,8 @@ Store Store::open(const std::filesystem::path& path) {
   store.exec(kSchema);
   {
     // Databases written before events had a kind gain the column; their old rows read "other".
-    Statement columns(db, path, "SELECT COUNT(*) FROM pragma_table_info('events') WHERE name = 'kind'");
+    Statement columns(db, path,
+                      "SELECT COUNT(*) FROM pragma_table_info('events') WHERE name = 'kind'");
     columns.step();
     if (columns.int64(0) == 0) {
       store.exec("ALTER TABLE events ADD COLUMN kind TEXT NOT NULL DEFAULT 'other'");

@@ -9,7 +9,9 @@
 namespace agora {
 namespace fs = std::filesystem;
 
-bool has_data_meta(const fs::path& dir) { return fs::exists(dir / "meta.json"); }
+bool has_data_meta(const fs::path& dir) {
+  return fs::exists(dir / "meta.json");
+}
 
 DataMeta read_data_meta(const fs::path& dir) {
   const fs::path path = dir / "meta.json";

@@ -12,7 +12,7 @@ struct DataMeta {
   std::string tokenizer_spec;  // "gpt2" or the path of a SentencePiece .model
   int64_t vocab_size = 0;
   int64_t eot_id = 0;
-  std::string tokenizer_name;                   // as named when the shards were made, if recorded
+  std::string tokenizer_name;                  // as named when the shards were made, if recorded
   std::map<std::string, uint64_t> text_bytes;  // per split ("train", "val"), if recorded
 };
 

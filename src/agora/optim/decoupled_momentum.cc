@@ -130,7 +130,8 @@ Contribution DecoupledMomentum::contribute(const StepContext& context) {
   return {"", encode_payload(payload)};
 }
 
-void DecoupledMomentum::apply(const StepContext& context, std::span<const Contribution> contributions) {
+void DecoupledMomentum::apply(const StepContext& context,
+                              std::span<const Contribution> contributions) {
   torch::NoGradGuard no_grad;
   undo_lookahead();
   std::vector<Payload> payloads;

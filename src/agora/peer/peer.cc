@@ -110,9 +110,9 @@ void Peer::on_refused(const wire::Refused& refused) {
 void Peer::finish() {
   peer_.phase = PeerPhase::kFinished;
   peer_.summary.state_hash = state_hash_hex(state_record(peer_.learner.model, peer_.applied));
-  peer_.log(fmt::format("run finished after {} steps; state {}", peer_.applied,
-                        peer_.summary.state_hash),
-            "finished", {{"applied_steps", peer_.applied}, {"hash", peer_.summary.state_hash}});
+  peer_.log(
+      fmt::format("run finished after {} steps; state {}", peer_.applied, peer_.summary.state_hash),
+      "finished", {{"applied_steps", peer_.applied}, {"hash", peer_.summary.state_hash}});
   if (peer_.checkpointer) checkpointer_.write();
 }
 
@@ -126,8 +126,8 @@ void Peer::leave() {
 }
 
 PeerSummary Peer::run() {
-  peer_.log(fmt::format("serving on {}; joining {}", peer_.link.endpoint(),
-                        peer_.options.coordinator));
+  peer_.log(
+      fmt::format("serving on {}; joining {}", peer_.link.endpoint(), peer_.options.coordinator));
   const wire::Welcome welcome = join(peer_);
   build(peer_, welcome);
   peer_.log(fmt::format("joined run {} ({} finalized steps{})", peer_.run_id,

@@ -97,7 +97,8 @@ struct PeerContext {
   uint64_t applied = 0;               // finalized steps applied to learner's parameters
   uint64_t next_round = 0;            // the RoundStart awaited (heartbeats say so)
   std::vector<wire::Member> members;  // the newest round's members: whom payloads come from
-  std::optional<std::chrono::steady_clock::time_point> first_round;  // the first RoundStart acted on
+  std::optional<std::chrono::steady_clock::time_point>
+      first_round;  // the first RoundStart acted on
   PeerSummary summary;
 };
 

@@ -61,8 +61,7 @@ class PeerLink {
                        std::vector<wire::Member> members, bool witness) = 0;
   // Blocks until every payload of `set` is held (fetching what is missing from `members`) or
   // `timeout_seconds` pass; returns the hashes still missing.
-  virtual std::vector<std::string> ensure(uint64_t step,
-                                          const std::vector<wire::CommitRecord>& set,
+  virtual std::vector<std::string> ensure(uint64_t step, const std::vector<wire::CommitRecord>& set,
                                           std::vector<wire::Member> members,
                                           double timeout_seconds) = 0;
 

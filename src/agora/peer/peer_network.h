@@ -75,8 +75,7 @@ class PeerNetwork final : public PeerLink {
   std::vector<std::string> ensure(uint64_t step, const std::vector<wire::CommitRecord>& set,
                                   std::vector<wire::Member> members,
                                   double timeout_seconds) override;
-  void publish_snapshot(uint64_t applied_steps,
-                        std::shared_ptr<const Snapshot> snapshot) override;
+  void publish_snapshot(uint64_t applied_steps, std::shared_ptr<const Snapshot> snapshot) override;
   Snapshot fetch_state(const wire::StateRecord& state, const std::vector<wire::Member>& holders,
                        double timeout_seconds) override;
   // The metrics' collector reads them from an HTTP thread.

@@ -109,9 +109,9 @@ void Round::train(const wire::RoundStart& round) {
                             static_cast<int64_t>(std::max<size_t>(1, peer_.members.size()))};
   // Every member switches at the same step: the step, not the member, decides the phase.
   if (index == peer_.config.tst_switch_step() && step > 0) {
-    peer_.log(fmt::format("step {:>5}  token superposition ends: next-token training from here on",
-                          step),
-              "tst_switch", {{"round", step}});
+    peer_.log(
+        fmt::format("step {:>5}  token superposition ends: next-token training from here on", step),
+        "tst_switch", {{"round", step}});
   }
   StepResult result = peer_.step->run(peer_.learner, context, share, &peer_.stop);
   if (!result.completed) return;

@@ -63,15 +63,14 @@ void build(PeerContext& peer, const wire::Welcome& welcome) {
   peer.step = std::make_unique<TrainStep>(config, peer.device);
   const PayloadLayout layout =
       dynamic_cast<DecoupledMomentum&>(*peer.learner.strategy).payload_layout();
-  peer.link.configure(peer.run_id,
-                      [layout](std::string_view bytes) -> std::optional<std::string> {
-                        try {
-                          decode_payload(bytes, layout);
-                          return std::nullopt;
-                        } catch (const Error& e) {
-                          return e.what();
-                        }
-                      });
+  peer.link.configure(peer.run_id, [layout](std::string_view bytes) -> std::optional<std::string> {
+    try {
+      decode_payload(bytes, layout);
+      return std::nullopt;
+    } catch (const Error& e) {
+      return e.what();
+    }
+  });
 }
 
 }  // namespace agora::peer

@@ -88,8 +88,7 @@ void sync_state(PeerContext& peer, const wire::StateRecord& state,
 
 void report_state(PeerContext& peer) {
   wire::Envelope report;
-  *report.mutable_state_report()->mutable_state() =
-      state_record(peer.learner.model, peer.applied);
+  *report.mutable_state_report()->mutable_state() = state_record(peer.learner.model, peer.applied);
   peer.link.publish_snapshot(peer.applied, snapshot_of(peer.learner.model));
   peer.link.send_to_coordinator(report);
   peer.summary.state_hash = state_hash_hex(report.state_report().state());

@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "agora/config/hf_config.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
-#include "agora/config/hf_config.h"
 #include "agora/train/torch_safetensors.h"
 
 namespace agora {

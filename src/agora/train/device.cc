@@ -24,8 +24,8 @@ AutocastGuard::AutocastGuard(torch::Device device, bool enabled)
     : device_(device),
       // Nested inside an enabled guard (the trainer holds one over training and evaluation, the
       // step its own) this guard changes nothing and leaves the outer one's cache alone.
-      enabled_(enabled && !(device.is_cuda() ? at::autocast::is_enabled()
-                                             : at::autocast::is_cpu_enabled())) {
+      enabled_(enabled &&
+               !(device.is_cuda() ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled())) {
   if (!enabled_) return;
   if (device_.is_cuda()) {
     at::autocast::set_autocast_gpu_dtype(at::kBFloat16);

@@ -71,8 +71,8 @@ StepResult TrainStep::run(Learner& learner, const StepContext& context,
       const int64_t count = static_cast<int64_t>(std::min(micro, range.count - done));
       const torch::Tensor windows = read_sequences(data, range.first + done, count).to(device_);
       // Each micro-batch weighs its share of the sequences: the gradient is that of the mean.
-      const torch::Tensor loss = window_loss(learner.model, windows, result.bag) /
-                                 (total / static_cast<double>(count));
+      const torch::Tensor loss =
+          window_loss(learner.model, windows, result.bag) / (total / static_cast<double>(count));
       loss.backward();
       result.loss += loss.item<double>();
     }

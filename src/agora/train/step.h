@@ -51,13 +51,13 @@ struct Learner {
 };
 
 struct StepResult {
-  bool completed = false;     // false: *stop was set between micro-batches; nothing contributed
-  double loss = 0;            // mean over the sequences (the bag loss during TST phase 1)
+  bool completed = false;  // false: *stop was set between micro-batches; nothing contributed
+  double loss = 0;         // mean over the sequences (the bag loss during TST phase 1)
   int64_t sequences = 0;
-  double grad_norm = 0;       // before clipping
-  double compute_seconds = 0; // forward and backward only: what throughput is measured on
-  int64_t bag = 1;            // the TST bag this step trained with (1 = next tokens)
-  Contribution contribution;  // Contribution::peer is left to the caller
+  double grad_norm = 0;        // before clipping
+  double compute_seconds = 0;  // forward and backward only: what throughput is measured on
+  int64_t bag = 1;             // the TST bag this step trained with (1 = next tokens)
+  Contribution contribution;   // Contribution::peer is left to the caller
 };
 
 class TrainStep {

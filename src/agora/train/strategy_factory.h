@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "agora/config/run_config.h"
 #include "agora/model/llama.h"
 #include "agora/optim/strategy.h"
-#include "agora/config/run_config.h"
 
 namespace agora {
 

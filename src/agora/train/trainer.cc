@@ -15,11 +15,11 @@
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/data/corpus_tokenizer.h"
+#include "agora/data/data_meta.h"
 #include "agora/data/sampler.h"
 #include "agora/data/tokenizer.h"
 #include "agora/obs/progress.h"
 #include "agora/train/checkpoint.h"
-#include "agora/data/data_meta.h"
 #include "agora/train/device.h"
 #include "agora/train/evaluate.h"
 #include "agora/train/parameter_hash.h"
@@ -310,9 +310,9 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
     train_seconds += seconds;
-    const StepStats stats{step,         loss_sum / N, context.lr,
-                          norm_sum / N, B * T / std::max(seconds, 1e-9),
-                          bytes / N,    train_step.bag(step)};
+    const StepStats stats{
+        step,      loss_sum / N,        context.lr, norm_sum / N, B * T / std::max(seconds, 1e-9),
+        bytes / N, train_step.bag(step)};
     summary.final_loss = stats.loss;
     summary.payload_bytes_per_peer += static_cast<uint64_t>(stats.payload_bytes);
     if (options.on_step) options.on_step(stats);
