@@ -23,7 +23,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from network_test import Run, free_port  # noqa: E402
+from network_run import Run, free_port  # noqa: E402
 
 STEPS = 30
 EVAL_INTERVAL = 5  # train.eval_interval: the checkpointer's validation loss every 5 steps

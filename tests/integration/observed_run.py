@@ -1,5 +1,5 @@
 """A real run on loopback whose coordinator serves HTTP (page, JSON API, /metrics) and whose peers
-serve /metrics: network_test.Run plus the monitoring flags. Shared by dashboards_test.py and
+serve /metrics: network_run.Run plus the monitoring flags. Shared by dashboards_test.py and
 web_page_test.py."""
 import json
 import os
@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from network_test import Run, free_port  # noqa: E402
+from network_run import Run, free_port  # noqa: E402
 
 
 class ObservedRun(Run):

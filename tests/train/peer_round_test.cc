@@ -7,12 +7,12 @@
 // train...), so the peer must end with the trainer's parameters, bit for bit, and commit the
 // trainer's losses: the step function is shared, and this test fails if the two drift.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <deque>
 #include <filesystem>
 #include <map>
 
+#include "../unit/test_support.h"
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
 #include "agora/net/identity.h"
@@ -152,16 +152,13 @@ class FakeRun : public PeerLink {
   std::deque<wire::Envelope> inbox_;
 };
 
-class PeerRoundTest : public ::testing::Test {
+class PeerRoundTest : public agora::testing::TempDirTest {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::exists(kData + "/meta.json"))
         << kData << " is missing: run 'make data' (make test does it)";
-    dir_ = fs::temp_directory_path() / ("agora_peer_round_test_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    TempDirTest::SetUp();
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::string config_toml(int64_t steps) const {
     return fmt::format(R"(
@@ -207,7 +204,6 @@ hash_interval = 1
 
   static constexpr uint64_t kBatch = 12;  // 3 micro-batches of 4: a non-power-of-two split
   const net::Identity identity_ = net::Identity::from_seed(std::string(32, 'p'));
-  fs::path dir_;
 };
 
 TEST_F(PeerRoundTest, OnePeerTrainsExactlyAsTheLocalTrainer) {
