@@ -25,6 +25,8 @@ TEST_F(CoordinatorTest, MissedDeadlineStrikesAndRequeuesTheData) {
   EXPECT_TRUE(logged(closed, "missed the deadline of round 0"));
   EXPECT_TRUE(logged(closed, EventKind::kStrike, key(1)));
   EXPECT_FALSE(logged(closed, EventKind::kStrike, key(0)));
+  EXPECT_EQ(logged_field(closed, EventKind::kStrike, "strikes"), obs::LogValue(int64_t{1}));
+  EXPECT_EQ(logged_field(closed, EventKind::kRound, "round"), obs::LogValue(uint64_t{0}));
   EXPECT_EQ(state().queue.pending, missed);
   // Both active members witness; member 0's payload is final (held by 2 of 2).
   auto collect = sent(closed, key(1), Body::kCollect);
@@ -54,6 +56,8 @@ TEST_F(CoordinatorTest, RepeatedStrikesDropAndTheDroppedAreRefused) {
     Actions closed = sm_->tick(t + 10);
     if (step == 1) {
       EXPECT_TRUE(logged(closed, EventKind::kDrop, key(1)));
+      EXPECT_EQ(logged_field(closed, EventKind::kDrop, "reason"),
+                obs::LogValue(std::string("strikes")));
       EXPECT_EQ(sent(closed, key(1), Body::kRefused).size(), 1u);
     }
     handle(0, witness_msg(step, {hash_of(static_cast<int>(step))}), t + 10);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -107,6 +108,18 @@ inline bool logged(const Actions& actions, EventKind kind, const PublicKey& abou
   return std::any_of(actions.log.begin(), actions.log.end(), [&](const LogLine& l) {
     return l.kind == kind && l.peer == net::short_key(about);
   });
+}
+
+// The value of field `key` on the first event of `kind` that `actions` logged, if any.
+inline std::optional<obs::LogValue> logged_field(const Actions& actions, EventKind kind,
+                                                 const std::string& key) {
+  for (const LogLine& l : actions.log) {
+    if (l.kind != kind) continue;
+    for (const obs::LogField& f : l.fields) {
+      if (f.key == key) return f.value;
+    }
+  }
+  return std::nullopt;
 }
 
 inline std::vector<SequenceRange> ranges_of(const wire::RoundStart& start) {

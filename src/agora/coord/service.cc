@@ -115,9 +115,12 @@ void Service::deliver(Actions actions) {
                           {"text", line.text},
                           {"step", final_steps}};
       if (!line.peer.empty()) j["peer"] = line.peer;
+      for (const obs::LogField& f : line.fields) {
+        if (!j.contains(f.key)) std::visit([&](const auto& v) { j[f.key] = v; }, f.value);
+      }
       std::printf("%s\n", j.dump().c_str());
     } else {
-      obs::log_info({final_steps, line.peer, to_string(line.kind)}, line.text);
+      obs::log_info({final_steps, line.peer, to_string(line.kind), line.fields}, line.text);
     }
   }
   for (const StepRow& row : rows) print_row(row);

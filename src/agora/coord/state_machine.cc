@@ -270,7 +270,8 @@ void StateMachine::restart_from_checkpoint() {
                                        best ? fmt::format("the checkpoint {} wrote to {}",
                                                           short_hex(best->reporter), best->path)
                                             : std::string("the initialisation"),
-                                       to, to, final_steps - 1));
+                                       to, to, final_steps - 1),
+      nullptr, {{"to_step", to}});
 }
 
 void StateMachine::on_heartbeat(MemberRecord& member, const wire::Heartbeat& heartbeat,
@@ -384,7 +385,7 @@ void StateMachine::on_witness(MemberRecord& member, const wire::Witness& witness
     log(EventKind::kRejection,
         fmt::format("{} rejected {}'s payload for step {}: {}", who, short_hex(rejection.author()),
                     step.step, printable(rejection.reason())),
-        &member.key);
+        &member.key, {{"author", short_hex(rejection.author())}, {"for_step", step.step}});
   }
   if (step.witnessed.insert(member.key).second) ++state_.counters.witnesses;
 }
@@ -551,9 +552,10 @@ void StateMachine::refuse(const PublicKey& to, const std::string& reason, bool m
   log(EventKind::kRejection, fmt::format("refused {}: {}", short_hex(to), reason), &to);
 }
 
-void StateMachine::log(EventKind kind, const std::string& line, const PublicKey* about) {
+void StateMachine::log(EventKind kind, const std::string& line, const PublicKey* about,
+                       std::vector<obs::LogField> fields) {
   if (out_ != nullptr) {
-    out_->log.push_back({line, about ? short_hex(*about) : std::string(), kind});
+    out_->log.push_back({line, about ? short_hex(*about) : std::string(), kind, std::move(fields)});
   }
   state_.events.push_back(Event{++state_.counters.events, now_, line, kind});
   while (state_.events.size() > kMaxEvents) state_.events.pop_front();

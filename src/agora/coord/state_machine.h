@@ -38,6 +38,7 @@
 
 #include "agora/config/run_config.h"
 #include "agora/coord/run_state.h"
+#include "agora/obs/log.h"
 #include "agora/wire/agora.pb.h"
 
 namespace agora::coord {
@@ -64,6 +65,10 @@ struct LogLine {
   std::string text;
   std::string peer;
   EventKind kind = EventKind::kOther;
+  // The event's figures, as keys of their own in JSON (obs/log.h): a drop's "reason", a strike's
+  // "strikes" and "max_strikes", a rejected payload's "author" and "for_step", a round's "round",
+  // a restart's "to_step". Never "event", "kind", "text", "step" or "peer".
+  std::vector<obs::LogField> fields;
 };
 
 struct Actions {
@@ -145,7 +150,8 @@ class StateMachine {
   void send(const PublicKey& to, wire::Envelope message);
   void refuse(const PublicKey& to, const std::string& reason, bool may_rejoin = false);
   // `about`: the member the line concerns, if one; logs carry its short key as their peer id.
-  void log(EventKind kind, const std::string& line, const PublicKey* about = nullptr);
+  void log(EventKind kind, const std::string& line, const PublicKey* about = nullptr,
+           std::vector<obs::LogField> fields = {});
 
   Options options_;
   RunState state_;

@@ -120,10 +120,12 @@ void StateMachine::open_round(double now) {
   for (const MemberRecord* m : members) send(m->key, round_start_for(m->key, now));
   log(EventKind::kRound,
       fmt::format("round {} opened: {} sequences to {} members ({}), deadline {:.1f} s", t,
-                  options_.batch_size, members.size(), split, seconds));
+                  options_.batch_size, members.size(), split, seconds),
+      nullptr, {{"round", t}});
   if (t == options_.tst_switch_step && t > 0) {
     log(EventKind::kTstSwitch,
-        fmt::format("step {}: token superposition ends; next-token training from here on", t));
+        fmt::format("step {}: token superposition ends; next-token training from here on", t),
+        nullptr, {{"round", t}});
   }
 }
 
@@ -156,7 +158,8 @@ void StateMachine::close_round(double now) {
   log(EventKind::kRound,
       fmt::format("round {} closed: {} of {} committed{}{}", round.step, step.commits.size(),
                   round.assignments.size(), missed.empty() ? "" : "; no commit from ",
-                  fmt::join(missed, ", ")));
+                  fmt::join(missed, ", ")),
+      nullptr, {{"round", round.step}});
   if (step.commits.empty()) {
     step.deadline = now;  // nothing to witness: final as soon as the steps before it are
   } else {
@@ -223,7 +226,8 @@ void StateMachine::finalize(CollectingStep& step) {
   for (const MemberRecord* m : active_members(true)) send(m->key, message);
   log(EventKind::kRound, fmt::format("step {} final: {} of {} payloads, {} of {} witnesses",
                                      step.step, state_.finalized.back().size(), step.commits.size(),
-                                     step.witnessed.size(), expected));
+                                     step.witnessed.size(), expected),
+      nullptr, {{"round", step.step}});
 }
 
 void StateMachine::finish() {
@@ -243,7 +247,8 @@ void StateMachine::strike(MemberRecord& member, const std::string& why) {
   log(EventKind::kStrike,
       fmt::format("{} strike {} of {}: {}", short_hex(member.key), member.strikes,
                   options_.network.max_strikes, why),
-      &member.key);
+      &member.key,
+      {{"strikes", member.strikes}, {"max_strikes", options_.network.max_strikes}});
   if (member.strikes >= options_.network.max_strikes) {
     drop(member, DropReason::kStrikes,
          fmt::format("{} strikes in a row (network.max_strikes = {})", member.strikes,
@@ -257,7 +262,7 @@ void StateMachine::drop(MemberRecord& member, DropReason reason, const std::stri
   ++state_.counters.drops;
   log(EventKind::kDrop,
       fmt::format("{} dropped: {}; {} active", short_hex(member.key), why, active_count()),
-      &member.key);
+      &member.key, {{"reason", to_string(reason)}});
   // Tell it, in case it is still listening; its next message would be refused anyway.
   wire::Envelope message;
   message.mutable_refused()->set_reason(
