@@ -161,7 +161,11 @@ PeerSummary Peer::run() {
       on_refused(m->refused());
     }
   }
-  if (peer_.phase != PeerPhase::kFinished) leave();
+  if (peer_.phase != PeerPhase::kFinished) {
+    leave();
+    // finish() hashed a finished run's parameters already; hashing is a pass over the model.
+    peer_.summary.state_hash = state_hash_hex(state_record(peer_.learner.model, peer_.applied));
+  }
   const NetworkCounters c = peer_.link.counters();
   peer_.log(fmt::format("payloads fetched {}, rejected {}; {} received, {} served; {} malformed "
                         "messages dropped",
@@ -174,7 +178,6 @@ PeerSummary Peer::run() {
              {"bytes_sent", c.bytes_sent},
              {"dropped_messages", c.dropped_messages}});
   peer_.summary.applied_steps = peer_.applied;
-  peer_.summary.state_hash = state_hash_hex(state_record(peer_.learner.model, peer_.applied));
   return peer_.summary;
 }
 

@@ -7,7 +7,6 @@
 
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
-#include "agora/obs/progress.h"
 #include "agora/peer/state_sync.h"
 
 namespace agora::peer {
