@@ -172,6 +172,8 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
   demo.chunk = toml.get_int("demo.chunk", demo.chunk, {1, 1 << 16});
   demo.one_bit = toml.get_bool("demo.one_bit", demo.one_bit);
   demo.lookahead = toml.get_bool("demo.lookahead", demo.lookahead);
+  demo.max_norm_ratio =
+      toml.get_double("demo.max_norm_ratio", demo.max_norm_ratio, DoubleRange::at_least(0));
 
   config.adamw.gradient_dtype =
       toml.get_choice("adamw.gradient_dtype", config.adamw.gradient_dtype, kGradientDtypes);
@@ -355,6 +357,7 @@ std::string RunConfig::to_toml() const {
   out += fmt::format("chunk = {}\n", demo.chunk);
   out += fmt::format("one_bit = {}\n", demo.one_bit);
   out += fmt::format("lookahead = {}\n", demo.lookahead);
+  out += fmt::format("max_norm_ratio = {}\n", toml_float(demo.max_norm_ratio));
 
   out += "\n[adamw]\n";
   out += fmt::format("gradient_dtype = {}\n", toml_quote(adamw.gradient_dtype));

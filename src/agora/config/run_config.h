@@ -101,6 +101,9 @@ struct DemoConfig {
   int64_t chunk = 64;      // target chunk edge
   bool one_bit = false;    // send signs only
   bool lookahead = false;  // Psyche's variant: gradients at p - lr_prev * sign(delta)
+  // Bounded influence: each contribution's values, per tensor, at most this many times the
+  // step's lower-median norm (optim/influence.h); 0 = no bound.
+  double max_norm_ratio = 2.0;
 
   bool operator==(const DemoConfig&) const = default;
 };

@@ -44,6 +44,7 @@
 // | agora_peer_checkpoint_duration_seconds | histogram | | writing one checkpoint |
 // | agora_peer_rounds_total | counter | | rounds trained (non-empty share) |
 // | agora_peer_resyncs_total | counter | | Resync messages acted on |
+// | agora_peer_apply_decisions_total | counter | decision (refused: a finalized contribution left out; clipped: a contribution's tensor scaled down to the bound; skipped: a step whose update was not finite) | what applying finalized steps decided about hostile contributions (docs/security.md) |
 // | both | | | |
 // | agora_network_bytes_total | counter | direction (sent, received), kind (payload, state, control) | encoded message bytes; the coordinator only has control |
 // | agora_network_messages_dropped_total | counter | reason (frames, unauthenticated, too_large, unparsable, no_body, over_limit) | malformed messages dropped |
@@ -103,6 +104,7 @@ inline constexpr MetricDef kPeerFetchDuration{"agora_peer_fetch_duration_seconds
 inline constexpr MetricDef kPeerCheckpointDuration{"agora_peer_checkpoint_duration_seconds", "Time to write one checkpoint."};
 inline constexpr MetricDef kPeerRounds{"agora_peer_rounds_total", "Rounds trained with a non-empty share."};
 inline constexpr MetricDef kPeerResyncs{"agora_peer_resyncs_total", "Resync messages acted on."};
+inline constexpr MetricDef kPeerApplyDecisions{"agora_peer_apply_decisions_total", "Finalized contributions left out (refused), scaled down to the influence bound per tensor (clipped), and steps not applied because their update was not finite (skipped)."};
 
 inline constexpr MetricDef kNetworkBytes{"agora_network_bytes_total", "Bytes of messages sent and received, by kind."};
 inline constexpr MetricDef kNetworkDropped{"agora_network_messages_dropped_total", "Malformed messages dropped, by reason."};

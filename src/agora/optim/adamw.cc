@@ -72,20 +72,24 @@ Contribution AdamWStrategy::contribute(const StepContext& context) {
   return out;
 }
 
-void AdamWStrategy::apply(const StepContext& context, std::span<const Contribution> contributions) {
+// All-reduce is a baseline for trusted peers (it cannot run decentralized): a malformed
+// contribution throws rather than being left out.
+ApplyReport AdamWStrategy::apply(const StepContext& context,
+                                 std::span<const Contribution> contributions) {
   if (context.num_peers <= 1) {
     step(context.lr);
-    return;
+    return {};
   }
   std::vector<torch::Tensor> mean =
       mean_of_contributions(contributions, layout_, context.step, "adamw: the gradient");
-  if (mean.empty()) return;
+  if (mean.empty()) return {};
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor& p = params_[i].tensor;
     p.mutable_grad() = mean[i].to(p.device(), p.scalar_type());
   }
   step(context.lr);
+  return {};
 }
 
 std::map<std::string, torch::Tensor> AdamWStrategy::state() const {

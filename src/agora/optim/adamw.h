@@ -40,7 +40,8 @@ class AdamWStrategy final : public Strategy {
   std::string name() const override { return "adamw"; }
   // The contribution's `peer` is left empty: the caller knows its own id.
   Contribution contribute(const StepContext& context) override;
-  void apply(const StepContext& context, std::span<const Contribution> contributions) override;
+  ApplyReport apply(const StepContext& context,
+                    std::span<const Contribution> contributions) override;
   std::map<std::string, torch::Tensor> state() const override;
   void load_state(const std::map<std::string, torch::Tensor>& state) override;
 

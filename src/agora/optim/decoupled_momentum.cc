@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <map>
 
 #include "agora/core/error.h"
 #include "agora/optim/dct.h"
+#include "agora/optim/influence.h"
 
 namespace agora {
 namespace {
@@ -130,60 +132,97 @@ Contribution DecoupledMomentum::contribute(const StepContext& context) {
   return {"", encode_payload(payload)};
 }
 
-void DecoupledMomentum::apply(const StepContext& context,
-                              std::span<const Contribution> contributions) {
-  torch::NoGradGuard no_grad;
-  undo_lookahead();
+std::vector<Payload> DecoupledMomentum::admit(const StepContext& context,
+                                              std::span<const Contribution> contributions,
+                                              ApplyReport& report) const {
   std::vector<Payload> payloads;
+  std::map<std::string, std::string> first_sender;  // bytes -> the peer that sent them first
   for (const Contribution* c : canonical_order(contributions)) {
-    try {
-      payloads.push_back(decode_payload(c->bytes, layout_));
-    } catch (const Error& error) {
-      fail("DeMo step {}: the contribution of peer '{}' is rejected: {}", context.step, c->peer,
-           error.what());
+    const auto [copy, fresh] = first_sender.try_emplace(c->bytes, c->peer);
+    if (!fresh) {
+      // A copy of another member's contribution counts once: whoever sent it first in the
+      // canonical order keeps it (nobody can tell from the bytes who computed it).
+      report.refused.push_back({c->peer, fmt::format("it is a copy of the contribution of peer "
+                                                     "'{}' (each payload counts once)",
+                                                     copy->second)});
+      continue;
     }
-    if (payloads.back().step != static_cast<uint64_t>(context.step)) {
-      fail("DeMo step {}: the contribution of peer '{}' is for step {}", context.step, c->peer,
-           payloads.back().step);
+    try {
+      Payload payload = decode_payload(c->bytes, layout_);
+      if (payload.step != static_cast<uint64_t>(context.step)) {
+        report.refused.push_back(
+            {c->peer, fmt::format("it is for step {} (allowed: step {}, the step applied)",
+                                  payload.step, context.step)});
+        continue;
+      }
+      payloads.push_back(std::move(payload));
+    } catch (const Error& error) {
+      report.refused.push_back({c->peer, error.what()});
     }
   }
-  if (payloads.empty()) return;  // nobody's update was accepted: the step changes nothing
+  return payloads;
+}
 
+ApplyReport DecoupledMomentum::apply(const StepContext& context,
+                                     std::span<const Contribution> contributions) {
+  torch::NoGradGuard no_grad;
+  undo_lookahead();
+  ApplyReport report;
+  std::vector<Payload> payloads = admit(context, contributions, report);
+  if (payloads.empty()) return report;  // nobody's update was accepted: the step changes nothing
+  report.clipped = bound_influence(payloads, options_.max_norm_ratio);
+
+  // Every direction first: a step that is not finite everywhere changes nothing anywhere.
+  std::vector<torch::Tensor> directions;
+  directions.reserve(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    directions.push_back(aggregate_direction(i, payloads));
+    if (!torch::isfinite(directions.back()).all().item<bool>()) {
+      report.skipped = true;
+      return report;
+    }
+  }
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     torch::Tensor& p = s.param.tensor;
-    const TensorLayout& layout = layout_.tensors[i];
-    const int64_t chunks = layout.num_chunks(), k = layout.topk;
-    const auto options = s.delta.options();
-    // One payload at a time, in canonical order: within a payload each position occurs once per
-    // chunk, so every scatter is order-free and the float32 sums are the same on every peer.
-    std::vector<torch::Tensor> index, value;
-    torch::Tensor count = torch::zeros({chunks, layout.chunk_size()}, options);
-    const torch::Tensor ones = torch::ones({chunks, k}, options);
-    for (const Payload& payload : payloads) {
-      const TensorPayload& entry = payload.tensors[i];
-      index.push_back(positions_tensor(entry.positions, chunks, k, p.device()));
-      value.push_back(values_tensor(entry.values, chunks, k, p.device()));
-      count.scatter_add_(1, index.back(), ones);
-    }
-    torch::Tensor direction;
-    const auto selections = static_cast<int64_t>(payloads.size()) * k;
-    if (sparse_is_cheaper(selections, s.geometry)) {
-      // The mean as a weighted sum: each selection counts value / (how many selected it).
-      const torch::Tensor positions = torch::cat(index, 1);
-      const torch::Tensor weights = torch::cat(value, 1).div_(count.gather(1, positions));
-      direction = sparse_chunked_idct(positions, weights, p.sizes(), s.geometry);
-    } else {
-      torch::Tensor sum = torch::zeros({chunks, layout.chunk_size()}, options);
-      for (size_t j = 0; j < index.size(); ++j) sum.scatter_add_(1, index[j], value[j]);
-      direction = chunked_idct(sum.div_(count.clamp_min_(1)), p.sizes(), s.geometry);
-    }
+    torch::Tensor& direction = directions[i];
     direction.sign_();
     if (s.param.decay && options_.weight_decay != 0) {
       p.mul_(1.0 - context.lr * options_.weight_decay);
     }
     p.sub_(direction.to(p.scalar_type()), context.lr);
   }
+  return report;
+}
+
+torch::Tensor DecoupledMomentum::aggregate_direction(size_t i,
+                                                     const std::vector<Payload>& payloads) const {
+  const Slot& s = slots_[i];
+  const torch::Tensor& p = s.param.tensor;
+  const TensorLayout& layout = layout_.tensors[i];
+  const int64_t chunks = layout.num_chunks(), k = layout.topk;
+  const auto options = s.delta.options();
+  // One payload at a time, in canonical order: within a payload each position occurs once per
+  // chunk, so every scatter is order-free and the float32 sums are the same on every peer.
+  std::vector<torch::Tensor> index, value;
+  torch::Tensor count = torch::zeros({chunks, layout.chunk_size()}, options);
+  const torch::Tensor ones = torch::ones({chunks, k}, options);
+  for (const Payload& payload : payloads) {
+    const TensorPayload& entry = payload.tensors[i];
+    index.push_back(positions_tensor(entry.positions, chunks, k, p.device()));
+    value.push_back(values_tensor(entry.values, chunks, k, p.device()));
+    count.scatter_add_(1, index.back(), ones);
+  }
+  const auto selections = static_cast<int64_t>(payloads.size()) * k;
+  if (sparse_is_cheaper(selections, s.geometry)) {
+    // The mean as a weighted sum: each selection counts value / (how many selected it).
+    const torch::Tensor positions = torch::cat(index, 1);
+    const torch::Tensor weights = torch::cat(value, 1).div_(count.gather(1, positions));
+    return sparse_chunked_idct(positions, weights, p.sizes(), s.geometry);
+  }
+  torch::Tensor sum = torch::zeros({chunks, layout.chunk_size()}, options);
+  for (size_t j = 0; j < index.size(); ++j) sum.scatter_add_(1, index[j], value[j]);
+  return chunked_idct(sum.div_(count.clamp_min_(1)), p.sizes(), s.geometry);
 }
 
 std::map<std::string, torch::Tensor> DecoupledMomentum::state() const {

@@ -19,8 +19,15 @@
 // peer takes the same path.
 //
 // Determinism: apply() depends only on the set of contributions, never on their order, so every
-// peer applying the same set ends with the same bits. A contribution that does not decode, or
-// whose layout differs from payload_layout(), throws Error naming its peer and changes nothing.
+// peer applying the same set ends with the same bits.
+//
+// Hostile contributions (docs/security.md). apply() trusts nothing about a contribution but its
+// bytes, and decides from them alone, so every honest peer decides the same:
+//   - one that does not decode against payload_layout(), is for another step, or repeats the
+//     bytes of another peer's contribution is left out, with the reason in the ApplyReport;
+//   - the values of the rest are bounded per tensor to max_norm_ratio times the lower median
+//     of the step's norms (influence.h), so none moves the model more than an honest one can;
+//   - if the aggregate is still not finite anywhere, the step changes nothing (report.skipped).
 //
 // Psyche's look-ahead variant (options.lookahead): before_forward() moves every parameter by
 // -lr_prev * sign(delta) so the gradient is taken at the look-ahead point; contribute() undoes the
@@ -44,6 +51,9 @@ struct DemoOptions {
   double weight_decay = 0.0;
   bool one_bit = false;
   bool lookahead = false;
+  // Bounded influence (influence.h): a contribution's values, per tensor, are scaled down to at
+  // most this many times the step's lower-median norm. 0 turns the bound off.
+  double max_norm_ratio = 2.0;
 };
 
 class DecoupledMomentum final : public Strategy {
@@ -53,7 +63,8 @@ class DecoupledMomentum final : public Strategy {
   std::string name() const override { return "demo"; }
   void before_forward(const StepContext& context) override;
   Contribution contribute(const StepContext& context) override;
-  void apply(const StepContext& context, std::span<const Contribution> contributions) override;
+  ApplyReport apply(const StepContext& context,
+                    std::span<const Contribution> contributions) override;
   std::map<std::string, torch::Tensor> state() const override;
   void load_state(const std::map<std::string, torch::Tensor>& state) override;
 
@@ -72,6 +83,12 @@ class DecoupledMomentum final : public Strategy {
   };
 
   void undo_lookahead();
+  // The contributions that may take part in the step, decoded; the rest go to report.refused.
+  std::vector<Payload> admit(const StepContext& context,
+                             std::span<const Contribution> contributions,
+                             ApplyReport& report) const;
+  // Step 6 and the inverse transform for parameter i: the direction before its sign.
+  torch::Tensor aggregate_direction(size_t i, const std::vector<Payload>& payloads) const;
 
   DemoOptions options_;
   std::vector<Slot> slots_;

@@ -73,10 +73,11 @@ Contribution DiLoCoStrategy::contribute(const StepContext& context) {
   return out;
 }
 
-void DiLoCoStrategy::apply(const StepContext& context,
-                           std::span<const Contribution> contributions) {
+// Like all-reduce, a baseline for trusted peers: a malformed contribution throws.
+ApplyReport DiLoCoStrategy::apply(const StepContext& context,
+                                  std::span<const Contribution> contributions) {
   const std::vector<const Contribution*> ordered = canonical_order(contributions);
-  if (ordered.empty()) return;  // an inner step: contribute() has already taken it
+  if (ordered.empty()) return {};  // an inner step: contribute() has already taken it
   if (!syncs_at(context.step)) {
     fail("diloco: step {}: peer {} sent a pseudo-gradient, but rounds end every {} steps",
          context.step, ordered.front()->peer, options_.inner_steps);
@@ -95,6 +96,7 @@ void DiLoCoStrategy::apply(const StepContext& context,
     shared_[i].sub_(update);
     params_[i].tensor.copy_(shared_[i]);
   }
+  return {};
 }
 
 std::map<std::string, torch::Tensor> DiLoCoStrategy::state() const {

@@ -16,9 +16,11 @@
 // receives the contributions of every peer accepted for the step, its own included, and must
 // leave every honest peer with bit-identical parameters: it orders them canonically itself (by
 // peer id, then bytes), so the result does not depend on the order they arrived in; the caller
-// passes at most one contribution per peer (a duplicate would count twice). apply() may
-// throw Error for a contribution that does not decode or does not match the model; the caller
-// validates contributions before it calls apply() (decode_payload with the strategy's layout).
+// passes at most one contribution per peer (a duplicate would count twice). What apply() does
+// with a contribution that is malformed or extreme is the strategy's to say (DeMo leaves it out
+// and bounds every contribution's influence; see its header) but it is always decided from the
+// bytes alone, so every honest peer decides the same; the ApplyReport tells the caller what was
+// decided.
 //
 // A strategy also owns the state a resumed run needs (moments, momentum buffers) and exposes it
 // as named tensors for checkpoints.
@@ -47,6 +49,18 @@ struct Contribution {
   std::string bytes;  // an encoded Payload, or empty
 };
 
+// What apply() decided beyond "apply everything as sent".
+struct ApplyReport {
+  struct Refusal {
+    std::string peer;
+    std::string reason;  // names the field and what was allowed
+  };
+  std::vector<Refusal> refused;  // contributions left out of the step
+  int64_t clipped = 0;           // (contribution, tensor) entries scaled down to the bound
+  // The update was not finite (a non-finite aggregate): the step changed nothing.
+  bool skipped = false;
+};
+
 struct StepContext {
   int64_t step = 0;       // 0-based optimizer step
   double lr = 0.0;        // the schedule's learning rate for this step
@@ -63,7 +77,8 @@ class Strategy {
   // Reads the accumulated gradients; returns what this peer sends for the step.
   virtual Contribution contribute(const StepContext& context) = 0;
   // Updates the parameters from the contributions of the step's peers (any order).
-  virtual void apply(const StepContext& context, std::span<const Contribution> contributions) = 0;
+  virtual ApplyReport apply(const StepContext& context,
+                            std::span<const Contribution> contributions) = 0;
 
   // Things the user should know before training, e.g. tensors DeMo compresses poorly.
   virtual std::vector<std::string> warnings() const { return {}; }

@@ -20,7 +20,8 @@ wire::StateRecord state_record(Llama& model, uint64_t applied_steps);
 std::shared_ptr<const Snapshot> snapshot_of(Llama& model);
 
 // Copies `snapshot` into `model`; throws Error naming the tensor when one is missing or its
-// dtype, shape or size differ from the model's.
+// size differs from the model's. The claimed dtype and shape are ignored: the bytes are the
+// float32 bytes the hash covers, in the model's own shape.
 void load_snapshot(Llama& model, const Snapshot& snapshot);
 
 // The record's state hash in hex, for logs.

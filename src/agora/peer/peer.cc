@@ -26,6 +26,18 @@ const char* to_string(PeerPhase phase) {
 
 namespace {
 
+// A state record past the finalized steps would leave the joiner nothing to apply, ever: it can
+// only come from a member's forged report, so no parameters are fetched for it.
+void check_welcome(const wire::Welcome& welcome) {
+  if (welcome.state().applied_steps() > welcome.finalized_steps()) {
+    fail(
+        "the coordinator handed over a state after step {}, past the run's {} finalized steps "
+        "(allowed: at most the finalized steps); it trusts a forged state report: upgrade the "
+        "coordinator",
+        welcome.state().applied_steps(), welcome.finalized_steps());
+  }
+}
+
 // The peer's main loop: one coordinator message at a time, on the training thread.
 class Peer {
  public:
@@ -89,6 +101,7 @@ void Peer::on_refused(const wire::Refused& refused) {
   // again and take the majority's parameters.
   peer_.log("the coordinator does not know this peer; joining again", "rejoin");
   const wire::Welcome welcome = join(peer_);
+  check_welcome(welcome);
   if (welcome.run_id() != peer_.run_id) {
     fail(
         "the coordinator now runs another run ({}, this peer trained {}); restart the peer to "
@@ -129,6 +142,7 @@ PeerSummary Peer::run() {
   peer_.log(
       fmt::format("serving on {}; joining {}", peer_.link.endpoint(), peer_.options.coordinator));
   const wire::Welcome welcome = join(peer_);
+  check_welcome(welcome);
   build(peer_, welcome);
   peer_.log(fmt::format("joined run {} ({} finalized steps{})", peer_.run_id,
                         welcome.finalized_steps(), peer_.checkpointer ? ", checkpointer" : ""),

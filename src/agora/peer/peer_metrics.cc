@@ -25,6 +25,9 @@ PeerMetrics::PeerMetrics(obs::Registry& registry) : registry_(registry) {
   obs::gauge(registry_, m::kPeerStep);
   obs::counter(registry_, m::kPeerRounds);
   obs::counter(registry_, m::kPeerResyncs);
+  for (const char* decision : {"refused", "clipped", "skipped"}) {
+    obs::counter(registry_, m::kPeerApplyDecisions, {{"decision", decision}});
+  }
   obs::histogram(registry_, m::kPeerCheckpointDuration, obs::seconds_buckets());
   obs::add_process_metrics(registry_);
 }
@@ -55,6 +58,18 @@ void PeerMetrics::applied(uint64_t applied_steps) {
 
 void PeerMetrics::resynced() {
   obs::counter(registry_, m::kPeerResyncs).inc();
+}
+
+void PeerMetrics::apply_decisions(uint64_t refused, uint64_t clipped, bool skipped) {
+  const auto count = [this](const char* decision, uint64_t n) {
+    if (n > 0) {
+      obs::counter(registry_, m::kPeerApplyDecisions, {{"decision", decision}})
+          .inc(static_cast<double>(n));
+    }
+  };
+  count("refused", refused);
+  count("clipped", clipped);
+  count("skipped", skipped ? 1 : 0);
 }
 
 void PeerMetrics::checkpoint_written(double seconds) {

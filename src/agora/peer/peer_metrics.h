@@ -44,6 +44,8 @@ class PeerMetrics {
                      int64_t seq_len, double compute_seconds);
   void applied(uint64_t applied_steps);
   void resynced();
+  // What applying a finalized step decided (optim/strategy.h ApplyReport).
+  void apply_decisions(uint64_t refused, uint64_t clipped, bool skipped);
   void checkpoint_written(double seconds);
   // Publishes `network`'s counters at every scrape; `network` must outlive the registry's use.
   void watch(const PeerLink& network);

@@ -70,7 +70,7 @@ void Round::apply(uint64_t step) {
                             peer_.config.learning_rate(static_cast<int64_t>(step)),
                             static_cast<int64_t>(std::max<size_t>(1, set.size()))};
   const auto apply_started = Clock::now();
-  if (!contributions.empty()) peer_.learner.strategy->apply(context, contributions);
+  if (!contributions.empty()) report(step, peer_.learner.strategy->apply(context, contributions));
   if (peer_.first_round) {
     peer_.summary.compute_seconds +=
         std::chrono::duration<double>(Clock::now() - apply_started).count();
@@ -79,6 +79,24 @@ void Round::apply(uint64_t step) {
   finalized_.erase(finalized_.begin(), finalized_.lower_bound(peer_.applied));
   timer.stop();  // a checkpoint written by settle() counts as checkpointing
   settle();
+}
+
+void Round::report(uint64_t step, const ApplyReport& report) {
+  // Every honest peer decides the same from the same bytes, so each says the same thing here.
+  for (const ApplyReport::Refusal& r : report.refused) {
+    peer_.log(fmt::format("step {}: the finalized contribution of {} is left out: {}", step,
+                          r.peer.substr(0, 8), r.reason),
+              "contribution_refused", {{"round", step}, {"author", r.peer}, {"reason", r.reason}});
+  }
+  if (report.clipped > 0 || report.skipped) {
+    peer_.log(fmt::format("step {}: {} contribution tensor(s) scaled down to the influence bound{}",
+                          step, report.clipped,
+                          report.skipped ? "; the update was not finite and was not applied" : ""),
+              "influence_bound",
+              {{"round", step}, {"clipped", report.clipped}, {"skipped", report.skipped}});
+  }
+  peer_.metrics.apply_decisions(report.refused.size(), static_cast<uint64_t>(report.clipped),
+                                report.skipped);
 }
 
 void Round::settle(bool force_report) {

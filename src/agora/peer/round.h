@@ -5,6 +5,10 @@
 //                   canonical order (the strategy sorts them) -> train(s): the assigned share
 //                   through the one step function (train/step.h) -> the payload stored, signed
 //                   over (run, s, hash) and committed with the round's numbers.
+//                   A finalized contribution that is malformed, for another step or extreme
+//                   is left out or bounded by the strategy, from its bytes alone, so every
+//                   honest peer does the same (logged as contribution_refused and
+//                   influence_bound).
 //   Finalized(s):   the set is remembered until it is applied.
 //   Collect(s):     the link fetches and verifies step s's payloads in the background and
 //                   witnesses what it holds.
@@ -55,6 +59,8 @@ class Round {
 
  private:
   void apply(uint64_t step);
+  // Logs and counts what applying `step` decided about its contributions (left out, bounded).
+  void report(uint64_t step, const ApplyReport& report);
 
   PeerContext& peer_;
   Checkpointer& checkpointer_;

@@ -44,6 +44,7 @@ std::unique_ptr<Strategy> make_strategy(const RunConfig& config, Llama& model) {
     options.weight_decay = config.optimizer.weight_decay;
     options.one_bit = config.demo.one_bit;
     options.lookahead = config.demo.lookahead;
+    options.max_norm_ratio = config.demo.max_norm_ratio;
     return std::make_unique<DecoupledMomentum>(named_parameters(model), options);
   }
   if (name == "adamw") {

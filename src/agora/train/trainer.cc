@@ -302,17 +302,22 @@ TrainSummary train(RunConfig config, const TrainOptions& options) {
                           own.bytes);
       }
     }
+    if (options.on_contributions) options.on_contributions(step, contributions);
     bool exchanged = false;
-    for (Replica& r : replicas) r.learner.strategy->apply(context, contributions);
+    ApplyReport applied;
+    for (Replica& r : replicas) applied = r.learner.strategy->apply(context, contributions);
     for (const Contribution& c : contributions) exchanged = exchanged || !c.bytes.empty();
     if (exchanged) check_identical(replicas, step);
 
     const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
     train_seconds += seconds;
-    const StepStats stats{
+    StepStats stats{
         step,      loss_sum / N,        context.lr, norm_sum / N, B * T / std::max(seconds, 1e-9),
         bytes / N, train_step.bag(step)};
+    stats.refused = static_cast<int64_t>(applied.refused.size());
+    stats.clipped = applied.clipped;
+    stats.skipped = applied.skipped;
     summary.final_loss = stats.loss;
     summary.payload_bytes_per_peer += static_cast<uint64_t>(stats.payload_bytes);
     if (options.on_step) options.on_step(stats);

@@ -38,6 +38,8 @@
 
 namespace agora {
 
+struct Contribution;  // optim/strategy.h
+
 struct StepStats {
   int64_t step = 0;  // the step just completed (0-based)
   double loss = 0;   // mean over the peers
@@ -46,6 +48,10 @@ struct StepStats {
   double tokens_per_second = 0;
   int64_t payload_bytes = 0;  // bytes one peer sent this step (the mean over peers)
   int64_t bag = 1;            // TST: the bag size this step trained with (1 = next tokens)
+  // What applying the step decided (optim/strategy.h ApplyReport): contributions left out,
+  // contribution tensors scaled down to the influence bound, and whether the step was skipped.
+  int64_t refused = 0, clipped = 0;
+  bool skipped = false;
 };
 
 struct EvalPoint {
@@ -62,6 +68,9 @@ struct TrainOptions {
   std::filesystem::path save_payloads;            // if set: DIR/step_<s>_peer-<i>.agp
   std::function<void(const StepStats&)> on_step;  // e.g. tests recording the loss curve
   std::function<void(const EvalPoint&)> on_eval;  // after each validation
+  // Called with every step's contributions (peer i's at index i) before they are applied; it
+  // may rewrite them. bench/poisoning plays hostile peers here; no run config can reach it.
+  std::function<void(int64_t step, std::vector<Contribution>& contributions)> on_contributions;
 };
 
 struct TrainSummary {
