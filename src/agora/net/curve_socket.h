@@ -116,6 +116,17 @@ class Server : public SocketCounters {
   std::optional<Incoming> recv();
   void send(const std::string& route, const wire::Envelope& message);
 
+  // Bounds what waits to be written: at most `per_connection` replies per connection (a full
+  // queue makes send_shared() refuse instead of ZeroMQ dropping silently). Call before any
+  // client connects.
+  void bound_replies(int per_connection);
+  // Why send_shared() did not queue a reply.
+  enum class SendResult { kQueued, kQueueFull, kGone };
+  // Queues `bytes` (an encoded Envelope) without copying them: every reply of the same bytes
+  // shares one buffer. `in_flight` grows by their size until ZeroMQ has written them.
+  SendResult send_shared(const std::string& route, std::shared_ptr<const std::string> bytes,
+                         std::shared_ptr<std::atomic<int64_t>> in_flight);
+
  private:
   zmq::socket_t socket_;
   DecodeLimits limits_;
@@ -123,9 +134,13 @@ class Server : public SocketCounters {
 
 class Client : public SocketCounters {
  public:
-  // Connects to `endpoint`, expecting the server to hold ed25519 key `server_key`.
+  // Connects to `endpoint`, expecting the server to hold ed25519 key `server_key` (the CURVE
+  // handshake fails against any other key, so nobody else can answer as that server).
+  // `receive_queue` > 0: at most that many messages received and not yet read; beyond them
+  // ZeroMQ stops reading the connection (TCP pushes back) instead of buffering what the server
+  // streams. 0 = ZeroMQ's default (1000).
   Client(Context& context, const Identity& identity, const std::string& endpoint,
-         const PublicKey& server_key, const DecodeLimits& limits);
+         const PublicKey& server_key, const DecodeLimits& limits, int receive_queue = 0);
   zmq::socket_t& socket() { return socket_; }
   const std::string& endpoint() const { return endpoint_; }
 
