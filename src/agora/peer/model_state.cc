@@ -4,6 +4,7 @@
 
 #include "agora/core/error.h"
 #include "agora/core/hex.h"
+#include "agora/peer/peer_network_detail.h"
 #include "agora/train/parameter_hash.h"
 
 namespace agora::peer {
@@ -42,7 +43,8 @@ void load_snapshot(Llama& model, const Snapshot& snapshot) {
     if (t.dtype != "F32" || t.shape != shape ||
         t.data.size() != static_cast<size_t>(item.value().numel()) * sizeof(float)) {
       fail("fetched tensor {} is {} {} ({} bytes); this model needs F32 of shape [{}]", item.key(),
-           t.dtype, fmt::join(t.shape, "x"), t.data.size(), fmt::join(shape, "x"));
+           detail::printable(t.dtype, 16), fmt::join(t.shape, "x"), t.data.size(),
+           fmt::join(shape, "x"));
     }
     const torch::Tensor source =
         torch::from_blob(const_cast<char*>(t.data.data()), shape, torch::kFloat32);
