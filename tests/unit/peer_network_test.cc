@@ -403,5 +403,110 @@ TEST(PeerNetworkTest, AJoinerRefusedAtFirstRetriesUntilListed) {
   EXPECT_GE(b.net->counters().refused_by_reason[static_cast<size_t>(Refusal::kNotMember)], 1u);
 }
 
+
+// A member that speaks to b's server directly, as an attacker's own code would.
+struct RawMember {
+  net::Identity id = net::Identity::generate();
+  std::unique_ptr<net::Client> client;
+  wire::Member member(const std::string& endpoint = "tcp://127.0.0.1:1") const {
+    wire::Member m;
+    m.set_key(id.public_key());
+    m.set_endpoint(endpoint);
+    return m;
+  }
+  void connect(net::Context& context, const Node& server, int receive_queue = 0) {
+    client = std::make_unique<net::Client>(context, id, server.net->endpoint(),
+                                           server.id.public_key(), net::DecodeLimits{},
+                                           receive_queue);
+  }
+  std::optional<wire::Envelope> wait(double seconds) {
+    const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < end) {
+      if (auto m = client->recv()) return m;
+      zmq::pollitem_t item{client->socket().handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(10));
+    }
+    return std::nullopt;
+  }
+};
+
+wire::Envelope get_tensor(uint64_t step, const std::string& name) {
+  wire::Envelope e;
+  e.mutable_get_tensor()->set_applied_steps(step);
+  e.mutable_get_tensor()->set_name(name);
+  return e;
+}
+
+size_t refused(const Node& node, Refusal why) {
+  return node.net->counters().refused_by_reason[static_cast<size_t>(why)];
+}
+
+TEST(PeerNetworkTest, RequestsLargerThanAnyValidOneGetNothing) {
+  FakeCoordinator coordinator;
+  Node b(coordinator);
+  net::Context context;  // outlives raw's socket: closing a context waits for its sockets
+  RawMember raw;
+  introduce(coordinator, {&b}, {b.member(), raw.member()});
+  raw.connect(context, b);
+  raw.client->send(get_tensor(1, "w"));  // a valid request is answered (NotFound)
+  auto reply = raw.wait(10);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_TRUE(reply->has_not_found());
+  // 64 KiB of name: the server's socket drops the frame (and the connection) unread.
+  raw.client->send(get_tensor(1, std::string(64 << 10, 'n')));
+  EXPECT_FALSE(raw.wait(1).has_value());
+  // A frame within the socket's bound but a name longer than any tensor's: refused, counted.
+  raw.client->send(get_tensor(1, std::string(1500, 'n')));
+  EXPECT_FALSE(raw.wait(1).has_value());
+  EXPECT_EQ(refused(b, Refusal::kBadRequest), 1u);
+}
+
+TEST(PeerNetworkTest, AFloodIsRateLimitedAndTheHeartbeatGoesOn) {
+  FakeCoordinator coordinator;
+  Node b(coordinator);
+  net::Context context;  // outlives raw's socket: closing a context waits for its sockets
+  RawMember raw;
+  introduce(coordinator, {&b}, {b.member(), raw.member()});
+  raw.connect(context, b);
+  wire::Envelope ask;
+  ask.mutable_get_blob()->set_hash(std::string(32, 'h'));
+  const std::string curve = b.id.curve_public();
+  const uint64_t before = coordinator.heartbeats[curve];
+  const auto end = Clock::now() + std::chrono::seconds(3);
+  uint64_t sent = 0;
+  while (Clock::now() < end) {
+    for (int i = 0; i < 200; ++i, ++sent) raw.client->send(ask);
+    while (raw.client->recv()) {
+    }
+    coordinator.pump(0.001);
+  }
+  coordinator.pump(0.5);
+  // One heartbeat a second throughout.
+  EXPECT_GE(coordinator.heartbeats[curve] - before, 2u) << sent << " requests sent";
+  EXPECT_GT(refused(b, Refusal::kMemberRate) + refused(b, Refusal::kConnectionRate), 0u);
+}
+
+TEST(PeerNetworkTest, RepliesWaitingPerConnectionAreBounded) {
+  FakeCoordinator coordinator;
+  Node b(coordinator);
+  net::Context context;  // outlives raw's socket: closing a context waits for its sockets
+  RawMember raw;
+  introduce(coordinator, {&b}, {b.member(), raw.member()});
+  auto snapshot = std::make_shared<Snapshot>();
+  (*snapshot)["big"] = TensorBytes{"F32", {1 << 22}, std::string(16 << 20, '\3')};
+  b.net->publish_snapshot(2, snapshot);
+  raw.connect(context, b, /*receive_queue=*/1);  // reads slowly: TCP pushes back on b
+  // 200 asks for a 16 MiB tensor, none read: without a bound, 3.2 GB would queue at b.
+  for (int i = 0; i < 200; ++i) raw.client->send(get_tensor(2, "big"));
+  for (int i = 0; i < 300 && refused(b, Refusal::kReplyQueue) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GT(refused(b, Refusal::kReplyQueue), 100u);
+  // What was queued is delivered whole.
+  auto reply = raw.wait(20);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->tensor_data().data().size(), 16u << 20);
+}
+
 }  // namespace
 }  // namespace agora::peer

@@ -74,8 +74,12 @@ void Context::set_admission(Admission admission) {
 }
 
 Server::Server(Context& context, const Identity& identity, const std::string& endpoint,
-               const DecodeLimits& limits)
+               const DecodeLimits& limits, int reply_queue)
     : socket_(context.zmq(), zmq::socket_type::router), limits_(limits) {
+  if (reply_queue > 0) {
+    socket_.set(zmq::sockopt::sndhwm, reply_queue);
+    socket_.set(zmq::sockopt::router_mandatory, 1);
+  }
   socket_.set(zmq::sockopt::curve_server, 1);
   socket_.set(zmq::sockopt::curve_secretkey, zmq::buffer(identity.curve_secret()));
   socket_.set(zmq::sockopt::zap_domain, kZapDomain);
@@ -139,11 +143,6 @@ void Server::send(const std::string& route, const wire::Envelope& message) {
   } catch (const zmq::error_t&) {
     // The connection is gone or its queue is full: the receiver recovers (it re-asks).
   }
-}
-
-void Server::bound_replies(int per_connection) {
-  socket_.set(zmq::sockopt::sndhwm, per_connection);
-  socket_.set(zmq::sockopt::router_mandatory, 1);
 }
 
 namespace {

@@ -105,8 +105,11 @@ class Server : public SocketCounters {
  public:
   // Binds `endpoint` ("tcp://0.0.0.0:7400"; port 0 is not supported by ZeroMQ's tcp: use "*"
   // ports via bound_endpoint()). Throws Error naming the endpoint when binding fails.
+  // `reply_queue` > 0 bounds what waits to be written: at most that many replies per
+  // connection, beyond which send_shared() refuses (instead of ZeroMQ dropping silently).
+  // It must be set before binding: connections take the socket's options of that moment.
   Server(Context& context, const Identity& identity, const std::string& endpoint,
-         const DecodeLimits& limits);
+         const DecodeLimits& limits, int reply_queue = 0);
   // The endpoint actually bound (resolves "tcp://127.0.0.1:*").
   std::string bound_endpoint() const;
   zmq::socket_t& socket() { return socket_; }
@@ -116,10 +119,6 @@ class Server : public SocketCounters {
   std::optional<Incoming> recv();
   void send(const std::string& route, const wire::Envelope& message);
 
-  // Bounds what waits to be written: at most `per_connection` replies per connection (a full
-  // queue makes send_shared() refuse instead of ZeroMQ dropping silently). Call before any
-  // client connects.
-  void bound_replies(int per_connection);
   // Why send_shared() did not queue a reply.
   enum class SendResult { kQueued, kQueueFull, kGone };
   // Queues `bytes` (an encoded Envelope) without copying them: every reply of the same bytes

@@ -30,9 +30,7 @@ PeerServer::PeerServer(net::Context& context, const net::Identity& identity,
     : limits_(limits),
       snapshots_(std::move(snapshots)),
       count_(std::move(count)),
-      server_(context, identity, listen, request_limits(limits)) {
-  server_.bound_replies(limits_.replies_per_connection);
-}
+      server_(context, identity, listen, request_limits(limits), limits.replies_per_connection) {}
 
 void PeerServer::end_current(double now) {
   for (auto it = members_.begin(); it != members_.end();) {
