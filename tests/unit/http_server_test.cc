@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -132,6 +133,23 @@ TEST(HttpServer, AnswersOnlyAllowedHosts) {
   EXPECT_EQ(status("agora.example.ORG:443"), 200);
   EXPECT_EQ(status(""), 421);
   EXPECT_EQ(status("[not-an-address]"), 421);
+}
+
+TEST(HttpServer, AllowedHostsFromTheEnvironment) {
+  setenv(kAllowedHostsVariable, " one.example , two.example", 1);
+  HttpServer server({"127.0.0.1", 0});
+  unsetenv(kAllowedHostsVariable);
+  server.get("/x", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "x"}; });
+  server.start();
+  httplib::Client client("127.0.0.1", server.port());
+  for (const char* host : {"one.example", "two.example:7480"}) {
+    auto res = client.Get("/x", httplib::Headers{{"Host", host}});
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << host;
+  }
+  auto res = client.Get("/x", httplib::Headers{{"Host", "three.example"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 421);
 }
 
 TEST(HttpServer, IdleConnectionsDoNotHoldEveryWorker) {

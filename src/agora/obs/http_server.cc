@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "agora/core/error.h"
@@ -74,7 +75,19 @@ bool http_host_allowed(std::string_view host_header, std::string_view bound_host
 HttpServer::HttpServer(HttpAddress address, HttpServerOptions options)
     : address_(std::move(address)),
       options_(std::move(options)),
-      server_(std::make_unique<httplib::Server>()) {}
+      server_(std::make_unique<httplib::Server>()) {
+  if (const char* names = std::getenv(kAllowedHostsVariable)) {
+    std::string_view rest = names;
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      std::string_view name = rest.substr(0, comma);
+      while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+      while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+      if (!name.empty()) options_.allowed_hosts.emplace_back(name);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
+}
 
 HttpServer::~HttpServer() {
   if (thread_.joinable()) {

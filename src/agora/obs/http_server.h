@@ -63,9 +63,12 @@ inline constexpr int kHttpKeepAliveRequests = 32;
 
 struct HttpServerOptions {
   // Names (without port) this server answers to besides IP addresses, localhost and the bound
-  // host, e.g. "agora.example.org"; compared case-insensitively.
+  // host, e.g. "agora.example.org"; compared case-insensitively. The names in the environment
+  // variable kAllowedHostsVariable (comma-separated) are added: an operator serving the page
+  // under a DNS name sets AGORA_HTTP_ALLOWED_HOSTS=agora.example.org.
   std::vector<std::string> allowed_hosts;
 };
+inline constexpr const char* kAllowedHostsVariable = "AGORA_HTTP_ALLOWED_HOSTS";
 
 // True when a request's Host header value (with or without :port) is one `options` and the
 // bound `host` allow (see above).
