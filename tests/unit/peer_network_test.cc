@@ -25,7 +25,7 @@ struct FakeCoordinator {
   net::Identity id = net::Identity::generate();
   net::Context context;
   net::Server server{context, id, "tcp://127.0.0.1:*", {}};
-  std::map<std::string, std::string> routes;  // curve key -> route, learnt from heartbeats
+  std::map<std::string, std::string> routes;   // curve key -> route, learnt from heartbeats
   std::map<std::string, uint64_t> heartbeats;  // by curve key
   std::deque<wire::Envelope> received;
 
@@ -211,7 +211,6 @@ TEST(PeerNetworkTest, FetchesAStateTensorByTensorAndChecksEachHash) {
   state.set_applied_steps(20);  // nobody kept that step
   EXPECT_THROW(a.net->fetch_state(state, {b.member()}, 30), Error);
 }
-
 
 // A payload's bytes carry their step: "payload@S" is valid for step S only.
 std::optional<std::string> step_validator(std::string_view bytes, uint64_t step) {
@@ -403,7 +402,6 @@ TEST(PeerNetworkTest, AJoinerRefusedAtFirstRetriesUntilListed) {
   EXPECT_GE(b.net->counters().refused_by_reason[static_cast<size_t>(Refusal::kNotMember)], 1u);
 }
 
-
 // A member that speaks to b's server directly, as an attacker's own code would.
 struct RawMember {
   net::Identity id = net::Identity::generate();
@@ -415,9 +413,9 @@ struct RawMember {
     return m;
   }
   void connect(net::Context& context, const Node& server, int receive_queue = 0) {
-    client = std::make_unique<net::Client>(context, id, server.net->endpoint(),
-                                           server.id.public_key(), net::DecodeLimits{},
-                                           receive_queue);
+    client =
+        std::make_unique<net::Client>(context, id, server.net->endpoint(), server.id.public_key(),
+                                      net::DecodeLimits{}, receive_queue);
   }
   std::optional<wire::Envelope> wait(double seconds) {
     const auto end = Clock::now() + std::chrono::duration<double>(seconds);

@@ -1,7 +1,7 @@
 #include "agora/obs/http_server.h"
 
-#include <httplib.h>
 #include <arpa/inet.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 

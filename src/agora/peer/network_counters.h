@@ -32,7 +32,7 @@ enum class Refusal {
   kBytesInFlight = 4,
   kBadRequest = 5
 };
-inline constexpr const char* kRefusalNames[] = {"not_member",  "member_rate",    "connection_rate",
+inline constexpr const char* kRefusalNames[] = {"not_member",  "member_rate",     "connection_rate",
                                                 "reply_queue", "bytes_in_flight", "bad_request"};
 inline constexpr size_t kRefusals = 6;
 
@@ -40,8 +40,8 @@ struct NetworkCounters {
   uint64_t bytes_sent = 0, bytes_received = 0;                 // every kind
   std::array<uint64_t, 3> sent_by_kind{}, received_by_kind{};  // indexed by Traffic
   uint64_t payloads_fetched = 0, payloads_rejected = 0, dropped_messages = 0;
-  std::array<uint64_t, 4> rejected_by_reason{};       // indexed by Rejection
-  std::map<std::string, uint64_t> dropped_by_reason;  // net::Server::drops_by_reason() tokens
+  std::array<uint64_t, 4> rejected_by_reason{};         // indexed by Rejection
+  std::map<std::string, uint64_t> dropped_by_reason;    // net::Server::drops_by_reason() tokens
   std::array<uint64_t, kRefusals> refused_by_reason{};  // requests to our server, by Refusal
   // Witnesses sent by their deadline with payloads still being fetched; payloads accepted after
   // their step's Witness went out (kept for apply); replies nobody asked for (dropped).

@@ -207,8 +207,8 @@ void PeerNetwork::on_blob(Job& job, Want& want, const std::string& source, wire:
     reject(Rejection::kHash);
     bump(&NetworkCounters::payloads_rejected);
     // A relay (or the author) sent bytes that are not the committed payload: ask another.
-    want.reason = fmt::format("{} served bytes that do not match the committed hash",
-                              printable(endpoint));
+    want.reason =
+        fmt::format("{} served bytes that do not match the committed hash", printable(endpoint));
     if (want.asked == source) advance(want, now);  // else the source asked now may still serve
     return;
   }

@@ -78,8 +78,8 @@ class PeerLink {
   // Payloads that arrive later are still kept for apply. Returns at once.
   virtual void collect(uint64_t step, std::vector<wire::CommitRecord> commits,
                        std::vector<wire::Member> members, bool witness) = 0;
-  // Blocks until every payload of `set` is held for `step` (fetching what is missing from `members`) or
-  // `timeout_seconds` pass; returns the hashes still missing.
+  // Blocks until every payload of `set` is held for `step` (fetching what is missing from
+  // `members`) or `timeout_seconds` pass; returns the hashes still missing.
   virtual std::vector<std::string> ensure(uint64_t step, const std::vector<wire::CommitRecord>& set,
                                           std::vector<wire::Member> members,
                                           double timeout_seconds) = 0;

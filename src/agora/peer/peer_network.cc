@@ -122,7 +122,7 @@ void PeerNetwork::reject(Rejection why) {
   rejected_[static_cast<size_t>(why)].fetch_add(1);
 }
 
-void PeerNetwork::bump(uint64_t NetworkCounters::* field) {
+void PeerNetwork::bump(uint64_t NetworkCounters::*field) {
   MutexLock lock(mutex_);
   ++(counters_.*field);
 }
@@ -161,8 +161,8 @@ net::Client* PeerNetwork::client_for(const wire::Member& member) {
     }
     // Few replies wait unread: a member streaming unsolicited data is slowed by TCP, not
     // buffered here (a joiner's many tensor replies still flow, read as they come).
-    Connection c{std::make_unique<net::Client>(context_, identity_, member.endpoint(),
-                                               member.key(), limits, /*receive_queue=*/16),
+    Connection c{std::make_unique<net::Client>(context_, identity_, member.endpoint(), member.key(),
+                                               limits, /*receive_queue=*/16),
                  member.key(), 0};
     it = clients_.emplace(id, std::move(c)).first;
   }

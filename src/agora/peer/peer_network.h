@@ -56,12 +56,12 @@
 namespace agora::peer {
 
 struct PeerNetworkOptions {
-  std::string coordinator;             // tcp://host:port
-  net::PublicKey coordinator_key;      // its ed25519 key
+  std::string coordinator;                 // tcp://host:port
+  net::PublicKey coordinator_key;          // its ed25519 key
   std::string listen = "tcp://0.0.0.0:*";  // where this peer serves
   // Where fetch latencies go (agora_peer_fetch_duration_seconds); none when null.
   obs::Registry* metrics = nullptr;
-  std::string advertise;               // what others dial; "" = the bound endpoint
+  std::string advertise;  // what others dial; "" = the bound endpoint
   // Limits on replies before configure() tells the run's sizes.
   net::DecodeLimits limits;
   // Per source; a payload's is also capped at kSourceShare of the run's witness_seconds.
@@ -111,7 +111,7 @@ class PeerNetwork final : public PeerLink {
     wire::Envelope request;
     std::vector<wire::Member> sources;
     size_t next_source = 0;
-    std::string asked;                  // the connection asked now; "" = none
+    std::string asked;                      // the connection asked now; "" = none
     std::vector<std::string> asked_before;  // earlier sources: a late answer is still taken
     double deadline = 0;
     double timeout = 10;
@@ -153,7 +153,7 @@ class PeerNetwork final : public PeerLink {
   void close_idle_clients(double now);
   void count(Traffic kind, bool sent, uint64_t bytes);
   void reject(Rejection why);
-  void bump(uint64_t NetworkCounters::* field);
+  void bump(uint64_t NetworkCounters::*field);
   void sync_socket_counters();
 
   // Blocks until the I/O thread finished `job` or `timeout_seconds` pass; a job given up on is

@@ -25,8 +25,8 @@ net::DecodeLimits request_limits(const PeerServerLimits& limits) {
 }  // namespace
 
 PeerServer::PeerServer(net::Context& context, const net::Identity& identity,
-                       const std::string& listen, PeerServerLimits limits,
-                       SnapshotLookup snapshots, Count count)
+                       const std::string& listen, PeerServerLimits limits, SnapshotLookup snapshots,
+                       Count count)
     : limits_(limits),
       snapshots_(std::move(snapshots)),
       count_(std::move(count)),
@@ -78,8 +78,8 @@ void PeerServer::refuse(Refusal why, const std::string& route, const std::string
   // that refusing costs less than asking. Rate and queue refusals get no answer: the asker's
   // timeout moves it to another source.
   if (why != Refusal::kNotMember ||
-      !refusal_replies_.take(limits_.refusal_replies_per_second,
-                             limits_.refusal_replies_per_second, now)) {
+      !refusal_replies_.take(limits_.refusal_replies_per_second, limits_.refusal_replies_per_second,
+                             now)) {
     return;
   }
   wire::Envelope e;
@@ -95,11 +95,14 @@ void PeerServer::reply(const std::string& route, std::shared_ptr<const std::stri
     return;
   }
   switch (server_.send_shared(route, std::move(bytes), in_flight_)) {
-    case net::Server::SendResult::kQueued: count_(kind, true, size); break;
+    case net::Server::SendResult::kQueued:
+      count_(kind, true, size);
+      break;
     case net::Server::SendResult::kQueueFull:
       refused_[static_cast<size_t>(Refusal::kReplyQueue)].fetch_add(1);
       break;
-    case net::Server::SendResult::kGone: break;  // the asker left; nothing to count
+    case net::Server::SendResult::kGone:
+      break;  // the asker left; nothing to count
   }
 }
 
@@ -157,8 +160,8 @@ size_t PeerServer::serve(const net::BlobStore& blobs, double now) {
       refuse(Refusal::kNotMember, in->route, kNotAdmitted, now);
       continue;
     }
-    if (!member_rates_[in->curve_key].take(limits_.member_requests_per_second,
-                                           limits_.member_burst, now)) {
+    if (!member_rates_[in->curve_key].take(limits_.member_requests_per_second, limits_.member_burst,
+                                           now)) {
       refuse(Refusal::kMemberRate, in->route, {}, now);
       continue;
     }
