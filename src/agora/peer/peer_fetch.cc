@@ -13,6 +13,7 @@ namespace agora::peer {
 
 using detail::connection_id;
 using detail::deadline_after;
+using detail::endpoint_of;
 using detail::now_seconds;
 using detail::printable;
 using detail::traffic_of;
@@ -193,7 +194,7 @@ void PeerNetwork::expire_wants(double now) {
 
 void PeerNetwork::on_blob(Job& job, Want& want, const std::string& source, wire::Blob& blob,
                           double now) {
-  const std::string endpoint = source.substr(source.find('@') + 1);
+  const std::string endpoint = endpoint_of(source);
   std::string data = std::move(*blob.mutable_data());
   LinkSettings settings;
   {
@@ -235,7 +236,7 @@ void PeerNetwork::on_blob(Job& job, Want& want, const std::string& source, wire:
 
 void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
   const double now = now_seconds();
-  const std::string endpoint = source.substr(source.find('@') + 1);
+  const std::string endpoint = endpoint_of(source);
   const auto asked_here = [&](const Want& want) {
     return want.asked == source || std::find(want.asked_before.begin(), want.asked_before.end(),
                                              source) != want.asked_before.end();

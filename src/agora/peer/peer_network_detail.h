@@ -27,8 +27,13 @@ inline Traffic traffic_of(const wire::Envelope& m) {
 }
 
 // A connection is one member at one endpoint: two members claiming the same endpoint get two.
+// The endpoint comes first and ends at a NUL (the coordinator admits no control characters in
+// an endpoint; a raw key may hold any byte).
 inline std::string connection_id(const wire::Member& m) {
-  return m.key() + '@' + m.endpoint();
+  return m.endpoint() + '\0' + m.key();
+}
+inline std::string endpoint_of(const std::string& connection) {
+  return connection.substr(0, connection.find('\0'));
 }
 
 // Text another member chose (an endpoint, a tensor name) as it may appear in a log line or an
