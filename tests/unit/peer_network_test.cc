@@ -66,7 +66,7 @@ struct Node {
   net::Identity id = net::Identity::generate();
   std::unique_ptr<PeerNetwork> net;
   Node(FakeCoordinator& c, PayloadValidator validator = {}, double witness_seconds = 10,
-       double blob_timeout_seconds = 2) {
+       double blob_timeout_seconds = 2, uint64_t max_payload_bytes = 0) {
     PeerNetworkOptions o;
     o.coordinator = c.server.bound_endpoint();
     o.coordinator_key = c.id.public_key();
@@ -77,6 +77,7 @@ struct Node {
     settings.run_id = "run";
     settings.validator = std::move(validator);
     settings.witness_seconds = witness_seconds;
+    settings.max_payload_bytes = max_payload_bytes;
     net->configure(std::move(settings));
   }
   wire::Member member() const {
@@ -504,6 +505,61 @@ TEST(PeerNetworkTest, RepliesWaitingPerConnectionAreBounded) {
   auto reply = raw.wait(20);
   ASSERT_TRUE(reply.has_value());
   EXPECT_EQ(reply->tensor_data().data().size(), 16u << 20);
+}
+
+TEST(PeerNetworkTest, RepliesLargerThanTheRunAllowsOrUnaskedAreDropped) {
+  FakeCoordinator coordinator;
+  // Payloads of this run are at most 1000 bytes: a fetch connection takes replies up to ~5 KB.
+  Node a(coordinator, {}, 10, 2, /*max_payload_bytes=*/1000);
+  const net::Identity bad_id = net::Identity::generate();
+  net::Context bad_context;
+  net::Server bad(bad_context, bad_id, "tcp://127.0.0.1:*", {});
+  wire::Member bad_member;
+  bad_member.set_key(bad_id.public_key());
+  bad_member.set_endpoint(bad.bound_endpoint());
+  introduce(coordinator, {&a}, {a.member(), bad_member});
+  const std::string bytes = "the payload";
+  wire::CommitRecord record;
+  record.set_author(bad_id.public_key());
+  record.set_step(1);
+  record.set_payload_hash(blake2b256_bytes(bytes));
+  record.set_signature(bad_id.sign(net::commit_signing_bytes("run", 1, record.payload_hash())));
+  const auto next_request = [&]() -> std::optional<net::Incoming> {
+    for (int i = 0; i < 1000; ++i) {
+      if (auto in = bad.recv()) return in;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return std::nullopt;
+  };
+  std::thread server([&] {
+    auto asked = next_request();
+    if (!asked) return;
+    wire::Envelope unasked;
+    unasked.mutable_not_found()->set_what("something nobody asked for");
+    bad.send(asked->route, unasked);
+    wire::Envelope good;
+    good.mutable_blob()->set_hash(record.payload_hash());
+    good.mutable_blob()->set_data(bytes);
+    bad.send(asked->route, good);
+    // The next request gets 1 MiB where 1000 bytes are the most a payload can be.
+    asked = next_request();
+    if (!asked) return;
+    wire::Envelope huge;
+    huge.mutable_blob()->set_hash(asked->message.get_blob().hash());
+    huge.mutable_blob()->set_data(std::string(1 << 20, 'x'));
+    bad.send(asked->route, huge);
+  });
+  EXPECT_TRUE(a.net->ensure(1, {record}, {bad_member}, 10).empty());
+  EXPECT_EQ(a.net->counters().unsolicited_replies, 1u);
+  wire::CommitRecord second = record;
+  second.set_payload_hash(blake2b256_bytes("another"));
+  second.set_signature(bad_id.sign(net::commit_signing_bytes("run", 1, second.payload_hash())));
+  EXPECT_EQ(a.net->ensure(1, {second}, {bad_member}, 10).size(), 1u);
+  server.join();
+  // ZeroMQ closed the connection at the frame's size: the bytes never reached the decoder (with
+  // the old 1 GiB limit they were parsed, then refused for their hash).
+  EXPECT_EQ(a.net->counters().rejected_by_reason[static_cast<size_t>(Rejection::kHash)], 0u);
+  EXPECT_FALSE(a.net->blobs().contains(second.payload_hash()));
 }
 
 }  // namespace
