@@ -146,9 +146,21 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
   return out;
 }
 
+namespace {
+
+// Remembers `source` once (a joiner's retries ask the same holders again and again).
+void remember(std::vector<std::string>& asked_before, std::string& source) {
+  if (!source.empty() &&
+      std::find(asked_before.begin(), asked_before.end(), source) == asked_before.end()) {
+    asked_before.push_back(std::move(source));
+  }
+  source.clear();
+}
+
+}  // namespace
+
 void PeerNetwork::advance(Want& want, double now) {
-  if (!want.asked.empty()) want.asked_before.push_back(std::move(want.asked));
-  want.asked.clear();
+  remember(want.asked_before, want.asked);
   while (want.next_source < want.sources.size()) {
     const wire::Member& source = want.sources[want.next_source++];
     if (source.key() == identity_.public_key()) continue;
@@ -223,8 +235,7 @@ void PeerNetwork::on_blob(Job& job, Want& want, const std::string& source, wire:
   } else if (settings.validator && (invalid = settings.validator(data, r.step()))) {
     reject(Rejection::kLayout);
   }
-  if (!want.asked.empty()) want.asked_before.push_back(std::move(want.asked));
-  want.asked.clear();
+  remember(want.asked_before, want.asked);
   want.done = true;
   want.ok = !invalid;
   if (invalid) want.reason = std::move(*invalid);
