@@ -66,12 +66,13 @@ struct Node {
   net::Identity id = net::Identity::generate();
   std::unique_ptr<PeerNetwork> net;
   Node(FakeCoordinator& c, PayloadValidator validator = {}, double witness_seconds = 10,
-       double blob_timeout_seconds = 2, uint64_t max_payload_bytes = 0) {
+       double blob_timeout_seconds = 2, uint64_t max_payload_bytes = 0, double grace_seconds = 60) {
     PeerNetworkOptions o;
     o.coordinator = c.server.bound_endpoint();
     o.coordinator_key = c.id.public_key();
     o.listen = "tcp://127.0.0.1:*";
     o.blob_timeout_seconds = blob_timeout_seconds;
+    o.server.grace_seconds = grace_seconds;
     net = std::make_unique<PeerNetwork>(id, o);
     LinkSettings settings;
     settings.run_id = "run";
@@ -560,6 +561,24 @@ TEST(PeerNetworkTest, RepliesLargerThanTheRunAllowsOrUnaskedAreDropped) {
   // the old 1 GiB limit they were parsed, then refused for their hash).
   EXPECT_EQ(a.net->counters().rejected_by_reason[static_cast<size_t>(Rejection::kHash)], 0u);
   EXPECT_FALSE(a.net->blobs().contains(second.payload_hash()));
+}
+
+TEST(PeerNetworkTest, ConnectionsToMembersWhoLeftAreClosed) {
+  FakeCoordinator coordinator;
+  // A member dropped from the list is forgotten after 0.2 s instead of 60 s.
+  Node a(coordinator, {}, 10, 2, 0, /*grace_seconds=*/0.2);
+  Node b(coordinator), c(coordinator);
+  introduce(coordinator, {&a, &b, &c});
+  const wire::CommitRecord from_b = b.commit(1, "b's"), from_c = c.commit(1, "c's");
+  EXPECT_TRUE(a.net->ensure(1, {from_b, from_c}, {b.member(), c.member()}, 10).empty());
+  const auto open_now = [&] {
+    // Connections are looked over every kCleanupSeconds.
+    std::this_thread::sleep_for(std::chrono::duration<double>(kCleanupSeconds + 0.5));
+    return a.net->counters().connections_open;
+  };
+  EXPECT_EQ(open_now(), 2u);
+  introduce(coordinator, {&a}, {a.member(), b.member()});  // c left the run
+  EXPECT_EQ(open_now(), 1u);
 }
 
 }  // namespace

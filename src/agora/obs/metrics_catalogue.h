@@ -49,6 +49,7 @@
 // | agora_peer_payloads_late_total | counter | | payloads accepted after their step's Witness went out (kept for apply) |
 // | agora_peer_unsolicited_replies_total | counter | | replies on fetch connections that answered nothing asked (dropped) |
 // | agora_peer_io_errors_total | counter | | ZeroMQ errors the network thread caught and survived |
+// | agora_peer_fetch_connections | gauge | | connections open to other members' servers |
 // | both | | | |
 // | agora_network_bytes_total | counter | direction (sent, received), kind (payload, state, control) | encoded message bytes; the coordinator only has control |
 // | agora_network_messages_dropped_total | counter | reason (frames, unauthenticated, too_large, unparsable, no_body, over_limit) | malformed messages dropped |
@@ -112,6 +113,7 @@ inline constexpr MetricDef kPeerRequestsRefused{"agora_peer_requests_refused_tot
 inline constexpr MetricDef kPeerWitnessesEarly{"agora_peer_witnesses_early_total", "Witnesses sent at their deadline with payloads still being fetched."};
 inline constexpr MetricDef kPeerPayloadsLate{"agora_peer_payloads_late_total", "Payloads accepted after their step's Witness went out."};
 inline constexpr MetricDef kPeerUnsolicitedReplies{"agora_peer_unsolicited_replies_total", "Replies on fetch connections that answered nothing asked."};
+inline constexpr MetricDef kPeerFetchConnections{"agora_peer_fetch_connections", "Connections open to other members' servers."};
 inline constexpr MetricDef kPeerIoErrors{"agora_peer_io_errors_total", "ZeroMQ errors the network thread caught and survived."};
 
 inline constexpr MetricDef kNetworkBytes{"agora_network_bytes_total", "Bytes of messages sent and received, by kind."};

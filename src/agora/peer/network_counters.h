@@ -48,6 +48,8 @@ struct NetworkCounters {
   uint64_t witnesses_early = 0, payloads_late = 0, unsolicited_replies = 0;
   // zmq errors the I/O thread caught and survived.
   uint64_t io_errors = 0;
+  // Fetch connections open now (to other members; closed when idle or their member left).
+  uint64_t connections_open = 0;
 };
 
 }  // namespace agora::peer

@@ -88,6 +88,7 @@ void PeerMetrics::watch(const PeerLink& network) {
     obs::counter(r, m::kPeerUnsolicitedReplies)
         .set_total(static_cast<double>(c.unsolicited_replies));
     obs::counter(r, m::kPeerIoErrors).set_total(static_cast<double>(c.io_errors));
+    obs::gauge(r, m::kPeerFetchConnections).set(static_cast<double>(c.connections_open));
   });
 }
 

@@ -284,7 +284,9 @@ void PeerNetwork::loop_once(double& next_heartbeat) {
   finish_jobs(now);
   if (now >= next_cleanup_) {
     close_idle_clients(now);
-    next_cleanup_ = now + 5;
+    next_cleanup_ = now + kCleanupSeconds;
+    MutexLock lock(mutex_);
+    counters_.connections_open = clients_.size();
   }
   bool joined;
   {

@@ -77,6 +77,7 @@ inline constexpr double kWitnessShare = 0.65;
 inline constexpr double kSourceShare = 0.25;
 inline constexpr size_t kMaxClients = 256;
 inline constexpr double kClientIdleSeconds = 60;
+inline constexpr double kCleanupSeconds = 2;  // how often idle connections are looked for
 
 class PeerNetwork final : public PeerLink {
  public:
