@@ -1,6 +1,6 @@
 // Fuzzes decode_envelope: any bytes a peer or the coordinator receives must come back as a
 // message or a reason, never a crash, and an accepted message must respect its kind's limit and
-// survive a re-encode.
+// survive a re-encode; with a peer server's limits, no reply kind is ever accepted.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -24,6 +24,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)agora::net::kind_name(*message);
   } else if (std::get<agora::net::DecodeFailure>(decoded).reason.empty()) {
     std::abort();  // every refusal says why
+  }
+  // A peer's server (peer_server.h) decodes requests only: a Blob or TensorData, of any size,
+  // never comes through.
+  const agora::net::Decoded request = agora::net::decode_envelope(bytes, {2048, 0});
+  if (const auto* message = std::get_if<agora::wire::Envelope>(&request)) {
+    if (message->has_blob() || message->has_tensor_data() || size > 2048) std::abort();
   }
   return 0;
 }

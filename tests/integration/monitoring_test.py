@@ -46,8 +46,10 @@ PEER_METRICS = [
     "agora_network_bytes_total", "agora_peer_payloads_accepted_total",
     "agora_peer_payloads_rejected_total", "agora_peer_fetch_duration_seconds_bucket",
     "agora_peer_checkpoint_duration_seconds_bucket", "agora_peer_rounds_total",
-    "agora_peer_resyncs_total", "process_resident_memory_bytes", "process_cpu_seconds_total",
-    "process_start_time_seconds"]
+    "agora_peer_resyncs_total", "agora_peer_requests_refused_total",
+    "agora_peer_witnesses_early_total", "agora_peer_payloads_late_total",
+    "agora_peer_unsolicited_replies_total", "agora_peer_io_errors_total", "agora_peer_fetch_connections",
+    "process_resident_memory_bytes", "process_cpu_seconds_total", "process_start_time_seconds"]
 
 
 def get(url):

@@ -38,9 +38,9 @@ class FakeRun : public PeerLink {
 
   const std::string& endpoint() const override { return endpoint_; }
   net::BlobStore& blobs() override { return blobs_; }
-  void configure(std::string run_id, PayloadValidator validator) override {
-    run_id_ = std::move(run_id);
-    validator_ = std::move(validator);
+  void configure(LinkSettings settings) override {
+    run_id_ = std::move(settings.run_id);
+    validator_ = std::move(settings.validator);
   }
   void send_to_coordinator(wire::Envelope m) override {
     sent.push_back(m);
@@ -236,9 +236,11 @@ TEST_F(PeerRoundTest, OnePeerTrainsExactlyAsTheLocalTrainer) {
         c.record().author(), net::commit_signing_bytes("fake-run", s, c.record().payload_hash()),
         c.record().signature()));
     ASSERT_TRUE(link.validator_);
-    EXPECT_FALSE(link.validator_(*payload).has_value());
+    EXPECT_FALSE(link.validator_(*payload, s).has_value());
+    // The same bytes under a commitment for another step (a replay) are refused.
+    EXPECT_TRUE(link.validator_(*payload, s + 1).has_value());
   }
-  EXPECT_TRUE(link.validator_("not a payload").has_value());
+  EXPECT_TRUE(link.validator_("not a payload", 0).has_value());
   // A state report after every applied step (hash_interval = 1), and one after the initial sync.
   EXPECT_EQ(link.published, (std::vector<uint64_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(link.status_applied, static_cast<uint64_t>(kSteps));

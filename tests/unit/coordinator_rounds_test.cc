@@ -249,6 +249,20 @@ TEST_F(CoordinatorTest, WithoutOverlapTheNextRoundWaitsForTheStepToBeFinal) {
   EXPECT_EQ(sent(a, key(0), Body::kRoundStart).at(0).round_start().apply_through(), 1u);
 }
 
+TEST_F(CoordinatorTest, RoundStartListsJoinersSoPeersServeThemTheState) {
+  start(2);
+  full_round(0, {0, 1}, kT0 + 3);  // step 0 final, round 1 open
+  handle(2, join_msg(ids_[2]), kT0 + 4);
+  ASSERT_EQ(member(2).state, MemberState::kSyncing);
+  const Actions a = full_round(1, {0, 1}, kT0 + 5);  // round 2 opens with a syncing member
+  const auto starts = sent(a, key(0), Body::kRoundStart);
+  ASSERT_EQ(starts.size(), 1u);
+  ASSERT_EQ(starts[0].round_start().joining_size(), 1);
+  EXPECT_EQ(starts[0].round_start().joining(0).key(), key(2));
+  EXPECT_FALSE(starts[0].round_start().joining(0).endpoint().empty());
+  for (const auto& m : starts[0].round_start().members()) EXPECT_NE(m.key(), key(2));
+}
+
 TEST_F(CoordinatorTest, WithOverlapTheNextRoundOpensWhileTheStepIsCollected) {
   options_.network.overlap = 1;
   start(2);

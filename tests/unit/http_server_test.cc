@@ -4,6 +4,14 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+#include <vector>
 
 #include "agora/core/error.h"
 
@@ -92,6 +100,84 @@ TEST(HttpServer, ParsesAddresses) {
       EXPECT_NE(std::string(e.what()).find("HOST:PORT"), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(HttpServer, RefusesRequestBodies) {
+  HttpServer server({"127.0.0.1", 0});
+  server.get("/x", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "x"}; });
+  server.start();
+  httplib::Client client("127.0.0.1", server.port());
+  auto res = client.Post("/x", std::string(64 << 10, 'b'), "application/octet-stream");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 413);
+  res = client.Get("/x");  // and still serves
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+}
+
+TEST(HttpServer, AnswersOnlyAllowedHosts) {
+  HttpServer server({"127.0.0.1", 0}, HttpServerOptions{{"Agora.Example.org"}});
+  server.get("/api/peers", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "p"}; });
+  server.start();
+  httplib::Client client("127.0.0.1", server.port());
+  const auto status = [&](const std::string& host) {
+    auto res = client.Get("/api/peers", httplib::Headers{{"Host", host}});
+    return res ? res->status : -1;
+  };
+  EXPECT_EQ(status("attacker.example:" + std::to_string(server.port())), 421);
+  EXPECT_EQ(status("attacker.example"), 421);
+  EXPECT_EQ(status("127.0.0.1:" + std::to_string(server.port())), 200);
+  EXPECT_EQ(status("localhost:80"), 200);
+  EXPECT_EQ(status("[::1]:80"), 200);
+  EXPECT_EQ(status("10.1.2.3"), 200);
+  EXPECT_EQ(status("agora.example.ORG:443"), 200);
+  EXPECT_EQ(status(""), 421);
+  EXPECT_EQ(status("[not-an-address]"), 421);
+}
+
+TEST(HttpServer, AllowedHostsFromTheEnvironment) {
+  setenv(kAllowedHostsVariable, " one.example , two.example", 1);
+  HttpServer server({"127.0.0.1", 0});
+  unsetenv(kAllowedHostsVariable);
+  server.get("/x", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "x"}; });
+  server.start();
+  httplib::Client client("127.0.0.1", server.port());
+  for (const char* host : {"one.example", "two.example:7480"}) {
+    auto res = client.Get("/x", httplib::Headers{{"Host", host}});
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << host;
+  }
+  auto res = client.Get("/x", httplib::Headers{{"Host", "three.example"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 421);
+}
+
+TEST(HttpServer, IdleConnectionsDoNotHoldEveryWorker) {
+  HttpServer server({"127.0.0.1", 0});
+  server.get("/x", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "x"}; });
+  server.start();
+  // More idle connections than workers, each sending nothing: each frees its worker within
+  // the 1 s keep-alive wait (a guard: this held before the hardening too).
+  std::vector<int> idle;
+  for (int i = 0; i < kHttpWorkers + 4; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    idle.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto started = std::chrono::steady_clock::now();
+  httplib::Client client("127.0.0.1", server.port());
+  auto res = client.Get("/x");
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_LT(took, 1.5);
+  for (int fd : idle) close(fd);
 }
 
 }  // namespace

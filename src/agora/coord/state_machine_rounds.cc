@@ -299,6 +299,12 @@ wire::Envelope StateMachine::round_start_for(const PublicKey& key, double now) c
   std::vector<PublicKey> members;
   for (const auto& [k, ranges] : round.assignments) members.push_back(k);
   add_members(start->mutable_members(), members);
+  // Joiners fetch the state from members' servers, which answer only whom the coordinator lists.
+  std::vector<PublicKey> joining;
+  for (const MemberRecord* m : active_members(/*syncing_too=*/true)) {
+    if (m->state == MemberState::kSyncing) joining.push_back(m->key);
+  }
+  add_members(start->mutable_joining(), joining);
   return message;
 }
 

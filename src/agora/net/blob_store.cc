@@ -19,6 +19,12 @@ bool BlobStore::contains(const std::string& hash) const {
   return blobs_.count(hash) > 0;
 }
 
+bool BlobStore::holds(const std::string& hash, uint64_t step) const {
+  std::lock_guard lock(mutex_);
+  const auto it = blobs_.find(hash);
+  return it != blobs_.end() && it->second.step == step;
+}
+
 void BlobStore::prune_below(uint64_t step) {
   std::lock_guard lock(mutex_);
   for (auto it = blobs_.begin(); it != blobs_.end();) {

@@ -19,6 +19,10 @@ class BlobStore {
   void put(const std::string& hash, std::string bytes, uint64_t step);
   std::optional<std::string> get(const std::string& hash) const;
   bool contains(const std::string& hash) const;
+  // Held and stored for `step`. A payload's bytes carry their step, so bytes accepted for one
+  // step are never valid for another: a commitment of held bytes under a different step must be
+  // fetched and validated like any other (and is then refused), not taken as held.
+  bool holds(const std::string& hash, uint64_t step) const;
   // Forgets every blob of a step below `step`.
   void prune_below(uint64_t step);
   size_t size() const;

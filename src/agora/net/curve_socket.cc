@@ -74,8 +74,12 @@ void Context::set_admission(Admission admission) {
 }
 
 Server::Server(Context& context, const Identity& identity, const std::string& endpoint,
-               const DecodeLimits& limits)
+               const DecodeLimits& limits, int reply_queue)
     : socket_(context.zmq(), zmq::socket_type::router), limits_(limits) {
+  if (reply_queue > 0) {
+    socket_.set(zmq::sockopt::sndhwm, reply_queue);
+    socket_.set(zmq::sockopt::router_mandatory, 1);
+  }
   socket_.set(zmq::sockopt::curve_server, 1);
   socket_.set(zmq::sockopt::curve_secretkey, zmq::buffer(identity.curve_secret()));
   socket_.set(zmq::sockopt::zap_domain, kZapDomain);
@@ -141,9 +145,47 @@ void Server::send(const std::string& route, const wire::Envelope& message) {
   }
 }
 
+namespace {
+
+struct SharedReply {
+  std::shared_ptr<const std::string> bytes;
+  std::shared_ptr<std::atomic<int64_t>> in_flight;
+};
+
+// Called by ZeroMQ (on its I/O thread) once the frame is written or discarded.
+void release_shared(void* /*data*/, void* hint) {
+  auto* reply = static_cast<SharedReply*>(hint);
+  reply->in_flight->fetch_sub(static_cast<int64_t>(reply->bytes->size()));
+  delete reply;
+}
+
+}  // namespace
+
+Server::SendResult Server::send_shared(const std::string& route,
+                                       std::shared_ptr<const std::string> bytes,
+                                       std::shared_ptr<std::atomic<int64_t>> in_flight) {
+  const size_t size = bytes->size();
+  try {
+    zmq::message_t head(route.data(), route.size());
+    if (!socket_.send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      return SendResult::kQueueFull;
+    }
+  } catch (const zmq::error_t&) {
+    return SendResult::kGone;  // EHOSTUNREACH: the connection closed
+  }
+  in_flight->fetch_add(static_cast<int64_t>(size));
+  auto* hint = new SharedReply{std::move(bytes), std::move(in_flight)};
+  zmq::message_t body(const_cast<char*>(hint->bytes->data()), size, release_shared, hint);
+  // With the head queued the body cannot block: a multipart message is accepted whole.
+  socket_.send(body, zmq::send_flags::dontwait);
+  count_sent(size);
+  return SendResult::kQueued;
+}
+
 Client::Client(Context& context, const Identity& identity, const std::string& endpoint,
-               const PublicKey& server_key, const DecodeLimits& limits)
+               const PublicKey& server_key, const DecodeLimits& limits, int receive_queue)
     : socket_(context.zmq(), zmq::socket_type::dealer), endpoint_(endpoint), limits_(limits) {
+  if (receive_queue > 0) socket_.set(zmq::sockopt::rcvhwm, receive_queue);
   socket_.set(zmq::sockopt::curve_serverkey, zmq::buffer(curve_public_of(server_key)));
   socket_.set(zmq::sockopt::curve_publickey, zmq::buffer(identity.curve_public()));
   socket_.set(zmq::sockopt::curve_secretkey, zmq::buffer(identity.curve_secret()));

@@ -105,8 +105,11 @@ class Server : public SocketCounters {
  public:
   // Binds `endpoint` ("tcp://0.0.0.0:7400"; port 0 is not supported by ZeroMQ's tcp: use "*"
   // ports via bound_endpoint()). Throws Error naming the endpoint when binding fails.
+  // `reply_queue` > 0 bounds what waits to be written: at most that many replies per
+  // connection, beyond which send_shared() refuses (instead of ZeroMQ dropping silently).
+  // It must be set before binding: connections take the socket's options of that moment.
   Server(Context& context, const Identity& identity, const std::string& endpoint,
-         const DecodeLimits& limits);
+         const DecodeLimits& limits, int reply_queue = 0);
   // The endpoint actually bound (resolves "tcp://127.0.0.1:*").
   std::string bound_endpoint() const;
   zmq::socket_t& socket() { return socket_; }
@@ -116,6 +119,13 @@ class Server : public SocketCounters {
   std::optional<Incoming> recv();
   void send(const std::string& route, const wire::Envelope& message);
 
+  // Why send_shared() did not queue a reply.
+  enum class SendResult { kQueued, kQueueFull, kGone };
+  // Queues `bytes` (an encoded Envelope) without copying them: every reply of the same bytes
+  // shares one buffer. `in_flight` grows by their size until ZeroMQ has written them.
+  SendResult send_shared(const std::string& route, std::shared_ptr<const std::string> bytes,
+                         std::shared_ptr<std::atomic<int64_t>> in_flight);
+
  private:
   zmq::socket_t socket_;
   DecodeLimits limits_;
@@ -123,9 +133,13 @@ class Server : public SocketCounters {
 
 class Client : public SocketCounters {
  public:
-  // Connects to `endpoint`, expecting the server to hold ed25519 key `server_key`.
+  // Connects to `endpoint`, expecting the server to hold ed25519 key `server_key` (the CURVE
+  // handshake fails against any other key, so nobody else can answer as that server).
+  // `receive_queue` > 0: at most that many messages received and not yet read; beyond them
+  // ZeroMQ stops reading the connection (TCP pushes back) instead of buffering what the server
+  // streams. 0 = ZeroMQ's default (1000).
   Client(Context& context, const Identity& identity, const std::string& endpoint,
-         const PublicKey& server_key, const DecodeLimits& limits);
+         const PublicKey& server_key, const DecodeLimits& limits, int receive_queue = 0);
   zmq::socket_t& socket() { return socket_; }
   const std::string& endpoint() const { return endpoint_; }
 

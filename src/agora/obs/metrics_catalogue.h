@@ -45,6 +45,12 @@
 // | agora_peer_rounds_total | counter | | rounds trained (non-empty share) |
 // | agora_peer_resyncs_total | counter | | Resync messages acted on |
 // | agora_peer_apply_decisions_total | counter | decision (refused: a finalized contribution left out; clipped: a contribution's tensor scaled down to the bound; skipped: a step whose update was not finite) | what applying finalized steps decided about hostile contributions (docs/security.md) |
+// | agora_peer_requests_refused_total | counter | reason (not_member, member_rate, connection_rate, reply_queue, bytes_in_flight, bad_request) | requests to the peer's server answered with no data |
+// | agora_peer_witnesses_early_total | counter | | Witnesses sent at their deadline with payloads still being fetched |
+// | agora_peer_payloads_late_total | counter | | payloads accepted after their step's Witness went out (kept for apply) |
+// | agora_peer_unsolicited_replies_total | counter | | replies on fetch connections that answered nothing asked (dropped) |
+// | agora_peer_io_errors_total | counter | | ZeroMQ errors the network thread caught and survived |
+// | agora_peer_fetch_connections | gauge | | connections open to other members' servers |
 // | both | | | |
 // | agora_network_bytes_total | counter | direction (sent, received), kind (payload, state, control) | encoded message bytes; the coordinator only has control |
 // | agora_network_messages_dropped_total | counter | reason (frames, unauthenticated, too_large, unparsable, no_body, over_limit) | malformed messages dropped |
@@ -105,6 +111,12 @@ inline constexpr MetricDef kPeerCheckpointDuration{"agora_peer_checkpoint_durati
 inline constexpr MetricDef kPeerRounds{"agora_peer_rounds_total", "Rounds trained with a non-empty share."};
 inline constexpr MetricDef kPeerResyncs{"agora_peer_resyncs_total", "Resync messages acted on."};
 inline constexpr MetricDef kPeerApplyDecisions{"agora_peer_apply_decisions_total", "Finalized contributions left out (refused), scaled down to the influence bound per tensor (clipped), and steps not applied because their update was not finite (skipped)."};
+inline constexpr MetricDef kPeerRequestsRefused{"agora_peer_requests_refused_total", "Requests to the peer's server answered with no data, by reason."};
+inline constexpr MetricDef kPeerWitnessesEarly{"agora_peer_witnesses_early_total", "Witnesses sent at their deadline with payloads still being fetched."};
+inline constexpr MetricDef kPeerPayloadsLate{"agora_peer_payloads_late_total", "Payloads accepted after their step's Witness went out."};
+inline constexpr MetricDef kPeerUnsolicitedReplies{"agora_peer_unsolicited_replies_total", "Replies on fetch connections that answered nothing asked."};
+inline constexpr MetricDef kPeerFetchConnections{"agora_peer_fetch_connections", "Connections open to other members' servers."};
+inline constexpr MetricDef kPeerIoErrors{"agora_peer_io_errors_total", "ZeroMQ errors the network thread caught and survived."};
 
 inline constexpr MetricDef kNetworkBytes{"agora_network_bytes_total", "Bytes of messages sent and received, by kind."};
 inline constexpr MetricDef kNetworkDropped{"agora_network_messages_dropped_total", "Malformed messages dropped, by reason."};

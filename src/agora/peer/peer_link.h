@@ -33,9 +33,25 @@ struct TensorBytes {
 };
 using Snapshot = std::map<std::string, TensorBytes>;
 
-// Checks a fetched payload's content against the run's model: nothing when it is valid, else the
-// reason it is not (which names what was wrong).
-using PayloadValidator = std::function<std::optional<std::string>(std::string_view payload)>;
+// Checks a fetched payload's content against the run's model and the step its commitment names:
+// nothing when it is valid, else the reason it is not (which names what was wrong). The step
+// matters because a payload's bytes carry their step: an old payload replayed under a new
+// commitment has the right layout and must still be refused.
+using PayloadValidator =
+    std::function<std::optional<std::string>(std::string_view payload, uint64_t step)>;
+
+// What the link learns once the run is known (from the coordinator's Welcome).
+struct LinkSettings {
+  std::string run_id;  // commitments are signed under it
+  PayloadValidator validator;
+  // The run's network.witness_seconds: a Witness goes out within it whatever one payload does.
+  double witness_seconds = 10;
+  // The largest valid payload (encoded_size of the run's layout) and the largest tensor of the
+  // model, in bytes: replies on fetch connections larger than these are refused. 0 = unknown
+  // (net::DecodeLimits' defaults apply).
+  uint64_t max_payload_bytes = 0;
+  uint64_t max_tensor_bytes = 0;
+};
 
 class PeerLink {
  public:
@@ -46,8 +62,9 @@ class PeerLink {
   // Payloads held: the peer's own and every accepted one, by hash.
   virtual net::BlobStore& blobs() = 0;
 
-  // Set once the run is known: the run id commitments are signed under, and the payload check.
-  virtual void configure(std::string run_id, PayloadValidator validator) = 0;
+  // Set once the run is known: the run id commitments are signed under, the payload check and
+  // the run's timing and sizes.
+  virtual void configure(LinkSettings settings) = 0;
 
   virtual void send_to_coordinator(wire::Envelope message) = 0;
   // The next message from the coordinator, waiting up to `timeout_seconds`.
@@ -55,12 +72,14 @@ class PeerLink {
   // What the heartbeat reports: steps applied, and the RoundStart awaited.
   virtual void set_status(uint64_t applied_steps, uint64_t next_round) = 0;
 
-  // Fetches and verifies the payloads of `commits` in the background; witnesses `step` to the
-  // coordinator when done if `witness`. Returns at once.
+  // Fetches and verifies the payloads of `commits` in the background; if `witness`, witnesses
+  // `step` to the coordinator when every payload is settled or by the witness deadline
+  // (a share of LinkSettings::witness_seconds), whichever comes first, with what is held then.
+  // Payloads that arrive later are still kept for apply. Returns at once.
   virtual void collect(uint64_t step, std::vector<wire::CommitRecord> commits,
                        std::vector<wire::Member> members, bool witness) = 0;
-  // Blocks until every payload of `set` is held (fetching what is missing from `members`) or
-  // `timeout_seconds` pass; returns the hashes still missing.
+  // Blocks until every payload of `set` is held for `step` (fetching what is missing from
+  // `members`) or `timeout_seconds` pass; returns the hashes still missing.
   virtual std::vector<std::string> ensure(uint64_t step, const std::vector<wire::CommitRecord>& set,
                                           std::vector<wire::Member> members,
                                           double timeout_seconds) = 0;

@@ -94,6 +94,16 @@ void PeerMetrics::watch(const PeerLink& network) {
     for (const auto& [reason, n] : c.dropped_by_reason) {
       obs::counter(r, m::kNetworkDropped, {{"reason", reason}}).set_total(static_cast<double>(n));
     }
+    for (size_t i = 0; i < kRefusals; ++i) {
+      obs::counter(r, m::kPeerRequestsRefused, {{"reason", kRefusalNames[i]}})
+          .set_total(static_cast<double>(c.refused_by_reason[i]));
+    }
+    obs::counter(r, m::kPeerWitnessesEarly).set_total(static_cast<double>(c.witnesses_early));
+    obs::counter(r, m::kPeerPayloadsLate).set_total(static_cast<double>(c.payloads_late));
+    obs::counter(r, m::kPeerUnsolicitedReplies)
+        .set_total(static_cast<double>(c.unsolicited_replies));
+    obs::counter(r, m::kPeerIoErrors).set_total(static_cast<double>(c.io_errors));
+    obs::gauge(r, m::kPeerFetchConnections).set(static_cast<double>(c.connections_open));
   });
 }
 

@@ -4,18 +4,29 @@
 //   - the client connection to the coordinator: messages from the training loop go out through
 //     send_to_coordinator(); what the coordinator pushes waits in a queue for
 //     next_from_coordinator(); a heartbeat (applied steps, awaited round) goes out every second;
-//   - the server that answers GetBlob from the BlobStore and GetTensor from the snapshots, to
-//     any admitted peer: every holder re-serves what it has;
-//   - one client per other member, created on first use, for fetching.
+//   - the server (peer_server.h) that answers GetBlob from the BlobStore and GetTensor from the
+//     snapshots, to the run's current members only (learned from the coordinator's messages as
+//     they pass through this thread), within rate and reply-queue limits;
+//   - one client per (member key, endpoint), created on first use, for fetching; closed when
+//     idle or when its member left, and at most kMaxClients at once. Keyed by key too: a member
+//     advertising another's endpoint gets a connection of its own (that fails the CURVE
+//     handshake, as its key is not the server's) and the honest member stays reachable.
 //
-// Fetching. collect() takes a step's commitments and fetches every payload not yet held, all at
-// once, each from its author first and then from the other members in turn (a request that gets
-// NotFound or no answer within its timeout moves to the next source). A fetched payload is
+// Fetching (peer_fetch.cc). collect() takes a step's commitments and fetches every payload not
+// yet held for that step, all at once, each from its author first and then from the other
+// members in turn (a request that gets NotFound or no answer within its per-source timeout moves
+// to the next source; a late answer from an earlier source is still taken). A fetched payload is
 // accepted only when its BLAKE2b hash equals the commitment's, the author's signature over
-// (run, step, hash) verifies, and the payload validator (the strategy's layout check) passes;
-// otherwise it is rejected with a reason naming the author. When every payload is held or
-// rejected or out of sources, the thread sends the coordinator a Witness. fetch_state() fetches
-// a model state tensor by tensor, spread over its holders, each tensor checked against its hash.
+// (run, step, hash) verifies, and the payload validator (the strategy's layout and step check)
+// passes; otherwise it is rejected with a reason naming the author. The Witness goes to the
+// coordinator when every payload is held or rejected or out of sources, or at kWitnessShare of
+// the run's witness_seconds after collect() was called, whichever is first: one payload nobody
+// serves cannot make this peer's Witness late. Fetching goes on after it; what arrives later is
+// kept for apply. fetch_state() fetches a model state tensor by tensor, spread over its
+// holders, each tensor checked against its hash.
+//
+// The I/O thread survives zmq errors (counted in io_errors, logged), and reads a bounded number
+// of requests per loop so that a flood cannot delay the heartbeat.
 //
 // Training never waits on the network except where it must: before applying a finalized set
 // (ensure()) and when joining (fetch_state()).
@@ -40,20 +51,33 @@
 #include "agora/net/identity.h"
 #include "agora/obs/metrics.h"
 #include "agora/peer/peer_link.h"
+#include "agora/peer/peer_server.h"
 
 namespace agora::peer {
 
 struct PeerNetworkOptions {
-  std::string coordinator;             // tcp://host:port
-  net::PublicKey coordinator_key;      // its ed25519 key
+  std::string coordinator;                 // tcp://host:port
+  net::PublicKey coordinator_key;          // its ed25519 key
   std::string listen = "tcp://0.0.0.0:*";  // where this peer serves
   // Where fetch latencies go (agora_peer_fetch_duration_seconds); none when null.
   obs::Registry* metrics = nullptr;
-  std::string advertise;               // what others dial; "" = the bound endpoint
+  std::string advertise;  // what others dial; "" = the bound endpoint
+  // Limits on replies before configure() tells the run's sizes.
   net::DecodeLimits limits;
+  // Per source; a payload's is also capped at kSourceShare of the run's witness_seconds.
   double blob_timeout_seconds = 10;
   double tensor_timeout_seconds = 60;
+  PeerServerLimits server;
 };
+
+// When the Witness goes out at the latest, and the most one source may take, as shares of the
+// run's witness_seconds: late enough for two or three sources, early enough that the Witness
+// reaches the coordinator in time over a slow link.
+inline constexpr double kWitnessShare = 0.65;
+inline constexpr double kSourceShare = 0.25;
+inline constexpr size_t kMaxClients = 256;
+inline constexpr double kClientIdleSeconds = 60;
+inline constexpr double kCleanupSeconds = 2;  // how often idle connections are looked for
 
 class PeerNetwork final : public PeerLink {
  public:
@@ -66,7 +90,7 @@ class PeerNetwork final : public PeerLink {
   // are kept for the newest 2 steps published; fetch_state() asks several holders at once.
   const std::string& endpoint() const override { return endpoint_; }
   net::BlobStore& blobs() override { return blobs_; }
-  void configure(std::string run_id, PayloadValidator validator) override;
+  void configure(LinkSettings settings) override;
   void send_to_coordinator(wire::Envelope message) override;
   std::optional<wire::Envelope> next_from_coordinator(double timeout_seconds) override;
   void set_status(uint64_t applied_steps, uint64_t next_round) override;
@@ -82,20 +106,55 @@ class PeerNetwork final : public PeerLink {
   NetworkCounters counters() const override;
 
  private:
-  struct Want;
-  struct Job;
+  // One thing to fetch: a payload (by hash) or a snapshot tensor (by name).
+  struct Want {
+    std::string key;
+    wire::Envelope request;
+    std::vector<wire::Member> sources;
+    size_t next_source = 0;
+    std::string asked;                      // the connection asked now; "" = none
+    std::vector<std::string> asked_before;  // earlier sources: a late answer is still taken
+    double deadline = 0;
+    double timeout = 10;
+    double started = 0;   // when the first source was asked
+    double retry_at = 0;  // > 0: ask the sources again from then
+    // A source refused us as a stranger (we are not yet in its member list); when every source
+    // did and `retry_refused`, they are asked again a second later (a joiner is listed from the
+    // next RoundStart on) until the waiter gives up.
+    bool refused = false, retry_refused = false;
+    bool done = false, ok = false;
+    std::string reason;
+    wire::CommitRecord record;  // payloads
+    std::string expected_hash;  // tensors
+    TensorBytes tensor;         // tensors, once fetched
+  };
+  // A set of wants that finishes together: a step's collection, an ensure(), a state fetch.
+  struct Job {
+    uint64_t step = 0;
+    bool witness = false;
+    double witness_at = 0;   // the Witness goes out by then, whatever is still missing
+    bool witnessed = false;  // later payloads count as late
+    std::vector<Want> wants;
+    bool finished = false;   // under mutex_
+    bool cancelled = false;  // under mutex_: the waiter gave up
+  };
   std::shared_ptr<Job> collect_job(uint64_t step, std::vector<wire::CommitRecord> commits,
                                    const std::vector<wire::Member>& members, bool witness);
   void submit(std::shared_ptr<Job> job);
   void run();
+  void loop_once(double& next_heartbeat);
   void pump_commands();
-  void serve(net::Incoming&& in);
+  void on_coordinator(const wire::Envelope& m);
   void on_reply(const std::string& source, wire::Envelope&& reply);
+  void on_blob(Job& job, Want& want, const std::string& source, wire::Blob& blob, double now);
   void advance(Want& want, double now);
-  void finish_jobs();
-  net::Client& client_for(const wire::Member& member);
+  void expire_wants(double now);
+  void finish_jobs(double now);
+  net::Client* client_for(const wire::Member& member);
+  void close_idle_clients(double now);
   void count(Traffic kind, bool sent, uint64_t bytes);
   void reject(Rejection why);
+  void bump(uint64_t NetworkCounters::*field);
   void sync_socket_counters();
 
   // Blocks until the I/O thread finished `job` or `timeout_seconds` pass; a job given up on is
@@ -112,11 +171,18 @@ class PeerNetwork final : public PeerLink {
   // The I/O thread's alone: the sockets (ZeroMQ sockets belong to one thread) and the jobs in
   // flight. Never locked; the training thread never touches them.
   net::Context context_;
-  std::unique_ptr<net::Server> server_;
+  std::unique_ptr<PeerServer> server_;
   std::unique_ptr<net::Client> coordinator_;
-  std::map<std::string, std::unique_ptr<net::Client>> clients_;  // by endpoint
+  struct Connection {
+    std::unique_ptr<net::Client> client;
+    std::string member_key;
+    double last_used = 0;
+  };
+  std::map<std::string, Connection> clients_;  // by connection_id(member): key and endpoint
   std::vector<std::shared_ptr<Job>> jobs_;
-  uint64_t dropped_seen_ = 0;
+  uint64_t dropped_seen_ = 0, dropped_closed_ = 0;  // drops of clients closed since
+  std::map<std::string, uint64_t> drops_closed_;
+  double next_cleanup_ = 0;
 
   // Thread-safe on its own.
   net::BlobStore blobs_;
@@ -129,10 +195,13 @@ class PeerNetwork final : public PeerLink {
   std::deque<wire::Envelope> to_coordinator_ GUARDED_BY(mutex_);
   std::deque<std::shared_ptr<Job>> new_jobs_ GUARDED_BY(mutex_);
   std::map<uint64_t, std::shared_ptr<const Snapshot>> snapshots_ GUARDED_BY(mutex_);
-  std::string run_id_ GUARDED_BY(mutex_);
-  PayloadValidator validator_ GUARDED_BY(mutex_);
+  LinkSettings settings_ GUARDED_BY(mutex_);
+  net::DecodeLimits reply_limits_ GUARDED_BY(mutex_);
   uint64_t applied_steps_ GUARDED_BY(mutex_) = 0;
   uint64_t next_round_ GUARDED_BY(mutex_) = 0;
+  // When each recent Collect passed through the I/O thread: the witness deadline counts from
+  // there, not from when the training thread got to it.
+  std::map<uint64_t, double> collect_arrived_ GUARDED_BY(mutex_);
   NetworkCounters counters_ GUARDED_BY(mutex_);  // the tallies not kept in the atomics below
   // Written by the I/O thread, read by counters() from any thread.
   std::array<std::atomic<uint64_t>, 3> sent_{}, received_{};

@@ -1,5 +1,8 @@
 #include "agora/peer/session.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <thread>
 
 #include "agora/core/error.h"
@@ -63,14 +66,31 @@ void build(PeerContext& peer, const wire::Welcome& welcome) {
   peer.step = std::make_unique<TrainStep>(config, peer.device);
   const PayloadLayout layout =
       dynamic_cast<DecoupledMomentum&>(*peer.learner.strategy).payload_layout();
-  peer.link.configure(peer.run_id, [layout](std::string_view bytes) -> std::optional<std::string> {
+  LinkSettings settings;
+  settings.run_id = peer.run_id;
+  settings.validator = [layout](std::string_view bytes,
+                                uint64_t step) -> std::optional<std::string> {
     try {
-      decode_payload(bytes, layout);
+      const Payload payload = decode_payload(bytes, layout);
+      // A payload of another step (an old one replayed under a new commitment) has the right
+      // layout; applying it would fail on every peer.
+      if (payload.step != step) {
+        return fmt::format("the payload is for step {}, its commitment for step {}", payload.step,
+                           step);
+      }
       return std::nullopt;
     } catch (const Error& e) {
       return e.what();
     }
-  });
+  };
+  settings.witness_seconds = config.network.witness_seconds;
+  settings.max_payload_bytes = encoded_size(layout);
+  for (const auto& item : peer.learner.model->named_parameters()) {
+    // Snapshots serve parameters as F32 (model_state.cc).
+    settings.max_tensor_bytes = std::max<uint64_t>(
+        settings.max_tensor_bytes, static_cast<uint64_t>(item.value().numel()) * sizeof(float));
+  }
+  peer.link.configure(std::move(settings));
 }
 
 }  // namespace agora::peer

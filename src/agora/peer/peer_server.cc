@@ -1,0 +1,203 @@
+#include "agora/peer/peer_server.h"
+
+#include <algorithm>
+
+#include "agora/core/error.h"
+
+namespace agora::peer {
+
+bool PeerServer::Bucket::take(double rate, double burst, double now) {
+  if (last == 0) tokens = burst;  // a new bucket starts full
+  tokens = std::min(burst, tokens + (now - last) * rate);
+  last = now;
+  if (tokens < 1) return false;
+  tokens -= 1;
+  return true;
+}
+
+namespace {
+
+net::DecodeLimits request_limits(const PeerServerLimits& limits) {
+  // Blob and TensorData are replies: no request of theirs is valid, whatever its size.
+  return net::DecodeLimits{limits.max_request_bytes, 0};
+}
+
+}  // namespace
+
+PeerServer::PeerServer(net::Context& context, const net::Identity& identity,
+                       const std::string& listen, PeerServerLimits limits, SnapshotLookup snapshots,
+                       Count count)
+    : limits_(limits),
+      snapshots_(std::move(snapshots)),
+      count_(std::move(count)),
+      server_(context, identity, listen, request_limits(limits), limits.replies_per_connection) {}
+
+void PeerServer::end_current(double now) {
+  for (auto it = members_.begin(); it != members_.end();) {
+    Admission& a = it->second;
+    if (a.current) {
+      a.current = false;
+      a.until = now + limits_.grace_seconds;
+    }
+    if (a.until < now) {
+      member_rates_.erase(it->first);
+      it = members_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void PeerServer::admit_key(const std::string& ed25519_key, double now) {
+  std::string curve;
+  try {
+    curve = net::curve_public_of(ed25519_key);
+  } catch (const Error&) {
+    return;  // not a key anyone can hold a connection with
+  }
+  Admission& a = members_[curve];
+  a.current = true;
+  a.until = now;
+}
+
+bool PeerServer::admitted(const std::string& curve_key, double now) const {
+  const auto it = members_.find(curve_key);
+  return it != members_.end() && (it->second.current || it->second.until >= now);
+}
+
+std::array<uint64_t, kRefusals> PeerServer::refusals() const {
+  std::array<uint64_t, kRefusals> out{};
+  for (size_t i = 0; i < kRefusals; ++i) out[i] = refused_[i].load();
+  return out;
+}
+
+void PeerServer::refuse(Refusal why, const std::string& route, const std::string& what,
+                        double now) {
+  refused_[static_cast<size_t>(why)].fetch_add(1);
+  // A stranger is told (a joiner retries once it is listed); answers are rate-limited in all so
+  // that refusing costs less than asking. Rate and queue refusals get no answer: the asker's
+  // timeout moves it to another source.
+  if (why != Refusal::kNotMember ||
+      !refusal_replies_.take(limits_.refusal_replies_per_second, limits_.refusal_replies_per_second,
+                             now)) {
+    return;
+  }
+  wire::Envelope e;
+  e.mutable_not_found()->set_what(what);
+  reply(route, std::make_shared<const std::string>(net::encode_envelope(e)), Traffic::kControl);
+}
+
+void PeerServer::reply(const std::string& route, std::shared_ptr<const std::string> bytes,
+                       Traffic kind) {
+  const uint64_t size = bytes->size();
+  if (in_flight_->load() + static_cast<int64_t>(size) > limits_.max_bytes_in_flight) {
+    refused_[static_cast<size_t>(Refusal::kBytesInFlight)].fetch_add(1);
+    return;
+  }
+  switch (server_.send_shared(route, std::move(bytes), in_flight_)) {
+    case net::Server::SendResult::kQueued:
+      count_(kind, true, size);
+      break;
+    case net::Server::SendResult::kQueueFull:
+      refused_[static_cast<size_t>(Refusal::kReplyQueue)].fetch_add(1);
+      break;
+    case net::Server::SendResult::kGone:
+      break;  // the asker left; nothing to count
+  }
+}
+
+std::shared_ptr<const std::string> PeerServer::tensor_reply(const wire::GetTensor& get) {
+  const std::shared_ptr<const Snapshot> snapshot = snapshots_(get.applied_steps());
+  if (!snapshot) return nullptr;
+  const auto t = snapshot->find(get.name());
+  if (t == snapshot->end()) return nullptr;
+  const auto key = std::make_pair(get.applied_steps(), get.name());
+  if (const auto it = cache_.find(key); it != cache_.end()) {
+    if (it->second.snapshot.lock() == snapshot) return it->second.bytes;
+    cache_bytes_ -= static_cast<int64_t>(it->second.bytes->size());
+    cache_.erase(it);
+  }
+  wire::Envelope e;
+  auto* data = e.mutable_tensor_data();
+  data->set_applied_steps(get.applied_steps());
+  data->set_name(t->first);
+  data->set_dtype(t->second.dtype);
+  for (int64_t d : t->second.shape) data->add_shape(d);
+  data->set_data(t->second.data);
+  auto bytes = std::make_shared<const std::string>(net::encode_envelope(e));
+  const auto over = [&] {
+    return cache_bytes_ + static_cast<int64_t>(bytes->size()) > limits_.reply_cache_bytes;
+  };
+  // Past the cap, entries of snapshots no longer published go first, then the oldest steps'.
+  for (bool stale_only : {true, false}) {
+    for (auto it = cache_.begin(); it != cache_.end() && over();) {
+      if (stale_only && !it->second.snapshot.expired()) {
+        ++it;
+        continue;
+      }
+      cache_bytes_ -= static_cast<int64_t>(it->second.bytes->size());
+      it = cache_.erase(it);
+    }
+  }
+  if (!over()) {
+    cache_[key] = Cached{snapshot, bytes};
+    cache_bytes_ += static_cast<int64_t>(bytes->size());
+  }
+  return bytes;
+}
+
+size_t PeerServer::serve(const net::BlobStore& blobs, double now) {
+  size_t handled = 0;
+  while (handled < limits_.requests_per_poll) {
+    std::optional<net::Incoming> in = server_.recv();
+    if (!in) break;
+    ++handled;
+    const wire::Envelope& m = in->message;
+    const Traffic kind = m.has_get_blob() ? Traffic::kPayload : Traffic::kState;
+    count_(m.has_get_blob() || m.has_get_tensor() ? kind : Traffic::kControl, false,
+           m.ByteSizeLong());
+    if (!admitted(in->curve_key, now)) {
+      refuse(Refusal::kNotMember, in->route, kNotAdmitted, now);
+      continue;
+    }
+    if (!member_rates_[in->curve_key].take(limits_.member_requests_per_second, limits_.member_burst,
+                                           now)) {
+      refuse(Refusal::kMemberRate, in->route, {}, now);
+      continue;
+    }
+    if (connection_rates_.size() >= limits_.max_connections_tracked &&
+        !connection_rates_.count(in->route)) {
+      connection_rates_.clear();  // routes of closed connections pile up; start over
+    }
+    if (!connection_rates_[in->route].take(limits_.connection_requests_per_second,
+                                           limits_.connection_burst, now)) {
+      refuse(Refusal::kConnectionRate, in->route, {}, now);
+      continue;
+    }
+    if (m.has_get_blob() && m.get_blob().hash().size() == 32) {
+      wire::Envelope e;
+      if (auto bytes = blobs.get(m.get_blob().hash())) {
+        e.mutable_blob()->set_hash(m.get_blob().hash());
+        e.mutable_blob()->set_data(std::move(*bytes));
+      } else {
+        e.mutable_not_found()->set_what(m.get_blob().hash());
+      }
+      reply(in->route, std::make_shared<const std::string>(net::encode_envelope(e)),
+            e.has_blob() ? Traffic::kPayload : Traffic::kControl);
+    } else if (m.has_get_tensor() && m.get_tensor().name().size() <= limits_.max_tensor_name) {
+      if (auto bytes = tensor_reply(m.get_tensor())) {
+        reply(in->route, std::move(bytes), Traffic::kState);
+      } else {
+        wire::Envelope e;
+        e.mutable_not_found()->set_what(m.get_tensor().name());
+        reply(in->route, std::make_shared<const std::string>(net::encode_envelope(e)),
+              Traffic::kControl);
+      }
+    } else {
+      refuse(Refusal::kBadRequest, in->route, {}, now);
+    }
+  }
+  return handled;
+}
+
+}  // namespace agora::peer

@@ -1,0 +1,119 @@
+// PeerServer: the serving half of a peer's network side. It answers GetBlob from the BlobStore
+// and GetTensor from the published snapshots, to the run's current members only, within limits
+// that keep one member (or a stranger) from exhausting the peer:
+//   - admission: a request whose authenticated CURVE key is not among the members the
+//     coordinator listed most recently (RoundStart members and joiners, Collect members, the
+//     holders of a Welcome or Resync), or listed within the last `grace_seconds`, gets a
+//     NotFound naming kNotAdmitted and no data. The ZAP handshake stays open: membership
+//     changes every round, and a message-level check also covers connections made before a
+//     member was removed;
+//   - sizes: the socket refuses frames above the largest valid request (ZMQ_MAXMSGSIZE), and
+//     each request is checked for its kind (a 32-byte hash, a bounded name);
+//   - rates: a token bucket per member key and per connection; excess requests are dropped;
+//   - replies: each snapshot tensor is serialized once and every reply shares those bytes; at
+//     most `replies_per_connection` replies wait per connection and `max_bytes_in_flight` bytes
+//     in all, beyond which requests are refused;
+//   - fairness: serve() reads at most `requests_per_poll` requests per call, so the I/O thread
+//     reaches the coordinator's messages and its heartbeat between batches, whatever the load.
+// Every refusal is counted by reason (Refusal, network_counters.h).
+//
+// Owned by the I/O thread (its socket is that thread's); refusals() is thread-safe.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "agora/net/blob_store.h"
+#include "agora/net/curve_socket.h"
+#include "agora/peer/network_counters.h"
+#include "agora/peer/peer_link.h"
+
+namespace agora::peer {
+
+// The NotFound.what of a request refused because its sender is not a current member: the
+// fetcher then knows to ask again later (a joiner is listed from the next RoundStart on).
+inline constexpr const char* kNotAdmitted = "agora: not a current member of the run";
+
+struct PeerServerLimits {
+  // The largest valid request: a GetTensor with a name of kMaxTensorName bytes fits.
+  size_t max_request_bytes = 2048;
+  size_t max_tensor_name = 1024;
+  // A joiner asks one holder for about its share of the model's tensors at once.
+  double member_requests_per_second = 64, member_burst = 512;
+  double connection_requests_per_second = 64, connection_burst = 512;
+  // Refusals are answered (so a joiner knows to retry) at most this often, in all.
+  double refusal_replies_per_second = 20;
+  int replies_per_connection = 16;
+  int64_t max_bytes_in_flight = int64_t{4} << 30;
+  // Serialized tensors kept for further requests.
+  int64_t reply_cache_bytes = int64_t{1} << 30;
+  size_t requests_per_poll = 64;
+  double grace_seconds = 60;  // a member dropped from the newest list may still ask this long
+  size_t max_connections_tracked = 4096;
+};
+
+class PeerServer {
+ public:
+  using SnapshotLookup = std::function<std::shared_ptr<const Snapshot>(uint64_t applied_steps)>;
+  // Traffic, sent?, bytes: for the peer's byte counters.
+  using Count = std::function<void(Traffic, bool, uint64_t)>;
+
+  PeerServer(net::Context& context, const net::Identity& identity, const std::string& listen,
+             PeerServerLimits limits, SnapshotLookup snapshots, Count count);
+
+  std::string bound_endpoint() const { return server_.bound_endpoint(); }
+  net::Server& socket_owner() { return server_; }
+
+  // The members of a new list: with `replace`, this list is the run's current membership and
+  // keys not in it keep only the grace period; otherwise the keys are added (holders, joiners).
+  template <typename Members>
+  void admit(const Members& members, bool replace, double now) {
+    if (replace) end_current(now);
+    for (const wire::Member& m : members) admit_key(m.key(), now);
+  }
+  bool admitted(const std::string& curve_key, double now) const;
+
+  // Reads and answers at most limits.requests_per_poll waiting requests; returns how many.
+  size_t serve(const net::BlobStore& blobs, double now);
+
+  std::array<uint64_t, kRefusals> refusals() const;
+
+ private:
+  struct Bucket {
+    double tokens = 0, last = 0;
+    bool take(double rate, double burst, double now);
+  };
+  struct Admission {
+    bool current = false;
+    double until = 0;  // when not current: admitted until then
+  };
+  void end_current(double now);
+  void admit_key(const std::string& ed25519_key, double now);
+  void refuse(Refusal why, const std::string& route, const std::string& what, double now);
+  std::shared_ptr<const std::string> tensor_reply(const wire::GetTensor& get);
+  void reply(const std::string& route, std::shared_ptr<const std::string> bytes, Traffic kind);
+
+  PeerServerLimits limits_;
+  SnapshotLookup snapshots_;
+  Count count_;
+  net::Server server_;
+  std::map<std::string, Admission> members_;  // by curve key; bounded by the coordinator's lists
+  std::map<std::string, Bucket> member_rates_, connection_rates_;
+  Bucket refusal_replies_;
+  struct Cached {
+    std::weak_ptr<const Snapshot> snapshot;  // the entry is stale once this snapshot is gone
+    std::shared_ptr<const std::string> bytes;
+  };
+  std::map<std::pair<uint64_t, std::string>, Cached> cache_;
+  int64_t cache_bytes_ = 0;
+  std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
+  std::array<std::atomic<uint64_t>, kRefusals> refused_{};
+};
+
+}  // namespace agora::peer
