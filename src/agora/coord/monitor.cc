@@ -254,6 +254,7 @@ void Monitor::collect(obs::Registry& r) {
   total(m::kRunCheckpoints, c.checkpoints);
   total(m::kRunResyncs, c.resyncs_sent);
   total(m::kRunRestarts, c.restarts);
+  total(m::kRunMessagesThrottled, v->messages_throttled);
   total(m::kNetworkBytes, v->bytes_sent, {{"direction", "sent"}, {"kind", "control"}});
   total(m::kNetworkBytes, v->bytes_received, {{"direction", "received"}, {"kind", "control"}});
   for (const auto& [reason, count] : v->drops_by_reason) {

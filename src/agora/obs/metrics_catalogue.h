@@ -31,6 +31,7 @@
 // | agora_run_checkpoints_total | counter | | checkpoint reports |
 // | agora_run_resyncs_total | counter | | Resync messages sent |
 // | agora_run_restarts_total | counter | | restarts from a checkpoint after every member left |
+// | agora_run_messages_throttled_total | counter | | messages dropped because their sender exceeded 100 a second (bursts of 1000) |
 // | peer (`agora peer --metrics`) | | | |
 // | agora_peer_step | gauge | | finalized steps applied |
 // | agora_peer_loss | gauge | | mean loss of the peer's share in its newest round |
@@ -89,6 +90,7 @@ inline constexpr MetricDef kRunPayloadBytes{"agora_run_payload_bytes_total", "By
 inline constexpr MetricDef kRunAllreduceBytes{"agora_run_allreduce_equivalent_bytes_total", "Bytes an fp32 gradient all-reduce would have sent for the same steps, all peers together (4 x parameters per peer per step)."};
 inline constexpr MetricDef kRunCheckpoints{"agora_run_checkpoints_total", "Checkpoint reports received."};
 inline constexpr MetricDef kRunResyncs{"agora_run_resyncs_total", "Resync messages sent."};
+inline constexpr MetricDef kRunMessagesThrottled{"agora_run_messages_throttled_total", "Messages dropped because their sender exceeded its rate (100 a second, bursts of 1000)."};
 inline constexpr MetricDef kRunRestarts{"agora_run_restarts_total", "Restarts from a checkpoint after every member left."};
 
 inline constexpr MetricDef kPeerStep{"agora_peer_step", "Finalized steps applied."};
