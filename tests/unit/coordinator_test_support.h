@@ -16,6 +16,7 @@
 #include "agora/coord/assignment.h"
 #include "agora/coord/state_machine.h"
 #include "agora/core/error.h"
+#include "agora/core/hash.h"
 #include "agora/net/identity.h"
 
 namespace agora::coord::testing_support {
@@ -67,13 +68,20 @@ inline wire::Envelope heartbeat_msg(uint64_t applied, uint64_t next_round) {
   return e;
 }
 
-inline wire::Envelope state_report_msg(uint64_t applied, const std::string& state_hash) {
+// The state hash of a one-tensor model whose tensor hashes to `tensor_hash` (docs/protocol.md
+// section 2: the BLAKE2b-256 of the tensor hashes).
+inline std::string state_hash_for(const std::string& tensor_hash) {
+  return blake2b256_bytes(tensor_hash);
+}
+
+// A consistent report of a one-tensor model ("w") whose tensor hashes to `tensor_hash`.
+inline wire::Envelope state_report_msg(uint64_t applied, const std::string& tensor_hash) {
   wire::Envelope e;
   wire::StateRecord* s = e.mutable_state_report()->mutable_state();
   s->set_applied_steps(applied);
-  s->set_state_hash(state_hash);
+  s->set_state_hash(state_hash_for(tensor_hash));
   s->add_tensor_names("w");
-  s->add_tensor_hashes(hash_of(20));
+  s->add_tensor_hashes(tensor_hash);
   return e;
 }
 

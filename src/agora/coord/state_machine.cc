@@ -194,6 +194,19 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   if (!others && state_.finalized_steps() > 0 && holds_nothing) {
     restart_from_checkpoint();
   }
+  std::vector<PublicKey> holders;
+  const std::optional<StateRecord> state = newest_state(from, &holders);
+  if (!state) {
+    // Reports exist but a quorum stands behind none of them yet (members disagree, or the
+    // newest steps are still being reported): handing out a record only some members vouch
+    // for would let one of them feed joiners its own parameters.
+    refuse(from,
+           fmt::format("no state of run {} is vouched for by more than network.quorum = {} of "
+                       "its {} active members yet; join again shortly",
+                       options_.run_id, options_.network.quorum, active_count()),
+           /*may_rejoin=*/true);
+    return;
+  }
   MemberRecord& m = state_.members[from];
   m.key = from;
   m.endpoint = join.endpoint();
@@ -223,9 +236,7 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   welcome->set_run_id(options_.run_id);
   welcome->set_run_config_toml(options_.run_config_toml);
   welcome->set_finalized_steps(state_.finalized_steps());
-  std::vector<PublicKey> holders;
-  to_wire(newest_state(&holders), welcome->mutable_state());
-  std::erase(holders, from);
+  to_wire(*state, welcome->mutable_state());
   add_members(welcome->mutable_holders(), holders);
   welcome->set_checkpointer(m.checkpointer);
   send(from, std::move(reply));
@@ -390,68 +401,6 @@ void StateMachine::on_witness(MemberRecord& member, const wire::Witness& witness
   if (step.witnessed.insert(member.key).second) ++state_.counters.witnesses;
 }
 
-void StateMachine::on_state_report(MemberRecord& member, const wire::StateReport& report) {
-  const wire::StateRecord& s = report.state();
-  const std::string who = short_hex(member.key);
-  bool ok = s.state_hash().size() == kHashBytes && s.tensor_names_size() == s.tensor_hashes_size();
-  for (const std::string& hash : s.tensor_hashes()) ok = ok && hash.size() == kHashBytes;
-  if (!ok) {
-    log(EventKind::kIgnored,
-        fmt::format("ignored a state report from {}: the state hash must have {} bytes and every "
-                    "tensor a name and a {}-byte hash",
-                    who, kHashBytes, kHashBytes));
-    return;
-  }
-  const uint64_t k = s.applied_steps();
-  member.applied_steps = std::max(member.applied_steps, k);
-  mark_caught_up(member);
-  auto& reports = state_.state_reports;
-  if (!reports.contains(k) && reports.size() >= kMaxStateReportSteps &&
-      k < reports.begin()->first) {
-    log(EventKind::kIgnored,
-        fmt::format("ignored a state report from {} for {} applied steps: older than every step "
-                    "kept",
-                    who, k));
-    return;
-  }
-  HashReports& r = reports[k];
-  r.reported[member.key] = s.state_hash();
-  // The first full record naming a hash is kept; a checkpoint's stand-in (no tensor list, see
-  // restart_from_checkpoint) gives way to the first member that loaded it and reported in full.
-  const auto known = r.records.find(s.state_hash());
-  if (known == r.records.end() || known->second.tensor_names.empty()) {
-    StateRecord record;
-    record.applied_steps = k;
-    record.state_hash = s.state_hash();
-    record.tensor_names.assign(s.tensor_names().begin(), s.tensor_names().end());
-    record.tensor_hashes.assign(s.tensor_hashes().begin(), s.tensor_hashes().end());
-    r.records[s.state_hash()] = std::move(record);
-  }
-  while (reports.size() > kMaxStateReportSteps) reports.erase(reports.begin());
-  if (reports.contains(k)) check_hashes(k);
-}
-
-void StateMachine::on_checkpoint_report(MemberRecord& member, const wire::CheckpointReport& report,
-                                        double now) {
-  if (report.state_hash().size() != kHashBytes) {
-    log(EventKind::kIgnored,
-        fmt::format("ignored a checkpoint report from {}: the state hash has {} bytes, expected {}",
-                    short_hex(member.key), report.state_hash().size(), kHashBytes),
-        &member.key);
-    return;
-  }
-  ++state_.counters.checkpoints;
-  state_.checkpoints.push_back(CheckpointRecord{report.applied_steps(), report.state_hash(),
-                                                printable(report.path(), 1024), member.key, now});
-  if (state_.checkpoints.size() > kMaxCheckpoints)
-    state_.checkpoints.erase(state_.checkpoints.begin());
-  log(EventKind::kCheckpoint,
-      fmt::format("{} wrote a checkpoint after {} steps (state {}) to {}", short_hex(member.key),
-                  report.applied_steps(), short_hex(report.state_hash()),
-                  state_.checkpoints.back().path),
-      &member.key);
-}
-
 void StateMachine::on_get_finalized(MemberRecord& member, const wire::GetFinalized& request) {
   wire::Envelope reply;
   if (request.step() < state_.finalized_steps()) {
@@ -463,33 +412,6 @@ void StateMachine::on_get_finalized(MemberRecord& member, const wire::GetFinaliz
                                                     request.step(), state_.finalized_steps()));
   }
   send(member.key, std::move(reply));
-}
-
-void StateMachine::check_hashes(uint64_t applied_steps) {
-  HashReports& r = state_.state_reports.at(applied_steps);
-  std::map<std::string, size_t> counts;
-  size_t best = 0;
-  const std::string majority = majority_hash(r, &counts, &best);
-  std::vector<PublicKey> holders;
-  for (const auto& [key, hash] : r.reported) {
-    if (hash == majority && is_current(key)) holders.push_back(key);
-  }
-  for (const auto& [key, hash] : r.reported) {
-    if (counts[hash] >= best || r.resynced.contains(key)) continue;
-    if (!is_current(key)) continue;
-    wire::Envelope message;
-    wire::Resync* resync = message.mutable_resync();
-    to_wire(r.records.at(majority), resync->mutable_state());
-    add_members(resync->mutable_holders(), holders);
-    send(key, std::move(message));
-    r.resynced.insert(key);
-    ++state_.counters.resyncs_sent;
-    log(EventKind::kResync,
-        fmt::format("{} reported state {} after {} steps; the majority ({} of {}) has {}: resync",
-                    short_hex(key), short_hex(hash), applied_steps, best, r.reported.size(),
-                    short_hex(majority)),
-        &key);
-  }
 }
 
 // ---- helpers -----------------------------------------------------------------------------------
@@ -521,22 +443,6 @@ void StateMachine::add_members(google::protobuf::RepeatedPtrField<wire::Member>*
     auto it = state_.members.find(key);
     if (it != state_.members.end()) m->set_endpoint(it->second.endpoint);
   }
-}
-
-StateRecord StateMachine::newest_state(std::vector<PublicKey>* holders) const {
-  holders->clear();
-  if (state_.state_reports.empty()) return StateRecord{};
-  const auto& [k, r] = *state_.state_reports.rbegin();
-  std::map<std::string, size_t> counts;
-  size_t best = 0;
-  const std::string majority = majority_hash(r, &counts, &best);
-  for (const auto& [key, hash] : r.reported) {
-    auto m = state_.members.find(key);
-    if (hash == majority && m != state_.members.end() && m->second.state == MemberState::kActive) {
-      holders->push_back(key);
-    }
-  }
-  return r.records.at(majority);
 }
 
 void StateMachine::send(const PublicKey& to, wire::Envelope message) {

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -143,9 +144,16 @@ class StateMachine {
                    const std::vector<PublicKey>& keys) const;
   wire::Envelope round_start_for(const PublicKey& key, double now) const;
   wire::Envelope collect_for(const CollectingStep& step) const;
-  // The newest state record with reports, with the members that reported its hash; applied 0
-  // and empty hashes when nobody has reported yet.
-  StateRecord newest_state(std::vector<PublicKey>* holders) const;
+  // The record at `applied_steps` a quorum stands behind: its hash has more reporters than
+  // network.quorum x the kActive members (`except` not counted); nullptr when none has.
+  // `holders` receives the kActive members (not `except`) that reported it.
+  const StateRecord* trusted_record(uint64_t applied_steps, const PublicKey* except,
+                                    std::vector<PublicKey>* holders) const;
+  // What a joiner is handed: the newest trusted record, with its holders; the seed's state
+  // (applied 0, no hash) when nothing was reported or nothing is final; nullopt when reports
+  // exist but none is trusted (the joiner is asked to come back later).
+  std::optional<StateRecord> newest_state(const PublicKey& joiner,
+                                          std::vector<PublicKey>* holders) const;
 
   void send(const PublicKey& to, wire::Envelope message);
   void refuse(const PublicKey& to, const std::string& reason, bool may_rejoin = false);
