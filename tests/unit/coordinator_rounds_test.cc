@@ -169,8 +169,8 @@ TEST_F(CoordinatorTest, QuorumDecidesWhichPayloadsAreFinal) {
   }
   // Sorted by author key.
   EXPECT_EQ(state().collecting.at(0).commits[0].author, key(0));
-  // Payload 0: held by all. Payload 1: by its author and member 0 (2 of 3 > 1.5). Payload 2:
-  // only by its author (1 of 3): not final.
+  // Payload 0: held by all. Payload 1: by members 0 and 2, the others than its author. Payload
+  // 2: only by its author: not final, and missing for both other witnesses: a strike.
   handle(0, witness_msg(0, {hash_of(0), hash_of(1)}), t + 1);
   wire::Envelope w1 = witness_msg(0, {hash_of(0), hash_of(1)});
   wire::Rejection* rej = w1.mutable_witness()->add_rejected();
@@ -179,7 +179,7 @@ TEST_F(CoordinatorTest, QuorumDecidesWhichPayloadsAreFinal) {
   Actions a = handle(1, w1, t + 1);
   EXPECT_TRUE(logged(a, "payload does not decode"));
   EXPECT_EQ(state().finalized_steps(), 0u);  // member 2 has not witnessed yet
-  Actions fin = handle(2, witness_msg(0, {hash_of(0), hash_of(2), hash_of(9)}), t + 2);
+  Actions fin = handle(2, witness_msg(0, {hash_of(0), hash_of(1), hash_of(2), hash_of(9)}), t + 2);
   ASSERT_EQ(state().finalized_steps(), 1u);
   ASSERT_EQ(state().finalized[0].size(), 2u);
   EXPECT_EQ(state().finalized[0][0].payload_hash, hash_of(0));
@@ -211,12 +211,13 @@ TEST_F(CoordinatorTest, WitnessDeadlineFinalizesWithWhatArrived) {
   ASSERT_EQ(state().collecting.size(), 1u);
   EXPECT_EQ(member(2).strikes, 1);
   handle(0, witness_msg(0, {hash_of(0), hash_of(1)}), t + 10);
-  handle(2, witness_msg(0, {hash_of(0)}), t + 10);
+  handle(2, witness_msg(0, {hash_of(0), hash_of(1)}), t + 10);
   sm_->tick(t + 18.9);
   EXPECT_EQ(state().finalized_steps(), 0u);  // member 1 may still witness
   sm_->tick(t + 19);
   ASSERT_EQ(state().finalized_steps(), 1u);
-  // Payload 0: its author and member 2; payload 1: its author and member 0. 2 of 3 > 1.5.
+  // Member 1 never witnessed. Payload 0: held by member 2, the one other witness that answered
+  // (and with its author 2 of 3 > 1.5); payload 1: by members 0 and 2.
   EXPECT_EQ(state().finalized[0].size(), 2u);
 }
 
@@ -311,7 +312,7 @@ TEST_F(CoordinatorTest, MinorityHashGetsOneResync) {
   EXPECT_EQ(resync[0].resync().state().tensor_names(0), "w");
   ASSERT_EQ(resync[0].resync().holders_size(), 2);
   EXPECT_EQ(resync[0].resync().holders(0).key(), key(0));
-  EXPECT_EQ(resync[0].resync().holders(0).endpoint(), "tcp://127.0.0.1:7500");
+  EXPECT_EQ(resync[0].resync().holders(0).endpoint(), endpoint_of(ids_[0]));
   EXPECT_EQ(resync[0].resync().holders(1).key(), key(2));
   // At most once per member per step.
   a = handle(1, state_report_msg(0, hash_of(1)), kT0 + 6);

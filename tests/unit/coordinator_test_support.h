@@ -30,11 +30,16 @@ inline std::string hash_of(int i) {
   return std::string(32, static_cast<char>('a' + i));
 }
 
+// Where member `id` serves, in tests: a host name of its own, so no two members share one.
+inline std::string endpoint_of(const Identity& id) {
+  return "tcp://peer-" + net::short_key(id.public_key()) + ".test:7500";
+}
+
 inline wire::Envelope join_msg(const Identity& id, double sps = 0.0,
-                               std::string endpoint = "tcp://127.0.0.1:7500") {
+                               std::optional<std::string> endpoint = std::nullopt) {
   wire::Envelope e;
   e.mutable_join()->set_key(id.public_key());
-  e.mutable_join()->set_endpoint(endpoint);
+  e.mutable_join()->set_endpoint(endpoint.value_or(endpoint_of(id)));
   e.mutable_join()->set_agent("agora test");
   e.mutable_join()->set_sequences_per_second(sps);
   return e;

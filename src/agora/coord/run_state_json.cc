@@ -91,6 +91,9 @@ constexpr CounterField kCounterFields[] = {
     // Added with issue 13's limits; older databases lack them.
     {"checkpoints_refused", &Counters::checkpoints_refused, true},
     {"state_reports_refused", &Counters::state_reports_refused, true},
+    {"witnesses_repeated", &Counters::witnesses_repeated, true},
+    {"witness_disagreements", &Counters::witness_disagreements, true},
+    {"events_suppressed", &Counters::events_suppressed, true},
     {"events", &Counters::events, false},
 };
 

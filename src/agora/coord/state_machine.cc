@@ -31,6 +31,8 @@ StateMachine::StateMachine(Options options, RunState state)
   if (n.hash_interval < 1) {
     fail("coordinator: network.hash_interval is {}; it must be at least 1", n.hash_interval);
   }
+  if (n.max_members < 1)
+    fail("coordinator: network.max_members is {}; it must be at least 1", n.max_members);
 }
 
 // ---- entry points ------------------------------------------------------------------------------
@@ -123,6 +125,7 @@ Actions StateMachine::tick(double now) {
     }
     if (state_.round && now >= state_.round->deadline) close_round(now);
     progress(now);
+    prune_members();
   });
 }
 
@@ -181,6 +184,31 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
                              printable(join.endpoint())));
     return;
   }
+  // Peers reach a member's payloads at its endpoint: a member advertising another's would make
+  // that member's payloads unreachable (its fetchers ask the impostor). The owner may rejoin
+  // with its own; a newcomer must wait until the holder is gone (dropped for silence, left).
+  for (const auto& [key, other] : state_.members) {
+    if (key != from && current(other) && same_endpoint(other.endpoint, join.endpoint())) {
+      refuse(from,
+             fmt::format("endpoint {} is already advertised by member {}; each member must "
+                         "advertise an endpoint of its own",
+                         printable(join.endpoint()), short_hex(key)),
+             /*may_rejoin=*/true, "endpoint_taken");
+      return;
+    }
+  }
+  size_t current_members = 0;
+  for (const auto& [key, other] : state_.members) {
+    if (key != from && current(other)) ++current_members;
+  }
+  const size_t max_members = static_cast<size_t>(options_.network.max_members);
+  if (current_members >= max_members) {
+    refuse(from,
+           fmt::format("run {} is full: {} current members (network.max_members = {})",
+                       options_.run_id, current_members, max_members),
+           /*may_rejoin=*/false, "full");
+    return;
+  }
   // Every other member is gone and the joiner does not hold the newest recorded state: nobody
   // can serve the parameters, so the run restarts from its newest checkpoint
   // (docs/architecture.md, "Joining, leaving, restarts"; docs/protocol.md section 10), or from
@@ -204,7 +232,7 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
            fmt::format("no state of run {} is vouched for by more than network.quorum = {} of "
                        "its {} active members yet; join again shortly",
                        options_.run_id, options_.network.quorum, active_count()),
-           /*may_rejoin=*/true);
+           /*may_rejoin=*/true, "no_trusted_state");
     return;
   }
   MemberRecord& m = state_.members[from];
@@ -383,22 +411,51 @@ void StateMachine::on_witness(MemberRecord& member, const wire::Witness& witness
     log(EventKind::kIgnored,
         fmt::format("ignored a witness from {} for step {}: it was not active when the step "
                     "closed",
-                    who, witness.step()));
+                    who, witness.step()),
+        &member.key);
+    return;
+  }
+  if (step.witnessed.contains(member.key)) {
+    // One Witness per member per step: an honest peer sends one (resume re-sends Collect only
+    // to those that have not answered). A repeat changes nothing and records nothing.
+    ++state_.counters.witnesses_repeated;
     return;
   }
   std::set<std::string> committed;
-  for (const CommitRecord& c : step.commits) committed.insert(c.payload_hash);
+  std::set<PublicKey> authors;
+  for (const CommitRecord& c : step.commits) {
+    committed.insert(c.payload_hash);
+    authors.insert(c.author);
+  }
   for (const std::string& hash : witness.held()) {
     if (committed.contains(hash)) step.holders[hash].insert(member.key);
   }
+  // A rejection counts once per committed author other than the witness itself; at most
+  // kMaxRejectionEvents of them become events (the rest are counted).
+  std::set<PublicKey> rejected;
+  size_t suppressed = 0;
   for (const wire::Rejection& rejection : witness.rejected()) {
+    if (!authors.contains(rejection.author()) || rejection.author() == member.key ||
+        !rejected.insert(rejection.author()).second) {
+      continue;
+    }
     ++state_.counters.rejections_reported;
+    if (rejected.size() > kMaxRejectionEvents) {
+      ++suppressed;
+      continue;
+    }
     log(EventKind::kRejection,
         fmt::format("{} rejected {}'s payload for step {}: {}", who, short_hex(rejection.author()),
                     step.step, printable(rejection.reason())),
         &member.key, {{"author", short_hex(rejection.author())}, {"for_step", step.step}});
   }
-  if (step.witnessed.insert(member.key).second) ++state_.counters.witnesses;
+  if (suppressed > 0) {
+    log(EventKind::kRejection,
+        fmt::format("{} rejected {} more payloads for step {}", who, suppressed, step.step),
+        &member.key, {{"for_step", step.step}, {"more", suppressed}});
+  }
+  step.witnessed.insert(member.key);
+  ++state_.counters.witnesses;
 }
 
 void StateMachine::on_get_finalized(MemberRecord& member, const wire::GetFinalized& request) {
@@ -449,17 +506,46 @@ void StateMachine::send(const PublicKey& to, wire::Envelope message) {
   out_->send.push_back(Outgoing{to, std::move(message)});
 }
 
-void StateMachine::refuse(const PublicKey& to, const std::string& reason, bool may_rejoin) {
+void StateMachine::refuse(const PublicKey& to, const std::string& reason, bool may_rejoin,
+                          const std::string& code) {
   ++state_.counters.refusals;
   wire::Envelope message;
   message.mutable_refused()->set_reason(reason);
   message.mutable_refused()->set_may_rejoin(may_rejoin);
   send(to, std::move(message));
-  log(EventKind::kRejection, fmt::format("refused {}: {}", short_hex(to), reason), &to);
+  std::vector<obs::LogField> fields;
+  if (!code.empty()) fields.push_back({"reason", code});
+  log(EventKind::kRejection, fmt::format("refused {}: {}", short_hex(to), reason), &to,
+      std::move(fields));
 }
 
 void StateMachine::log(EventKind kind, const std::string& line, const PublicKey* about,
                        std::vector<obs::LogField> fields) {
+  // What a member makes the coordinator ignore or reject is its own doing, so it is bounded per
+  // member and round: a repeated bad message cannot fill the event history or the database.
+  if (about != nullptr && (kind == EventKind::kIgnored || kind == EventKind::kRejection)) {
+    if (events_round_ != state_.next_step) {
+      member_events_.clear();
+      events_round_ = state_.next_step;
+    }
+    const size_t n = ++member_events_[*about];
+    if (n > kMaxMemberEventsPerRound) {
+      ++state_.counters.events_suppressed;
+      if (n == kMaxMemberEventsPerRound + 1) {
+        record(EventKind::kIgnored,
+               fmt::format("{} caused {} ignored or rejected messages in round {}; further ones "
+                           "are counted, not recorded, until the next round",
+                           short_hex(*about), kMaxMemberEventsPerRound, state_.next_step),
+               about, {{"reason", "events_capped"}});
+      }
+      return;
+    }
+  }
+  record(kind, line, about, std::move(fields));
+}
+
+void StateMachine::record(EventKind kind, const std::string& line, const PublicKey* about,
+                          std::vector<obs::LogField> fields) {
   if (out_ != nullptr) {
     out_->log.push_back({line, about ? short_hex(*about) : std::string(), kind, std::move(fields)});
   }

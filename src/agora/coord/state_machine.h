@@ -156,13 +156,26 @@ class StateMachine {
                                           std::vector<PublicKey>* holders) const;
 
   void send(const PublicKey& to, wire::Envelope message);
-  void refuse(const PublicKey& to, const std::string& reason, bool may_rejoin = false);
+  // `code`: a short token for the event's "reason" key ("full", "endpoint_taken", ...).
+  void refuse(const PublicKey& to, const std::string& reason, bool may_rejoin = false,
+              const std::string& code = "");
   // `about`: the member the line concerns, if one; logs carry its short key as their peer id.
   void log(EventKind kind, const std::string& line, const PublicKey* about = nullptr,
            std::vector<obs::LogField> fields = {});
 
+  // log() without the per-member cap.
+  void record(EventKind kind, const std::string& line, const PublicKey* about,
+              std::vector<obs::LogField> fields);
+  // Forgets the oldest records of members no longer current beyond network.max_members of them
+  // (never one the open round or a collecting step still names).
+  void prune_members();
+
   Options options_;
   RunState state_;
+  // Ignored/rejected events per member in round events_round_ (not persisted: a restarted
+  // coordinator starts counting afresh).
+  std::map<PublicKey, size_t> member_events_;
+  uint64_t events_round_ = 0;
   Actions* out_ = nullptr;  // the Actions of the call in progress
   double now_ = 0.0;        // the `now` of the call in progress (for event times)
 };
