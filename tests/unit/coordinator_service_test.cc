@@ -147,5 +147,70 @@ TEST_F(CoordinatorServiceTest, AHeartbeatFloodDoesNotDelayADeadline) {
   EXPECT_GE(state->counters.deadline_misses, 2u);  // both members, round 0
 }
 
+
+// Issue 13: the loss the table, page and metrics show is the median of the final payloads'
+// claims (one member's claim cannot move it), and a rejected commit's figures are never used
+// (before: the mean, fed by whatever Commit message arrived last, accepted or not).
+TEST_F(CoordinatorServiceTest, TheStepLossIsTheMedianOfAcceptedFinalCommits) {
+  const std::string endpoint =
+      start({"network.min_peers=3", "network.warmup_seconds=0.0", "network.overlap=0",
+             "network.heartbeat_timeout_seconds=60.0", "schedule.warmup_steps=0",
+             "train.steps=2"});
+  net::Context context;
+  const net::DecodeLimits control{net::kMaxControlBytes, net::kMaxControlBytes};
+  std::vector<Identity> ids = {Identity::generate(), Identity::generate(), Identity::generate()};
+  std::vector<std::unique_ptr<Client>> clients;
+  std::string run_id;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    clients.push_back(std::make_unique<Client>(context, ids[i], endpoint, identity_.public_key(),
+                                               control));
+    clients[i]->send(join_msg(ids[i], 7700 + static_cast<int>(i)));
+    const auto welcome =
+        wait_for(*clients[i], 10, [](const wire::Envelope& m) { return m.has_welcome(); });
+    ASSERT_TRUE(welcome.has_value());
+    run_id = welcome->welcome().run_id();
+  }
+  for (auto& client : clients) {
+    ASSERT_TRUE(wait_for(*client, 10, [](const wire::Envelope& m) {
+      return m.has_round_start() && m.round_start().step() == 0;
+    }));
+  }
+  const auto commit = [&](size_t i, const std::string& hash, double loss) {
+    wire::Envelope e;
+    wire::CommitRecord* r = e.mutable_commit()->mutable_record();
+    r->set_author(ids[i].public_key());
+    r->set_step(0);
+    r->set_payload_hash(hash);
+    r->set_signature(ids[i].sign(net::commit_signing_bytes(run_id, 0, hash)));
+    e.mutable_commit()->set_sequences(4);
+    e.mutable_commit()->set_compute_seconds(1.0);
+    e.mutable_commit()->set_loss(loss);
+    e.mutable_commit()->set_payload_bytes(100);
+    clients[i]->send(e);
+  };
+  const std::vector<std::string> hashes = {std::string(32, 'a'), std::string(32, 'b'),
+                                           std::string(32, 'c')};
+  commit(0, hashes[0], 1.0);
+  commit(1, hashes[1], 2.0);
+  commit(1, std::string(32, 'x'), 1000.0);  // a second, different commit: rejected
+  commit(2, hashes[2], 100.0);              // one member's outlandish claim
+  for (auto& client : clients) {
+    ASSERT_TRUE(wait_for(*client, 10, [](const wire::Envelope& m) { return m.has_collect(); }));
+    wire::Envelope w;
+    w.mutable_witness()->set_step(0);
+    for (const std::string& h : hashes) w.mutable_witness()->add_held(h);
+    client->send(w);
+  }
+  ASSERT_TRUE(wait_for(*clients[0], 10, [](const wire::Envelope& m) {
+    return m.has_finalized() && m.finalized().step() == 0;
+  }));
+  stop_ = true;
+  coordinator_.join();
+  const auto rows = Store::open(dir_ / "coordinator.db").step_rows();
+  ASSERT_GE(rows.size(), 1u);
+  EXPECT_EQ(rows[0].peers, 3u);
+  EXPECT_DOUBLE_EQ(rows[0].loss, 2.0);
+}
+
 }  // namespace
 }  // namespace agora::coord
