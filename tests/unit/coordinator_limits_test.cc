@@ -106,10 +106,10 @@ TEST_F(CoordinatorTest, AJoinAdvertisingAnotherMembersEndpointIsRefused) {
   EXPECT_EQ(sent(handle(1, join_msg(ids_[1]), kT0 + 1), key(1), Body::kWelcome).size(), 1u);
   // Once the owner is gone, the endpoint is free (a peer restarted with a new key).
   handle(0, leave_msg(), kT0 + 2);
-  EXPECT_EQ(sent(handle(2, join_msg(ids_[2], 0, endpoint_of(ids_[0])), kT0 + 2), key(2),
-                 Body::kWelcome)
-                .size(),
-            1u);
+  EXPECT_EQ(
+      sent(handle(2, join_msg(ids_[2], 0, endpoint_of(ids_[0])), kT0 + 2), key(2), Body::kWelcome)
+          .size(),
+      1u);
 }
 
 // ---- witnesses ---------------------------------------------------------------------------------
@@ -148,7 +148,7 @@ TEST_F(WitnessRuleTest, AnAuthorAndOneLyingWitnessCannotFinalizeAPayload) {
 TEST_F(WitnessRuleTest, OneMissingReportWithTheOtherWitnessSilentStrikesNobody) {
   handle(0, witness_msg(0, {hash_of(0), hash_of(1), hash_of(2)}), kT0 + 4);
   handle(1, witness_msg(0, {hash_of(1), hash_of(2)}), kT0 + 4);  // lies about member 0
-  sm_->tick(kT0 + 4 + options_.network.witness_seconds);  // member 2 never answers
+  sm_->tick(kT0 + 4 + options_.network.witness_seconds);         // member 2 never answers
   ASSERT_EQ(state().finalized_steps(), 1u);
   EXPECT_FALSE(is_final(0));
   EXPECT_EQ(member(0).strikes, 0);

@@ -76,8 +76,7 @@ TEST_F(CoordinatorReportsTest, HugeStepsDoNotEvictHonestReports) {
   run(3, 2);
   for (int i = 0; i < 3; ++i) handle(i, state_report_msg(2, hash_of(1)), kT0 + 20);
   for (uint64_t k = 0; k < 8; ++k) {
-    handle(0, state_report_msg(std::numeric_limits<uint64_t>::max() - 2 * k, hash_of(9)),
-           kT0 + 21);
+    handle(0, state_report_msg(std::numeric_limits<uint64_t>::max() - 2 * k, hash_of(9)), kT0 + 21);
   }
   ASSERT_TRUE(state().state_reports.contains(2));
   EXPECT_EQ(state().state_reports.at(2).reported.size(), 3u);
@@ -146,9 +145,9 @@ TEST_F(CoordinatorReportsTest, CheckpointReportsMustMatchTheRun) {
   EXPECT_EQ(reason_of(handle(0, report(2, hash_of(5)), kT0 + 21), EventKind::kIgnored),
             "wrong_hash");
   EXPECT_EQ(reason_of(handle(0, report(9, hash_of(5)), kT0 + 21), EventKind::kIgnored), "ahead");
-  EXPECT_EQ(reason_of(handle(1, report(2, state_hash_for(hash_of(1))), kT0 + 21),
-                      EventKind::kIgnored),
-            "not_checkpointer");
+  EXPECT_EQ(
+      reason_of(handle(1, report(2, state_hash_for(hash_of(1))), kT0 + 21), EventKind::kIgnored),
+      "not_checkpointer");
   EXPECT_EQ(state().counters.checkpoints_refused, 3u);
   EXPECT_TRUE(state().checkpoints.empty());
   // The right hash is taken, and a repeat replaces rather than piles up.

@@ -51,9 +51,9 @@ class CoordinatorServiceTest : public testing::TempDirTest {
  protected:
   // Starts a coordinator on a free local port; returns its endpoint.
   std::string start(const std::vector<std::string>& overrides) {
-    std::vector<std::string> all = {"network.listen=\"tcp://127.0.0.1:*\"",
-                                    fmt::format("network.state_db=\"{}\"",
-                                                (dir_ / "coordinator.db").string())};
+    std::vector<std::string> all = {
+        "network.listen=\"tcp://127.0.0.1:*\"",
+        fmt::format("network.state_db=\"{}\"", (dir_ / "coordinator.db").string())};
     all.insert(all.end(), overrides.begin(), overrides.end());
     config_ = RunConfig::parse("", "<service test>", all);
     std::promise<std::string> bound;
@@ -104,8 +104,8 @@ TEST_F(CoordinatorServiceTest, AHeartbeatFloodDoesNotDelayADeadline) {
     const Identity id = Identity::generate();
     Client client(context, id, endpoint, identity_.public_key(), control);
     client.send(join_msg(id, 7601));
-    welcomed = wait_for(client, 10, [](const wire::Envelope& m) { return m.has_welcome(); })
-                   .has_value();
+    welcomed =
+        wait_for(client, 10, [](const wire::Envelope& m) { return m.has_welcome(); }).has_value();
     wire::Envelope heartbeat;
     heartbeat.mutable_heartbeat()->set_applied_steps(0);
     heartbeat.mutable_heartbeat()->set_next_round(0);
@@ -147,23 +147,21 @@ TEST_F(CoordinatorServiceTest, AHeartbeatFloodDoesNotDelayADeadline) {
   EXPECT_GE(state->counters.deadline_misses, 2u);  // both members, round 0
 }
 
-
 // Issue 13: the loss the table, page and metrics show is the median of the final payloads'
 // claims (one member's claim cannot move it), and a rejected commit's figures are never used
 // (before: the mean, fed by whatever Commit message arrived last, accepted or not).
 TEST_F(CoordinatorServiceTest, TheStepLossIsTheMedianOfAcceptedFinalCommits) {
   const std::string endpoint =
       start({"network.min_peers=3", "network.warmup_seconds=0.0", "network.overlap=0",
-             "network.heartbeat_timeout_seconds=60.0", "schedule.warmup_steps=0",
-             "train.steps=2"});
+             "network.heartbeat_timeout_seconds=60.0", "schedule.warmup_steps=0", "train.steps=2"});
   net::Context context;
   const net::DecodeLimits control{net::kMaxControlBytes, net::kMaxControlBytes};
   std::vector<Identity> ids = {Identity::generate(), Identity::generate(), Identity::generate()};
   std::vector<std::unique_ptr<Client>> clients;
   std::string run_id;
   for (size_t i = 0; i < ids.size(); ++i) {
-    clients.push_back(std::make_unique<Client>(context, ids[i], endpoint, identity_.public_key(),
-                                               control));
+    clients.push_back(
+        std::make_unique<Client>(context, ids[i], endpoint, identity_.public_key(), control));
     clients[i]->send(join_msg(ids[i], 7700 + static_cast<int>(i)));
     const auto welcome =
         wait_for(*clients[i], 10, [](const wire::Envelope& m) { return m.has_welcome(); });

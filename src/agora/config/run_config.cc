@@ -229,10 +229,11 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
 // The rules that span keys; each single key was range-checked as it was read.
 void check_cross_field(const TomlConfig& toml, const RunConfig& config) {
   if (config.network.min_peers > config.network.max_members) {
-    fail("{}: network.min_peers = {} is more than network.max_members = {}: the run could never "
-         "start (allowed: min_peers <= max_members)",
-         origin(toml, {"network.min_peers", "network.max_members"}), config.network.min_peers,
-         config.network.max_members);
+    fail(
+        "{}: network.min_peers = {} is more than network.max_members = {}: the run could never "
+        "start (allowed: min_peers <= max_members)",
+        origin(toml, {"network.min_peers", "network.max_members"}), config.network.min_peers,
+        config.network.max_members);
   }
   const TrainConfig& train = config.train;
   if (train.batch_size % train.micro_batch_size != 0) {

@@ -223,10 +223,10 @@ struct Counters {
 inline constexpr size_t kMaxEvents = 256;          // events kept in memory
 inline constexpr size_t kMaxStateReportSteps = 4;  // applied_steps values whose reports are kept
 inline constexpr size_t kMaxCheckpoints = 32;      // newest checkpoint reports kept
-inline constexpr size_t kMaxStateTensors = 16384;   // tensors a state record may list
+inline constexpr size_t kMaxStateTensors = 16384;  // tensors a state record may list
 // Ignored or rejected events recorded per member per round; the rest are only counted.
 inline constexpr size_t kMaxMemberEventsPerRound = 16;
-inline constexpr size_t kMaxRejectionEvents = 8;  // per Witness; the rest are one summary event
+inline constexpr size_t kMaxRejectionEvents = 8;    // per Witness; the rest are one summary event
 inline constexpr size_t kMaxTensorNameChars = 256;  // characters of one tensor's name
 
 struct RunState {

@@ -40,8 +40,8 @@ struct StepCommits {
 // Per-member message budget (token bucket), keyed by the connection's authenticated curve key so
 // that it also covers keys that never joined. An honest peer sends a heartbeat a second and a
 // handful of messages per round; catching up it may ask GetFinalized once per step it replays.
-// kBurst covers that replay; kRate is two orders of magnitude above the steady need.
-constexpr double kThrottleRate = 100.0;   // messages per second, sustained
+// The burst covers that replay; the rate is two orders of magnitude above the steady need.
+constexpr double kThrottleRate = 100.0;    // messages per second, sustained
 constexpr double kThrottleBurst = 1000.0;  // messages at once
 constexpr double kThrottleLogSeconds = 10.0;
 // At most this many messages (or kBatchSeconds of handling) before the loop ticks and saves:
@@ -51,9 +51,8 @@ constexpr double kBatchSeconds = 0.05;
 
 struct Bucket {
   double tokens = kThrottleBurst;
-  double at = 0;             // when tokens was last refilled
-  uint64_t throttled = 0;    // dropped since the last log line
-  net::PublicKey member;     // its ed25519 key once known, for the log
+  double at = 0;           // when tokens was last refilled
+  uint64_t throttled = 0;  // dropped since the last log line
 };
 
 // The median of `values` (the mean of the middle two for an even count); NaN for none.
@@ -246,12 +245,14 @@ void Service::log_throttled(double now) {
       const auto key = key_of_curve_.find(it->first);
       const std::string who =
           key != key_of_curve_.end() ? net::short_key(key->second) : it->first.substr(0, 8);
-      obs::log_warn({machine_->state().finalized_steps(), who, "throttled",
-                     {{"messages", b.throttled}, {"rate", kThrottleRate}}},
-                    fmt::format("dropped {} messages from {} over the last {:.0f} s: above {} "
-                                "messages a second (burst {})",
-                                b.throttled, who, kThrottleLogSeconds, kThrottleRate,
-                                kThrottleBurst));
+      obs::log_warn(
+          {machine_->state().finalized_steps(),
+           who,
+           "throttled",
+           {{"messages", b.throttled}, {"rate", kThrottleRate}}},
+          fmt::format("dropped {} messages from {} over the last {:.0f} s: above {} "
+                      "messages a second (burst {})",
+                      b.throttled, who, kThrottleLogSeconds, kThrottleRate, kThrottleBurst));
       b.throttled = 0;
     }
     // A full bucket is the same as none: forget it, so the map holds recent senders only.
@@ -464,9 +465,8 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
     Actions batch;
     size_t handled = 0;
     const auto batch_started = std::chrono::steady_clock::now();
-    while (handled < kMaxBatch &&
-           std::chrono::steady_clock::now() - batch_started <
-               std::chrono::duration<double>(kBatchSeconds)) {
+    while (handled < kMaxBatch && std::chrono::steady_clock::now() - batch_started <
+                                      std::chrono::duration<double>(kBatchSeconds)) {
       auto in = server_->recv();
       if (!in) break;
       if (!admit(*in, unix_seconds())) continue;

@@ -315,7 +315,8 @@ void StateMachine::restart_from_checkpoint() {
 
 void StateMachine::on_heartbeat(MemberRecord& member, const wire::Heartbeat& heartbeat,
                                 double now) {
-  member.applied_steps = heartbeat.applied_steps();
+  // Self-reported (Known limits); never past the ledger, which no honest peer can be.
+  member.applied_steps = std::min(heartbeat.applied_steps(), state_.finalized_steps());
   mark_caught_up(member);
   // Heals a RoundStart lost while the connection was down: the peer says which round it waits
   // for, and the open round is that one or newer.

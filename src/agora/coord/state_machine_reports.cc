@@ -41,9 +41,10 @@ std::string record_problem(const wire::StateRecord& s, std::string* reason) {
   for (int i = 0; i < s.tensor_names_size(); ++i) {
     const std::string& name = s.tensor_names(i);
     if (name.empty() || name.size() > kMaxTensorNameChars || printable(name) != name) {
-      return fmt::format("tensor {} has an empty, overlong or unprintable name (allowed: 1-{} "
-                         "printable ASCII characters)",
-                         i, kMaxTensorNameChars);
+      return fmt::format(
+          "tensor {} has an empty, overlong or unprintable name (allowed: 1-{} "
+          "printable ASCII characters)",
+          i, kMaxTensorNameChars);
     }
     if (!names.insert(name).second) return fmt::format("tensor '{}' is listed twice", name);
     if (s.tensor_hashes(i).size() != kHashBytes) {
@@ -75,9 +76,10 @@ void StateMachine::on_state_report(MemberRecord& member, const wire::StateReport
     // Peers report at multiples of hash_interval, and after loading a state they were handed
     // (Welcome, Resync), whose step is one kept here.
     reason = "off_schedule";
-    problem = fmt::format("{} is not a multiple of network.hash_interval = {} nor a state handed "
-                          "out",
-                          k, interval);
+    problem = fmt::format(
+        "{} is not a multiple of network.hash_interval = {} nor a state handed "
+        "out",
+        k, interval);
   } else if (!reports.contains(k) && reports.size() >= kMaxStateReportSteps &&
              k < reports.begin()->first) {
     reason = "too_old";
@@ -143,8 +145,8 @@ void StateMachine::on_checkpoint_report(MemberRecord& member, const wire::Checkp
   if (!problem.empty()) {
     ++state_.counters.checkpoints_refused;
     log(EventKind::kIgnored,
-        fmt::format("ignored a checkpoint report from {} after {} steps: {}",
-                    short_hex(member.key), k, problem),
+        fmt::format("ignored a checkpoint report from {} after {} steps: {}", short_hex(member.key),
+                    k, problem),
         &member.key, {{"reason", reason}, {"applied_steps", k}});
     return;
   }
@@ -158,8 +160,8 @@ void StateMachine::on_checkpoint_report(MemberRecord& member, const wire::Checkp
       CheckpointRecord{k, report.state_hash(), printable(report.path(), 1024), member.key, now});
   if (list.size() > kMaxCheckpoints) list.erase(list.begin());
   log(EventKind::kCheckpoint,
-      fmt::format("{} wrote a checkpoint after {} steps (state {}) to {}", short_hex(member.key),
-                  k, short_hex(report.state_hash()), list.back().path),
+      fmt::format("{} wrote a checkpoint after {} steps (state {}) to {}", short_hex(member.key), k,
+                  short_hex(report.state_hash()), list.back().path),
       &member.key);
 }
 

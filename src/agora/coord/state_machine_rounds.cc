@@ -214,8 +214,9 @@ void StateMachine::finalize(CollectingStep& step) {
     // silence alone cannot let a lone vouching witness through. A run with nobody else to
     // witness (one member) trusts its single member.
     const bool is_final =
-        others == 0 || (held > 0 && static_cast<double>(held) > quorum * static_cast<double>(answered) &&
-                        static_cast<double>(held + 1) > quorum * static_cast<double>(expected));
+        others == 0 ||
+        (held > 0 && static_cast<double>(held) > quorum * static_cast<double>(answered) &&
+         static_cast<double>(held + 1) > quorum * static_cast<double>(expected));
     // Witnesses whose report the outcome contradicts, for the operator to see.
     state_.counters.witness_disagreements += is_final ? missing : held;
     auto member = state_.members.find(c.author);
@@ -241,7 +242,10 @@ void StateMachine::finalize(CollectingStep& step) {
                       "witnesses that answered ({} expected; quorum {}); no strike",
                       short_hex(c.author), step.step, held, answered, others, quorum),
           &c.author,
-          {{"reason", "not_final"}, {"for_step", step.step}, {"held", held}, {"answered", answered}});
+          {{"reason", "not_final"},
+           {"for_step", step.step},
+           {"held", held},
+           {"answered", answered}});
     }
   }
   wire::Envelope message;
@@ -314,7 +318,8 @@ void StateMachine::prune_members() {
   if (gone.size() <= keep) return;
   // Members dropped for strikes are forgotten last: forgetting one lets its key rejoin.
   std::sort(gone.begin(), gone.end(), [](const MemberRecord* a, const MemberRecord* b) {
-    const bool sa = a->drop_reason == DropReason::kStrikes, sb = b->drop_reason == DropReason::kStrikes;
+    const bool sa = a->drop_reason == DropReason::kStrikes,
+               sb = b->drop_reason == DropReason::kStrikes;
     if (sa != sb) return !sa;
     if (a->last_seen != b->last_seen) return a->last_seen < b->last_seen;
     return a->key < b->key;
