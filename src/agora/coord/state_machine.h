@@ -23,12 +23,19 @@
 // when every assigned member still active with a non-empty share has committed, or at the
 // deadline; the committed set is then collected (Collect) and witnessed (Witness). Step t is
 // final when all expected witnesses reported or at the witness deadline; a payload is final when
-// more than network.quorum x (expected witnesses) members hold it, its author included. With
-// overlap 0 round t + 1 opens when step t is final; with overlap 1 when round t closed and step
-// t - 1 is final.
+// more than network.quorum x the other witnesses that answered hold it, and more than
+// network.quorum x all expected witnesses with its author (docs/protocol.md section 7: the
+// author's own claim is never the evidence). With overlap 0 round t + 1 opens when step t is
+// final; with overlap 1 when round t closed and step t - 1 is final.
 //
-// Strikes. A missed deadline or a committed payload that does not become final costs its member
-// one strike; a final payload resets the count, so max_strikes means consecutive failures.
+// Strikes. A missed deadline, or a committed payload that a strict majority of the other
+// expected witnesses reported missing, costs its member one strike; a final payload resets the
+// count, so max_strikes means consecutive failures.
+//
+// Trust. Nothing one member says is believed alone: a state record is handed to joiners or used
+// for a Resync only when more than quorum x the active members reported it; reports no honest
+// peer would send are refused; everything kept per member (reports, records, events, departed
+// members) is bounded (docs/protocol.md sections 3, 8 and 16).
 #pragma once
 
 #include <cstdint>
