@@ -78,7 +78,9 @@ class Service {
   void handle(const net::PublicKey& from, const wire::Envelope& m, Actions& batch);
   // Whether the sender of `in` is within its message budget; counts the excess.
   bool admit(const net::Incoming& in, double now);
-  void log_throttled(double now);
+  // Every kThrottleLogSeconds: logs who was throttled, forgets idle buckets and the keys of
+  // non-members.
+  void sweep(double now);
   StepRow row_of(uint64_t step, double now, double seconds);
   void print_row(const StepRow& row);
   void refuse(const net::Incoming& in, const std::string& reason, bool may_rejoin = false);
@@ -236,9 +238,16 @@ bool Service::admit(const net::Incoming& in, double now) {
   return false;
 }
 
-void Service::log_throttled(double now) {
+void Service::sweep(double now) {
   if (now - throttle_logged_at_ < kThrottleLogSeconds) return;
   throttle_logged_at_ = now;
+  // Keys the state machine no longer (or never) counts as members, such as refused joiners or
+  // members it forgot, leave the service's maps too: a stream of fresh keys cannot grow them.
+  const auto& members = machine_->state().members;
+  std::erase_if(key_of_curve_, [&](const auto& item) { return !members.contains(item.second); });
+  std::erase_if(route_of_, [&](const auto& item) { return !members.contains(item.first); });
+  std::erase_if(undelivered_, [&](const auto& item) { return !members.contains(item.first); });
+  std::erase_if(totals_, [&](const auto& item) { return !members.contains(item.first); });
   for (auto it = buckets_.begin(); it != buckets_.end();) {
     Bucket& b = it->second;
     if (b.throttled > 0) {
@@ -516,7 +525,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       for (auto& l : tick.log) batch.log.push_back(std::move(l));
       next_tick = now + 0.1;
       ticked = true;
-      log_throttled(now);
+      sweep(now);
     }
     // A tick that changed nothing has nothing to save; messages always may have (last_seen).
     if (handled > 0 || !batch.send.empty() || !batch.log.empty()) {
