@@ -1,5 +1,9 @@
 // The coordinator service with real sockets: its loop keeps the clock whatever members send.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -60,7 +64,11 @@ class CoordinatorServiceTest : public testing::TempDirTest {
     auto endpoint = bound.get_future();
     ServiceOptions options;
     options.base_dir = dir_;
-    options.on_listening = [&bound](const std::string& e) { bound.set_value(e); };
+    options.http = obs::HttpAddress{"127.0.0.1", 0};
+    options.on_listening = [&bound, this](const std::string& e, int http_port) {
+      http_port_ = http_port;
+      bound.set_value(e);
+    };
     coordinator_ = std::thread([this, options] {
       try {
         run_coordinator(config_, identity_, options, stop_);
@@ -78,7 +86,29 @@ class CoordinatorServiceTest : public testing::TempDirTest {
     testing::TempDirTest::TearDown();
   }
 
+  // The value of counter `name` on the coordinator's /metrics; -1 when absent.
+  double metric(const std::string& name) const {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(http_port_));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string reply;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
+      const std::string request =
+          fmt::format("GET /metrics HTTP/1.0\r\nHost: 127.0.0.1:{}\r\n\r\n", http_port_);
+      (void)!::write(fd, request.data(), request.size());
+      char buffer[4096];
+      for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) reply.append(buffer, n);
+    }
+    ::close(fd);
+    const size_t at = reply.find("\n" + name + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(reply.substr(at + name.size() + 2));
+  }
+
   RunConfig config_;
+  int http_port_ = 0;
   Identity identity_ = Identity::generate();
   std::atomic<bool> stop_{false};
   std::thread coordinator_;
@@ -132,12 +162,15 @@ TEST_F(CoordinatorServiceTest, AHeartbeatFloodDoesNotDelayADeadline) {
   // Nobody commits: round 0 closes at its deadline, step 0 finalizes empty, round 1 opens.
   const auto next = wait_for(client, 15, round(1));
   const double took = seconds_since(opened);
+  const double throttled = metric("agora_run_messages_throttled_total");
   flooding = false;
   flooder.join();
   EXPECT_TRUE(welcomed);
   ASSERT_TRUE(next.has_value()) << "round 0's deadline never fired during the flood";
   EXPECT_LT(took, first->round_start().deadline_seconds() + 1.5);
   EXPECT_GT(sent.load(), 1000u) << "the flood was not a flood";
+  // The excess over the budget (100 a second, bursts of 1000) was dropped and counted.
+  EXPECT_GT(throttled, 0.0);
 
   stop_ = true;
   coordinator_.join();

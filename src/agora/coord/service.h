@@ -47,9 +47,9 @@ struct ServiceOptions {
   // False for the default address: a port already taken (a second coordinator on the machine)
   // then costs the page, with a warning, rather than the run.
   bool http_required = true;
-  // Called once the socket is bound, with the endpoint it is bound to (tests listen on
-  // "tcp://127.0.0.1:*" and learn the port here).
-  std::function<void(const std::string& endpoint)> on_listening;
+  // Called once the socket and the HTTP server are up, with the endpoint bound and the HTTP
+  // port (0 without HTTP): tests listen on "tcp://127.0.0.1:*" and port 0 and learn them here.
+  std::function<void(const std::string& endpoint, int http_port)> on_listening;
 };
 
 // Runs until the run finishes (and a few seconds more, so every peer hears it) or *stop.
