@@ -459,7 +459,8 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       allowlist.empty() ? "open to any key" : fmt::format("{} allowed keys", allowlist.size()),
       store_->path().string()));
   start_http(run_id);
-  if (options_.on_listening) options_.on_listening(server_->bound_endpoint(), http_ ? http_->port() : 0);
+  if (options_.on_listening)
+    options_.on_listening(server_->bound_endpoint(), http_ ? http_->port() : 0);
   publish(true);
   if (resumed) deliver(machine_->resume(unix_seconds()));
 
