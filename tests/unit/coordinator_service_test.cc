@@ -167,7 +167,7 @@ TEST_F(CoordinatorServiceTest, AHeartbeatFloodDoesNotDelayADeadline) {
   flooder.join();
   EXPECT_TRUE(welcomed);
   ASSERT_TRUE(next.has_value()) << "round 0's deadline never fired during the flood";
-  EXPECT_LT(took, first->round_start().deadline_seconds() + 1.5);
+  EXPECT_LT(took, first->round_start().deadline_seconds() + 3.0);
   EXPECT_GT(sent.load(), 1000u) << "the flood was not a flood";
   // The excess over the budget (100 a second, bursts of 1000) was dropped and counted.
   EXPECT_GT(throttled, 0.0);
