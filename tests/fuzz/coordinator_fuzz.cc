@@ -70,7 +70,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     switch (op % 9) {
       case 0:
         e.mutable_join()->set_key(id.public_key());
-        e.mutable_join()->set_endpoint(in.byte() % 4 ? "tcp://127.0.0.1:7500" : in.bytes(8));
+        // Each identity its own port (a shared endpoint is refused), now and then another's.
+        e.mutable_join()->set_endpoint(
+            in.byte() % 4 ? "tcp://127.0.0.1:" + std::to_string(7500 + in.byte() % ids.size())
+                          : in.bytes(8));
         e.mutable_join()->set_sequences_per_second(in.byte());
         break;
       case 1:

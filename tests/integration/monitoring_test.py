@@ -38,7 +38,10 @@ COORDINATOR_METRICS = [
     "agora_run_refusals_total", "agora_run_commits_total", "agora_run_payloads_total",
     "agora_run_payload_rejections_reported_total", "agora_run_payload_bytes_total",
     "agora_run_allreduce_equivalent_bytes_total", "agora_run_checkpoints_total",
-    "agora_run_resyncs_total", "agora_run_restarts_total", "agora_network_bytes_total",
+    "agora_run_resyncs_total", "agora_run_restarts_total", "agora_run_messages_throttled_total",
+    "agora_run_reports_refused_total", "agora_run_witnesses_repeated_total",
+    "agora_run_witness_disagreements_total", "agora_run_events_suppressed_total",
+    "agora_network_bytes_total",
     "process_resident_memory_bytes", "process_cpu_seconds_total", "process_start_time_seconds"]
 PEER_METRICS = [
     "agora_peer_step", "agora_peer_loss", "agora_peer_learning_rate",

@@ -169,8 +169,8 @@ TEST_F(CoordinatorTest, QuorumDecidesWhichPayloadsAreFinal) {
   }
   // Sorted by author key.
   EXPECT_EQ(state().collecting.at(0).commits[0].author, key(0));
-  // Payload 0: held by all. Payload 1: by its author and member 0 (2 of 3 > 1.5). Payload 2:
-  // only by its author (1 of 3): not final.
+  // Payload 0: held by all. Payload 1: by members 0 and 2, the others than its author. Payload
+  // 2: only by its author: not final, and missing for both other witnesses: a strike.
   handle(0, witness_msg(0, {hash_of(0), hash_of(1)}), t + 1);
   wire::Envelope w1 = witness_msg(0, {hash_of(0), hash_of(1)});
   wire::Rejection* rej = w1.mutable_witness()->add_rejected();
@@ -179,7 +179,7 @@ TEST_F(CoordinatorTest, QuorumDecidesWhichPayloadsAreFinal) {
   Actions a = handle(1, w1, t + 1);
   EXPECT_TRUE(logged(a, "payload does not decode"));
   EXPECT_EQ(state().finalized_steps(), 0u);  // member 2 has not witnessed yet
-  Actions fin = handle(2, witness_msg(0, {hash_of(0), hash_of(2), hash_of(9)}), t + 2);
+  Actions fin = handle(2, witness_msg(0, {hash_of(0), hash_of(1), hash_of(2), hash_of(9)}), t + 2);
   ASSERT_EQ(state().finalized_steps(), 1u);
   ASSERT_EQ(state().finalized[0].size(), 2u);
   EXPECT_EQ(state().finalized[0][0].payload_hash, hash_of(0));
@@ -211,12 +211,13 @@ TEST_F(CoordinatorTest, WitnessDeadlineFinalizesWithWhatArrived) {
   ASSERT_EQ(state().collecting.size(), 1u);
   EXPECT_EQ(member(2).strikes, 1);
   handle(0, witness_msg(0, {hash_of(0), hash_of(1)}), t + 10);
-  handle(2, witness_msg(0, {hash_of(0)}), t + 10);
+  handle(2, witness_msg(0, {hash_of(0), hash_of(1)}), t + 10);
   sm_->tick(t + 18.9);
   EXPECT_EQ(state().finalized_steps(), 0u);  // member 1 may still witness
   sm_->tick(t + 19);
   ASSERT_EQ(state().finalized_steps(), 1u);
-  // Payload 0: its author and member 2; payload 1: its author and member 0. 2 of 3 > 1.5.
+  // Member 1 never witnessed. Payload 0: held by member 2, the one other witness that answered
+  // (and with its author 2 of 3 > 1.5); payload 1: by members 0 and 2.
   EXPECT_EQ(state().finalized[0].size(), 2u);
 }
 
@@ -313,56 +314,59 @@ TEST_F(CoordinatorTest, GetFinalizedAnswersFromTheLedger) {
 
 TEST_F(CoordinatorTest, MinorityHashGetsOneResync) {
   start(3);
-  handle(0, state_report_msg(10, hash_of(0)), kT0 + 5);
-  Actions a = handle(1, state_report_msg(10, hash_of(1)), kT0 + 5);
+  handle(0, state_report_msg(0, hash_of(0)), kT0 + 5);
+  Actions a = handle(1, state_report_msg(0, hash_of(1)), kT0 + 5);
   EXPECT_EQ(count_kind(a, Body::kResync), 0u);  // 1 vs 1: no strict majority
-  a = handle(2, state_report_msg(10, hash_of(0)), kT0 + 5);
+  a = handle(2, state_report_msg(0, hash_of(0)), kT0 + 5);
   auto resync = sent(a, key(1), Body::kResync);
   ASSERT_EQ(resync.size(), 1u);
   EXPECT_EQ(count_kind(a, Body::kResync), 1u);
-  EXPECT_EQ(resync[0].resync().state().applied_steps(), 10u);
-  EXPECT_EQ(resync[0].resync().state().state_hash(), hash_of(0));
+  EXPECT_EQ(resync[0].resync().state().applied_steps(), 0u);
+  EXPECT_EQ(resync[0].resync().state().state_hash(), state_hash_for(hash_of(0)));
   EXPECT_EQ(resync[0].resync().state().tensor_names(0), "w");
   ASSERT_EQ(resync[0].resync().holders_size(), 2);
   EXPECT_EQ(resync[0].resync().holders(0).key(), key(0));
-  EXPECT_EQ(resync[0].resync().holders(0).endpoint(), "tcp://127.0.0.1:7500");
+  EXPECT_EQ(resync[0].resync().holders(0).endpoint(), endpoint_of(ids_[0]));
   EXPECT_EQ(resync[0].resync().holders(1).key(), key(2));
   // At most once per member per step.
-  a = handle(1, state_report_msg(10, hash_of(1)), kT0 + 6);
+  a = handle(1, state_report_msg(0, hash_of(1)), kT0 + 6);
   EXPECT_EQ(count_kind(a, Body::kResync), 0u);
   EXPECT_EQ(state().counters.resyncs_sent, 1u);
 }
 
 TEST_F(CoordinatorTest, WelcomeHandsOutTheNewestMajorityState) {
+  options_.network.hash_interval = 1;
   start(3);
-  handle(0, state_report_msg(0, hash_of(5)), kT0 + 5);
-  handle(0, state_report_msg(10, hash_of(0)), kT0 + 5);
-  handle(1, state_report_msg(10, hash_of(1)), kT0 + 5);
-  handle(2, state_report_msg(10, hash_of(1)), kT0 + 5);
-  auto w = sent(handle(3, join_msg(ids_[3]), kT0 + 6), key(3), Body::kWelcome);
+  for (uint64_t t = 0; t < 6; ++t) full_round(t, {0, 1, 2}, kT0 + 3 + t);
+  ASSERT_EQ(state().finalized_steps(), 6u);
+  handle(0, state_report_msg(0, hash_of(5)), kT0 + 10);
+  handle(0, state_report_msg(2, hash_of(0)), kT0 + 10);
+  handle(1, state_report_msg(2, hash_of(1)), kT0 + 10);
+  handle(2, state_report_msg(2, hash_of(1)), kT0 + 10);
+  auto w = sent(handle(3, join_msg(ids_[3]), kT0 + 11), key(3), Body::kWelcome);
   ASSERT_EQ(w.size(), 1u);
-  EXPECT_EQ(w[0].welcome().state().applied_steps(), 10u);
-  EXPECT_EQ(w[0].welcome().state().state_hash(), hash_of(1));
+  EXPECT_EQ(w[0].welcome().state().applied_steps(), 2u);
+  EXPECT_EQ(w[0].welcome().state().state_hash(), state_hash_for(hash_of(1)));
   ASSERT_EQ(w[0].welcome().holders_size(), 2);
   EXPECT_EQ(w[0].welcome().holders(0).key(), key(1));
   EXPECT_EQ(w[0].welcome().holders(1).key(), key(2));
   // Only the newest few steps are kept.
-  for (uint64_t k = 20; k <= 60; k += 10) handle(0, state_report_msg(k, hash_of(0)), kT0 + 7);
+  for (uint64_t k = 3; k <= 6; ++k) handle(0, state_report_msg(k, hash_of(0)), kT0 + 12);
   EXPECT_EQ(state().state_reports.size(), kMaxStateReportSteps);
-  EXPECT_EQ(state().state_reports.begin()->first, 30u);
+  EXPECT_EQ(state().state_reports.begin()->first, 3u);
 }
 
 TEST_F(CoordinatorTest, CheckpointReportsAreRecorded) {
   start(2);
   wire::Envelope e;
-  e.mutable_checkpoint_report()->set_applied_steps(10);
+  e.mutable_checkpoint_report()->set_applied_steps(0);
   e.mutable_checkpoint_report()->set_state_hash(hash_of(0));
-  e.mutable_checkpoint_report()->set_path("runs/x/step_10.safetensors");
+  e.mutable_checkpoint_report()->set_path("runs/x/step_0.safetensors");
   Actions a = handle(0, e, kT0 + 5);
-  EXPECT_TRUE(logged(a, "checkpoint"));
+  EXPECT_TRUE(logged(a, EventKind::kCheckpoint, key(0)));
   ASSERT_EQ(state().checkpoints.size(), 1u);
   EXPECT_EQ(state().checkpoints[0].reporter, key(0));
-  EXPECT_EQ(state().checkpoints[0].path, "runs/x/step_10.safetensors");
+  EXPECT_EQ(state().checkpoints[0].path, "runs/x/step_0.safetensors");
 }
 
 // ---- healing and restarts ----------------------------------------------------------------------

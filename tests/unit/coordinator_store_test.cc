@@ -231,7 +231,7 @@ TEST_F(CoordinatorStoreTest, AStateMachinesStateRoundTrips) {
   for (const net::Identity& id : ids) {
     wire::Envelope join;
     join.mutable_join()->set_key(id.public_key());
-    join.mutable_join()->set_endpoint("tcp://127.0.0.1:9000");
+    join.mutable_join()->set_endpoint("tcp://127.0.0.1:" + std::to_string(9000 + (&id - &ids[0])));
     join.mutable_join()->set_sequences_per_second(1.7);
     sm.handle(id.public_key(), join, t);
   }

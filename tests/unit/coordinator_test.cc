@@ -23,7 +23,7 @@ TEST_F(CoordinatorTest, JoinIsWelcomedWithTheRunAndTheInitialState) {
   EXPECT_TRUE(w.state().state_hash().empty());
   EXPECT_TRUE(w.checkpointer());
   EXPECT_EQ(member(0).state, MemberState::kActive);  // nothing final: caught up already
-  EXPECT_EQ(member(0).endpoint, "tcp://127.0.0.1:7500");
+  EXPECT_EQ(member(0).endpoint, endpoint_of(ids_[0]));
   EXPECT_TRUE(logged(a, "joined"));
   // One checkpointer is enough.
   a = handle(1, join_msg(ids_[1]), kT0);
@@ -303,10 +303,13 @@ TEST_F(CoordinatorTest, FinishesAfterTheLastStep) {
 
 TEST_F(CoordinatorTest, EventsAreRecordedAndBounded) {
   make();
-  for (int i = 0; i < 300; ++i) sm_->handle(key(0), heartbeat_msg(0, 0), kT0 + i);
+  for (int i = 0; i < 150; ++i) {
+    sm_->handle(key(0), join_msg(ids_[0]), kT0 + i);
+    sm_->handle(key(0), leave_msg(), kT0 + i);
+  }
   EXPECT_EQ(state().events.size(), kMaxEvents);
   EXPECT_EQ(state().events.back().seq, 300u);
-  EXPECT_EQ(state().events.back().at, kT0 + 299);
+  EXPECT_EQ(state().events.back().at, kT0 + 149);
 }
 
 TEST_F(CoordinatorTest, BadOptionsAreRejected) {

@@ -16,6 +16,7 @@
 #include "agora/coord/assignment.h"
 #include "agora/coord/state_machine.h"
 #include "agora/core/error.h"
+#include "agora/core/hash.h"
 #include "agora/net/identity.h"
 
 namespace agora::coord::testing_support {
@@ -29,11 +30,16 @@ inline std::string hash_of(int i) {
   return std::string(32, static_cast<char>('a' + i));
 }
 
+// Where member `id` serves, in tests: a host name of its own, so no two members share one.
+inline std::string endpoint_of(const Identity& id) {
+  return "tcp://peer-" + net::short_key(id.public_key()) + ".test:7500";
+}
+
 inline wire::Envelope join_msg(const Identity& id, double sps = 0.0,
-                               std::string endpoint = "tcp://127.0.0.1:7500") {
+                               std::optional<std::string> endpoint = std::nullopt) {
   wire::Envelope e;
   e.mutable_join()->set_key(id.public_key());
-  e.mutable_join()->set_endpoint(endpoint);
+  e.mutable_join()->set_endpoint(endpoint.value_or(endpoint_of(id)));
   e.mutable_join()->set_agent("agora test");
   e.mutable_join()->set_sequences_per_second(sps);
   return e;
@@ -67,13 +73,20 @@ inline wire::Envelope heartbeat_msg(uint64_t applied, uint64_t next_round) {
   return e;
 }
 
-inline wire::Envelope state_report_msg(uint64_t applied, const std::string& state_hash) {
+// The state hash of a one-tensor model whose tensor hashes to `tensor_hash` (docs/protocol.md
+// section 2: the BLAKE2b-256 of the tensor hashes).
+inline std::string state_hash_for(const std::string& tensor_hash) {
+  return blake2b256_bytes(tensor_hash);
+}
+
+// A consistent report of a one-tensor model ("w") whose tensor hashes to `tensor_hash`.
+inline wire::Envelope state_report_msg(uint64_t applied, const std::string& tensor_hash) {
   wire::Envelope e;
   wire::StateRecord* s = e.mutable_state_report()->mutable_state();
   s->set_applied_steps(applied);
-  s->set_state_hash(state_hash);
+  s->set_state_hash(state_hash_for(tensor_hash));
   s->add_tensor_names("w");
-  s->add_tensor_hashes(hash_of(20));
+  s->add_tensor_hashes(tensor_hash);
   return e;
 }
 

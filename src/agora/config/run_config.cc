@@ -222,11 +222,21 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
   net.quorum =
       toml.get_double("network.quorum", net.quorum, DoubleRange::between(0, 1, false, true));
   net.checkpointers = toml.get_int("network.checkpointers", net.checkpointers, {0, 1 << 20});
+  // 2048 members of ~300 bytes each (key, endpoint of at most 255 characters, framing) keep a
+  // RoundStart's member list well inside the 1 MiB control limit.
+  net.max_members = toml.get_int("network.max_members", net.max_members, {1, 2048});
   net.state_db = toml.get_string("network.state_db", net.state_db, /*allow_empty=*/false);
 }
 
 // The rules that span keys; each single key was range-checked as it was read.
 void check_cross_field(const TomlConfig& toml, const RunConfig& config) {
+  if (config.network.min_peers > config.network.max_members) {
+    fail(
+        "{}: network.min_peers = {} is more than network.max_members = {}: the run could never "
+        "start (allowed: min_peers <= max_members)",
+        origin(toml, {"network.min_peers", "network.max_members"}), config.network.min_peers,
+        config.network.max_members);
+  }
   const TrainConfig& train = config.train;
   if (train.batch_size % train.micro_batch_size != 0) {
     fail(
@@ -393,6 +403,7 @@ std::string RunConfig::to_toml() const {
   out += fmt::format("hash_interval = {}\n", net.hash_interval);
   out += fmt::format("quorum = {}\n", toml_float(net.quorum));
   out += fmt::format("checkpointers = {}\n", net.checkpointers);
+  out += fmt::format("max_members = {}\n", net.max_members);
   out += fmt::format("state_db = {}\n", toml_quote(net.state_db));
   return out;
 }

@@ -123,6 +123,12 @@ std::string Monitor::run_json() const {
                    {"payloads_not_final", c.payloads_not_final},
                    {"rejections_reported", c.rejections_reported},
                    {"checkpoints", c.checkpoints},
+                   {"checkpoints_refused", c.checkpoints_refused},
+                   {"state_reports_refused", c.state_reports_refused},
+                   {"witnesses_repeated", c.witnesses_repeated},
+                   {"witness_disagreements", c.witness_disagreements},
+                   {"events_suppressed", c.events_suppressed},
+                   {"messages_throttled", v->messages_throttled},
                    {"resyncs", c.resyncs_sent},
                    {"restarts", c.restarts}};
   j["started_at"] = info_.started_at;
@@ -254,6 +260,12 @@ void Monitor::collect(obs::Registry& r) {
   total(m::kRunCheckpoints, c.checkpoints);
   total(m::kRunResyncs, c.resyncs_sent);
   total(m::kRunRestarts, c.restarts);
+  total(m::kRunMessagesThrottled, v->messages_throttled);
+  total(m::kRunReportsRefused, c.state_reports_refused, {{"kind", "state"}});
+  total(m::kRunReportsRefused, c.checkpoints_refused, {{"kind", "checkpoint"}});
+  total(m::kRunWitnessesRepeated, c.witnesses_repeated);
+  total(m::kRunWitnessDisagreements, c.witness_disagreements);
+  total(m::kRunEventsSuppressed, c.events_suppressed);
   total(m::kNetworkBytes, v->bytes_sent, {{"direction", "sent"}, {"kind", "control"}});
   total(m::kNetworkBytes, v->bytes_received, {{"direction", "received"}, {"kind", "control"}});
   for (const auto& [reason, count] : v->drops_by_reason) {

@@ -74,6 +74,7 @@ struct RunView {
   // The coordinator's socket.
   uint64_t bytes_sent = 0, bytes_received = 0;
   std::map<std::string, uint64_t> drops_by_reason;
+  uint64_t messages_throttled = 0;  // dropped by the service's per-member rate limit
 };
 
 class Monitor {

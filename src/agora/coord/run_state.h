@@ -210,6 +210,12 @@ struct Counters {
   uint64_t restarts = 0;  // times every member left and the run went back to a checkpoint
   uint64_t deadline_misses = 0;  // assigned members with a non-empty share and no commit at a close
   uint64_t checkpoints = 0;      // checkpoint reports accepted
+  uint64_t checkpoints_refused = 0;    // ahead of the ledger, not a checkpointer, wrong hash
+  uint64_t state_reports_refused = 0;  // ahead, off schedule, malformed or inconsistent
+  uint64_t witnesses_repeated = 0;     // a second Witness for the same step: ignored
+  // Witness reports (held or missing) that the payload's outcome contradicted.
+  uint64_t witness_disagreements = 0;
+  uint64_t events_suppressed = 0;  // beyond kMaxMemberEventsPerRound for one member
   uint64_t events = 0;  // the seq of the newest event
   bool operator==(const Counters&) const = default;
 };
@@ -217,6 +223,11 @@ struct Counters {
 inline constexpr size_t kMaxEvents = 256;          // events kept in memory
 inline constexpr size_t kMaxStateReportSteps = 4;  // applied_steps values whose reports are kept
 inline constexpr size_t kMaxCheckpoints = 32;      // newest checkpoint reports kept
+inline constexpr size_t kMaxStateTensors = 16384;  // tensors a state record may list
+// Ignored or rejected events recorded per member per round; the rest are only counted.
+inline constexpr size_t kMaxMemberEventsPerRound = 16;
+inline constexpr size_t kMaxRejectionEvents = 8;    // per Witness; the rest are one summary event
+inline constexpr size_t kMaxTensorNameChars = 256;  // characters of one tensor's name
 
 struct RunState {
   Phase phase = Phase::kWaitingForPeers;

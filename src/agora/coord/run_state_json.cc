@@ -88,6 +88,12 @@ constexpr CounterField kCounterFields[] = {
     {"restarts", &Counters::restarts, true},
     {"deadline_misses", &Counters::deadline_misses, true},  // added with the metrics (issue 7)
     {"checkpoints", &Counters::checkpoints, true},          // likewise
+    // Added with issue 13's limits; older databases lack them.
+    {"checkpoints_refused", &Counters::checkpoints_refused, true},
+    {"state_reports_refused", &Counters::state_reports_refused, true},
+    {"witnesses_repeated", &Counters::witnesses_repeated, true},
+    {"witness_disagreements", &Counters::witness_disagreements, true},
+    {"events_suppressed", &Counters::events_suppressed, true},
     {"events", &Counters::events, false},
 };
 

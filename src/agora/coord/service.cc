@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,10 +25,43 @@ namespace agora::coord {
 namespace fs = std::filesystem;
 namespace {
 
-// What the commits of one step said, for its table row.
-struct StepCommits {
-  std::map<net::PublicKey, wire::Commit> by_author;
+// What the accepted commits of one step claimed, for its table row. Only the figures are kept,
+// never the message: a commit may be up to the 1 MiB control limit.
+struct CommitFigures {
+  double loss = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t sequences = 0;
+  std::optional<double> val_loss;
 };
+struct StepCommits {
+  std::map<net::PublicKey, CommitFigures> by_author;
+};
+
+// Per-member message budget (token bucket), keyed by the connection's authenticated curve key so
+// that it also covers keys that never joined. An honest peer sends a heartbeat a second and a
+// handful of messages per round; catching up it may ask GetFinalized once per step it replays.
+// The burst covers that replay; the rate is two orders of magnitude above the steady need.
+constexpr double kThrottleRate = 100.0;    // messages per second, sustained
+constexpr double kThrottleBurst = 1000.0;  // messages at once
+constexpr double kThrottleLogSeconds = 10.0;
+// At most this many messages (or kBatchSeconds of handling) before the loop ticks and saves:
+// deadlines fire however fast messages arrive, and a burst costs one save.
+constexpr size_t kMaxBatch = 512;
+constexpr double kBatchSeconds = 0.05;
+
+struct Bucket {
+  double tokens = kThrottleBurst;
+  double at = 0;           // when tokens was last refilled
+  uint64_t throttled = 0;  // dropped since the last log line
+};
+
+// The median of `values` (the mean of the middle two for an even count); NaN for none.
+double median(std::vector<double> values) {
+  if (values.empty()) return NAN;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
 
 class Service {
  public:
@@ -37,9 +71,16 @@ class Service {
   uint64_t run(const std::atomic<bool>& stop);
 
  private:
+  // Persists the state once, then logs and sends what `actions` (a whole batch) produced.
   void deliver(Actions actions);
-  // Hands a member's message to the state machine, noting what the monitor shows of it.
-  void handle(const net::PublicKey& from, const wire::Envelope& m);
+  // Hands a member's message to the state machine, noting what the monitor shows of it; what
+  // it produced is appended to `batch`.
+  void handle(const net::PublicKey& from, const wire::Envelope& m, Actions& batch);
+  // Whether the sender of `in` is within its message budget; counts the excess.
+  bool admit(const net::Incoming& in, double now);
+  // Every kThrottleLogSeconds: logs who was throttled, forgets idle buckets and the keys of
+  // non-members.
+  void sweep(double now);
   StepRow row_of(uint64_t step, double now, double seconds);
   void print_row(const StepRow& row);
   void refuse(const net::Incoming& in, const std::string& reason, bool may_rejoin = false);
@@ -62,6 +103,9 @@ class Service {
   std::map<net::PublicKey, std::string> route_of_;
   std::map<net::PublicKey, std::deque<wire::Envelope>> undelivered_;
   std::map<uint64_t, StepCommits> commits_;
+  std::map<std::string, Bucket> buckets_;  // by curve key; idle full ones are forgotten
+  uint64_t throttled_total_ = 0;
+  double throttle_logged_at_ = 0;
   uint64_t printed_ = 0;
   uint64_t saved_steps_ = 0;  // finalized steps in the database
   double last_final_at_ = 0;
@@ -161,15 +205,69 @@ void Service::deliver(Actions actions) {
   publish(false);
 }
 
-void Service::handle(const net::PublicKey& from, const wire::Envelope& m) {
+void Service::handle(const net::PublicKey& from, const wire::Envelope& m, Actions& batch) {
   const uint64_t accepted = machine_->state().counters.commits_accepted;
   Actions actions = machine_->handle(from, m, unix_seconds());
+  // Only an accepted commit is the open round's and the first of its author: a rejected one
+  // (another step, a second hash) must not feed the table, page or metrics.
   if (m.has_commit() && machine_->state().counters.commits_accepted > accepted) {
     Totals& t = totals_[from];
     ++t.commits;
     t.payload_bytes += m.commit().payload_bytes();
+    const wire::Commit& c = m.commit();
+    CommitFigures figures{c.loss(), c.payload_bytes(), c.sequences(), std::nullopt};
+    if (c.has_val_loss() && std::isfinite(c.val_loss())) figures.val_loss = c.val_loss();
+    commits_[c.record().step()].by_author[from] = figures;
   }
-  deliver(std::move(actions));
+  for (auto& o : actions.send) batch.send.push_back(std::move(o));
+  for (auto& l : actions.log) batch.log.push_back(std::move(l));
+}
+
+bool Service::admit(const net::Incoming& in, double now) {
+  auto [it, fresh] = buckets_.try_emplace(in.curve_key);
+  Bucket& b = it->second;
+  if (fresh) b.at = now;
+  b.tokens = std::min(kThrottleBurst, b.tokens + (now - b.at) * kThrottleRate);
+  b.at = now;
+  if (b.tokens >= 1.0) {
+    b.tokens -= 1.0;
+    return true;
+  }
+  ++b.throttled;
+  ++throttled_total_;
+  return false;
+}
+
+void Service::sweep(double now) {
+  if (now - throttle_logged_at_ < kThrottleLogSeconds) return;
+  throttle_logged_at_ = now;
+  // Keys the state machine no longer (or never) counts as members, such as refused joiners or
+  // members it forgot, leave the service's maps too: a stream of fresh keys cannot grow them.
+  const auto& members = machine_->state().members;
+  std::erase_if(key_of_curve_, [&](const auto& item) { return !members.contains(item.second); });
+  std::erase_if(route_of_, [&](const auto& item) { return !members.contains(item.first); });
+  std::erase_if(undelivered_, [&](const auto& item) { return !members.contains(item.first); });
+  std::erase_if(totals_, [&](const auto& item) { return !members.contains(item.first); });
+  for (auto it = buckets_.begin(); it != buckets_.end();) {
+    Bucket& b = it->second;
+    if (b.throttled > 0) {
+      const auto key = key_of_curve_.find(it->first);
+      const std::string who =
+          key != key_of_curve_.end() ? net::short_key(key->second) : it->first.substr(0, 8);
+      obs::log_warn(
+          {machine_->state().finalized_steps(),
+           who,
+           "throttled",
+           {{"messages", b.throttled}, {"rate", kThrottleRate}}},
+          fmt::format("dropped {} messages from {} over the last {:.0f} s: above {} "
+                      "messages a second (burst {})",
+                      b.throttled, who, kThrottleLogSeconds, kThrottleRate, kThrottleBurst));
+      b.throttled = 0;
+    }
+    // A full bucket is the same as none: forget it, so the map holds recent senders only.
+    const double refilled = std::min(kThrottleBurst, b.tokens + (now - b.at) * kThrottleRate);
+    it = refilled >= kThrottleBurst ? buckets_.erase(it) : std::next(it);
+  }
 }
 
 void Service::publish(bool force) {
@@ -194,6 +292,7 @@ void Service::publish(bool force) {
   view->bytes_sent = server_->bytes_sent();
   view->bytes_received = server_->bytes_received();
   view->drops_by_reason = server_->drops_by_reason();
+  view->messages_throttled = throttled_total_;
   monitor_->publish(std::move(view));
   published_at_ = now;
   published_phase_ = state.phase;
@@ -231,30 +330,29 @@ void Service::start_http(const std::string& run_id) {
 StepRow Service::row_of(uint64_t step, double now, double seconds) {
   const auto& set = machine_->state().finalized.at(step);
   const StepCommits& commits = commits_[step];
-  double loss = 0, bytes = 0, val_loss = 0;
+  std::vector<double> losses, val_losses;
+  double bytes = 0;
   uint64_t sequences = 0;
-  int counted = 0, evaluated = 0;
   for (const CommitRecord& r : set) {
     const auto it = commits.by_author.find(r.author);
     if (it == commits.by_author.end()) continue;  // committed before a restart
-    loss += it->second.loss();
-    bytes += static_cast<double>(it->second.payload_bytes());
-    sequences += it->second.sequences();
-    ++counted;
-    if (it->second.has_val_loss() && std::isfinite(it->second.val_loss())) {
-      val_loss += it->second.val_loss();
-      ++evaluated;
-    }
+    if (std::isfinite(it->second.loss)) losses.push_back(it->second.loss);
+    bytes += static_cast<double>(it->second.payload_bytes);
+    sequences += it->second.sequences;
+    if (it->second.val_loss) val_losses.push_back(*it->second.val_loss);
   }
-  if (counted > 0) loss /= counted, bytes /= counted;
+  const size_t counted = std::count_if(set.begin(), set.end(), [&](const CommitRecord& r) {
+    return commits.by_author.contains(r.author);
+  });
+  if (counted > 0) bytes /= static_cast<double>(counted);
   const int64_t parameters = config_.model.vocab_size > 0 ? config_.model.num_parameters() : 0;
   StepRow row;
   row.step = step;
   row.at = now;
-  row.loss = counted > 0 ? loss : NAN;
-  // Checkpointers hold the same parameters, so their figures agree; the mean guards nothing
-  // but reads naturally.
-  row.val_loss = evaluated > 0 ? val_loss / evaluated : NAN;
+  // Losses are what members claim: the median, so that one member's claim cannot move the
+  // run's figure (a mean would follow a single false value anywhere).
+  row.loss = median(losses);
+  row.val_loss = median(val_losses);
   row.learning_rate = config_.learning_rate(static_cast<int64_t>(step));
   row.tokens_per_second =
       seconds > 0 ? static_cast<double>(sequences * config_.data.seq_len) / seconds : NAN;
@@ -361,15 +459,27 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       allowlist.empty() ? "open to any key" : fmt::format("{} allowed keys", allowlist.size()),
       store_->path().string()));
   start_http(run_id);
+  if (options_.on_listening)
+    options_.on_listening(server_->bound_endpoint(), http_ ? http_->port() : 0);
   publish(true);
   if (resumed) deliver(machine_->resume(unix_seconds()));
 
   double finished_at = 0, next_tick = 0;
   uint64_t dropped_seen = 0, refused_seen = 0;
   while (!stop.load()) {
+    const double wait = std::clamp(next_tick - unix_seconds(), 0.0, 0.1);
     zmq::pollitem_t item{server_->socket().handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(100));
-    while (auto in = server_->recv()) {
+    zmq::poll(&item, 1, std::chrono::milliseconds(static_cast<int>(wait * 1000)));
+    // One batch: at most kMaxBatch messages or kBatchSeconds, then the tick, then ONE save, and
+    // only then are the batch's messages sent (nothing is sent before it is durable).
+    Actions batch;
+    size_t handled = 0;
+    const auto batch_started = std::chrono::steady_clock::now();
+    while (handled < kMaxBatch && std::chrono::steady_clock::now() - batch_started <
+                                      std::chrono::duration<double>(kBatchSeconds)) {
+      auto in = server_->recv();
+      if (!in) break;
+      if (!admit(*in, unix_seconds())) continue;
       const wire::Envelope& m = in->message;
       if (m.has_join()) {
         std::string curve;
@@ -390,11 +500,12 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       }
       route_of_[key->second] = in->route;
       if (auto pending = undelivered_.find(key->second); pending != undelivered_.end()) {
+        // Saved by an earlier batch already: safe to send now.
         for (const auto& message : pending->second) server_->send(in->route, message);
         undelivered_.erase(pending);
       }
-      if (m.has_commit()) commits_[m.commit().record().step()].by_author[key->second] = m.commit();
-      handle(key->second, m);
+      handle(key->second, m, batch);
+      ++handled;
     }
     if (server_->dropped() > dropped_seen) {
       dropped_seen = server_->dropped();
@@ -408,9 +519,20 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
                                     refused_seen));
     }
     const double now = unix_seconds();
+    bool ticked = false;
     if (now >= next_tick) {
-      deliver(machine_->tick(now));
+      Actions tick = machine_->tick(now);
+      for (auto& o : tick.send) batch.send.push_back(std::move(o));
+      for (auto& l : tick.log) batch.log.push_back(std::move(l));
       next_tick = now + 0.1;
+      ticked = true;
+      sweep(now);
+    }
+    // A tick that changed nothing has nothing to save; messages always may have (last_seen).
+    if (handled > 0 || !batch.send.empty() || !batch.log.empty()) {
+      deliver(std::move(batch));
+    } else if (ticked) {
+      publish(false);
     }
     if (machine_->state().phase == Phase::kFinished) {
       if (finished_at == 0) finished_at = now;

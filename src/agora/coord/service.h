@@ -1,8 +1,15 @@
 // The coordinator service: the thin shell around the state machine that owns the socket, the
 // clock and the database.
 //
-// Loop: receive a message (or wake for a tick every 100 ms) -> StateMachine::handle/tick ->
-// save the new RunState to SQLite -> only then send the actions' messages. Persisting before
+// Loop: receive a batch of messages (at most 512, or 50 ms of handling) -> StateMachine::handle
+// for each -> the tick when due (every 100 ms) -> save the new RunState to SQLite once -> only
+// then send the batch's messages. The bound on a batch means a flood of messages cannot hold a
+// deadline back; one save per batch means a burst costs one fsync. Each sender (by its
+// authenticated key) has a budget of 100 messages a second (bursts of 1000): the excess is
+// dropped before the state machine sees it, counted (agora_run_messages_throttled_total) and
+// logged once every 10 s per sender. A flooder is not struck for it: what it loses is its own
+// messages (its heartbeats among them, so a persistent one ends up dropped for silence only if
+// it floods hard enough to lose them all). Persisting before
 // announcing means a peer never learns of a finalized step that a crash could forget; killed at
 // any moment and restarted, the coordinator reloads the last saved state, calls resume(), and
 // the peers (whose ZeroMQ connections reconnect by themselves) carry on.
@@ -23,6 +30,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <optional>
 
 #include "agora/config/run_config.h"
@@ -39,6 +47,9 @@ struct ServiceOptions {
   // False for the default address: a port already taken (a second coordinator on the machine)
   // then costs the page, with a warning, rather than the run.
   bool http_required = true;
+  // Called once the socket and the HTTP server are up, with the endpoint bound and the HTTP
+  // port (0 without HTTP): tests listen on "tcp://127.0.0.1:*" and port 0 and learn them here.
+  std::function<void(const std::string& endpoint, int http_port)> on_listening;
 };
 
 // Runs until the run finishes (and a few seconds more, so every peer hears it) or *stop.

@@ -31,6 +31,8 @@ StateMachine::StateMachine(Options options, RunState state)
   if (n.hash_interval < 1) {
     fail("coordinator: network.hash_interval is {}; it must be at least 1", n.hash_interval);
   }
+  if (n.max_members < 1)
+    fail("coordinator: network.max_members is {}; it must be at least 1", n.max_members);
 }
 
 // ---- entry points ------------------------------------------------------------------------------
@@ -123,6 +125,7 @@ Actions StateMachine::tick(double now) {
     }
     if (state_.round && now >= state_.round->deadline) close_round(now);
     progress(now);
+    prune_members();
   });
 }
 
@@ -181,6 +184,31 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
                              printable(join.endpoint())));
     return;
   }
+  // Peers reach a member's payloads at its endpoint: a member advertising another's would make
+  // that member's payloads unreachable (its fetchers ask the impostor). The owner may rejoin
+  // with its own; a newcomer must wait until the holder is gone (dropped for silence, left).
+  for (const auto& [key, other] : state_.members) {
+    if (key != from && current(other) && same_endpoint(other.endpoint, join.endpoint())) {
+      refuse(from,
+             fmt::format("endpoint {} is already advertised by member {}; each member must "
+                         "advertise an endpoint of its own",
+                         printable(join.endpoint()), short_hex(key)),
+             /*may_rejoin=*/true, "endpoint_taken");
+      return;
+    }
+  }
+  size_t current_members = 0;
+  for (const auto& [key, other] : state_.members) {
+    if (key != from && current(other)) ++current_members;
+  }
+  const size_t max_members = static_cast<size_t>(options_.network.max_members);
+  if (current_members >= max_members) {
+    refuse(from,
+           fmt::format("run {} is full: {} current members (network.max_members = {})",
+                       options_.run_id, current_members, max_members),
+           /*may_rejoin=*/false, "full");
+    return;
+  }
   // Every other member is gone and the joiner does not hold the newest recorded state: nobody
   // can serve the parameters, so the run restarts from its newest checkpoint
   // (docs/architecture.md, "Joining, leaving, restarts"; docs/protocol.md section 10), or from
@@ -193,6 +221,19 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   const bool holds_nothing = join.applied_steps() == 0 || join.applied_steps() < newest;
   if (!others && state_.finalized_steps() > 0 && holds_nothing) {
     restart_from_checkpoint();
+  }
+  std::vector<PublicKey> holders;
+  const std::optional<StateRecord> state = newest_state(from, &holders);
+  if (!state) {
+    // Reports exist but a quorum stands behind none of them yet (members disagree, or the
+    // newest steps are still being reported): handing out a record only some members vouch
+    // for would let one of them feed joiners its own parameters.
+    refuse(from,
+           fmt::format("no state of run {} is vouched for by more than network.quorum = {} of "
+                       "its {} active members yet; join again shortly",
+                       options_.run_id, options_.network.quorum, active_count()),
+           /*may_rejoin=*/true, "no_trusted_state");
+    return;
   }
   MemberRecord& m = state_.members[from];
   m.key = from;
@@ -223,9 +264,7 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   welcome->set_run_id(options_.run_id);
   welcome->set_run_config_toml(options_.run_config_toml);
   welcome->set_finalized_steps(state_.finalized_steps());
-  std::vector<PublicKey> holders;
-  to_wire(newest_state(&holders), welcome->mutable_state());
-  std::erase(holders, from);
+  to_wire(*state, welcome->mutable_state());
   add_members(welcome->mutable_holders(), holders);
   welcome->set_checkpointer(m.checkpointer);
   send(from, std::move(reply));
@@ -276,7 +315,8 @@ void StateMachine::restart_from_checkpoint() {
 
 void StateMachine::on_heartbeat(MemberRecord& member, const wire::Heartbeat& heartbeat,
                                 double now) {
-  member.applied_steps = heartbeat.applied_steps();
+  // Self-reported (Known limits); never past the ledger, which no honest peer can be.
+  member.applied_steps = std::min(heartbeat.applied_steps(), state_.finalized_steps());
   mark_caught_up(member);
   // Heals a RoundStart lost while the connection was down: the peer says which round it waits
   // for, and the open round is that one or newer.
@@ -372,84 +412,51 @@ void StateMachine::on_witness(MemberRecord& member, const wire::Witness& witness
     log(EventKind::kIgnored,
         fmt::format("ignored a witness from {} for step {}: it was not active when the step "
                     "closed",
-                    who, witness.step()));
+                    who, witness.step()),
+        &member.key);
+    return;
+  }
+  if (step.witnessed.contains(member.key)) {
+    // One Witness per member per step: an honest peer sends one (resume re-sends Collect only
+    // to those that have not answered). A repeat changes nothing and records nothing.
+    ++state_.counters.witnesses_repeated;
     return;
   }
   std::set<std::string> committed;
-  for (const CommitRecord& c : step.commits) committed.insert(c.payload_hash);
+  std::set<PublicKey> authors;
+  for (const CommitRecord& c : step.commits) {
+    committed.insert(c.payload_hash);
+    authors.insert(c.author);
+  }
   for (const std::string& hash : witness.held()) {
     if (committed.contains(hash)) step.holders[hash].insert(member.key);
   }
+  // A rejection counts once per committed author other than the witness itself; at most
+  // kMaxRejectionEvents of them become events (the rest are counted).
+  std::set<PublicKey> rejected;
+  size_t suppressed = 0;
   for (const wire::Rejection& rejection : witness.rejected()) {
+    if (!authors.contains(rejection.author()) || rejection.author() == member.key ||
+        !rejected.insert(rejection.author()).second) {
+      continue;
+    }
     ++state_.counters.rejections_reported;
+    if (rejected.size() > kMaxRejectionEvents) {
+      ++suppressed;
+      continue;
+    }
     log(EventKind::kRejection,
         fmt::format("{} rejected {}'s payload for step {}: {}", who, short_hex(rejection.author()),
                     step.step, printable(rejection.reason())),
         &member.key, {{"author", short_hex(rejection.author())}, {"for_step", step.step}});
   }
-  if (step.witnessed.insert(member.key).second) ++state_.counters.witnesses;
-}
-
-void StateMachine::on_state_report(MemberRecord& member, const wire::StateReport& report) {
-  const wire::StateRecord& s = report.state();
-  const std::string who = short_hex(member.key);
-  bool ok = s.state_hash().size() == kHashBytes && s.tensor_names_size() == s.tensor_hashes_size();
-  for (const std::string& hash : s.tensor_hashes()) ok = ok && hash.size() == kHashBytes;
-  if (!ok) {
-    log(EventKind::kIgnored,
-        fmt::format("ignored a state report from {}: the state hash must have {} bytes and every "
-                    "tensor a name and a {}-byte hash",
-                    who, kHashBytes, kHashBytes));
-    return;
+  if (suppressed > 0) {
+    log(EventKind::kRejection,
+        fmt::format("{} rejected {} more payloads for step {}", who, suppressed, step.step),
+        &member.key, {{"for_step", step.step}, {"more", suppressed}});
   }
-  const uint64_t k = s.applied_steps();
-  member.applied_steps = std::max(member.applied_steps, k);
-  mark_caught_up(member);
-  auto& reports = state_.state_reports;
-  if (!reports.contains(k) && reports.size() >= kMaxStateReportSteps &&
-      k < reports.begin()->first) {
-    log(EventKind::kIgnored,
-        fmt::format("ignored a state report from {} for {} applied steps: older than every step "
-                    "kept",
-                    who, k));
-    return;
-  }
-  HashReports& r = reports[k];
-  r.reported[member.key] = s.state_hash();
-  // The first full record naming a hash is kept; a checkpoint's stand-in (no tensor list, see
-  // restart_from_checkpoint) gives way to the first member that loaded it and reported in full.
-  const auto known = r.records.find(s.state_hash());
-  if (known == r.records.end() || known->second.tensor_names.empty()) {
-    StateRecord record;
-    record.applied_steps = k;
-    record.state_hash = s.state_hash();
-    record.tensor_names.assign(s.tensor_names().begin(), s.tensor_names().end());
-    record.tensor_hashes.assign(s.tensor_hashes().begin(), s.tensor_hashes().end());
-    r.records[s.state_hash()] = std::move(record);
-  }
-  while (reports.size() > kMaxStateReportSteps) reports.erase(reports.begin());
-  if (reports.contains(k)) check_hashes(k);
-}
-
-void StateMachine::on_checkpoint_report(MemberRecord& member, const wire::CheckpointReport& report,
-                                        double now) {
-  if (report.state_hash().size() != kHashBytes) {
-    log(EventKind::kIgnored,
-        fmt::format("ignored a checkpoint report from {}: the state hash has {} bytes, expected {}",
-                    short_hex(member.key), report.state_hash().size(), kHashBytes),
-        &member.key);
-    return;
-  }
-  ++state_.counters.checkpoints;
-  state_.checkpoints.push_back(CheckpointRecord{report.applied_steps(), report.state_hash(),
-                                                printable(report.path(), 1024), member.key, now});
-  if (state_.checkpoints.size() > kMaxCheckpoints)
-    state_.checkpoints.erase(state_.checkpoints.begin());
-  log(EventKind::kCheckpoint,
-      fmt::format("{} wrote a checkpoint after {} steps (state {}) to {}", short_hex(member.key),
-                  report.applied_steps(), short_hex(report.state_hash()),
-                  state_.checkpoints.back().path),
-      &member.key);
+  step.witnessed.insert(member.key);
+  ++state_.counters.witnesses;
 }
 
 void StateMachine::on_get_finalized(MemberRecord& member, const wire::GetFinalized& request) {
@@ -463,33 +470,6 @@ void StateMachine::on_get_finalized(MemberRecord& member, const wire::GetFinaliz
                                                     request.step(), state_.finalized_steps()));
   }
   send(member.key, std::move(reply));
-}
-
-void StateMachine::check_hashes(uint64_t applied_steps) {
-  HashReports& r = state_.state_reports.at(applied_steps);
-  std::map<std::string, size_t> counts;
-  size_t best = 0;
-  const std::string majority = majority_hash(r, &counts, &best);
-  std::vector<PublicKey> holders;
-  for (const auto& [key, hash] : r.reported) {
-    if (hash == majority && is_current(key)) holders.push_back(key);
-  }
-  for (const auto& [key, hash] : r.reported) {
-    if (counts[hash] >= best || r.resynced.contains(key)) continue;
-    if (!is_current(key)) continue;
-    wire::Envelope message;
-    wire::Resync* resync = message.mutable_resync();
-    to_wire(r.records.at(majority), resync->mutable_state());
-    add_members(resync->mutable_holders(), holders);
-    send(key, std::move(message));
-    r.resynced.insert(key);
-    ++state_.counters.resyncs_sent;
-    log(EventKind::kResync,
-        fmt::format("{} reported state {} after {} steps; the majority ({} of {}) has {}: resync",
-                    short_hex(key), short_hex(hash), applied_steps, best, r.reported.size(),
-                    short_hex(majority)),
-        &key);
-  }
 }
 
 // ---- helpers -----------------------------------------------------------------------------------
@@ -523,37 +503,50 @@ void StateMachine::add_members(google::protobuf::RepeatedPtrField<wire::Member>*
   }
 }
 
-StateRecord StateMachine::newest_state(std::vector<PublicKey>* holders) const {
-  holders->clear();
-  if (state_.state_reports.empty()) return StateRecord{};
-  const auto& [k, r] = *state_.state_reports.rbegin();
-  std::map<std::string, size_t> counts;
-  size_t best = 0;
-  const std::string majority = majority_hash(r, &counts, &best);
-  for (const auto& [key, hash] : r.reported) {
-    auto m = state_.members.find(key);
-    if (hash == majority && m != state_.members.end() && m->second.state == MemberState::kActive) {
-      holders->push_back(key);
-    }
-  }
-  return r.records.at(majority);
-}
-
 void StateMachine::send(const PublicKey& to, wire::Envelope message) {
   out_->send.push_back(Outgoing{to, std::move(message)});
 }
 
-void StateMachine::refuse(const PublicKey& to, const std::string& reason, bool may_rejoin) {
+void StateMachine::refuse(const PublicKey& to, const std::string& reason, bool may_rejoin,
+                          const std::string& code) {
   ++state_.counters.refusals;
   wire::Envelope message;
   message.mutable_refused()->set_reason(reason);
   message.mutable_refused()->set_may_rejoin(may_rejoin);
   send(to, std::move(message));
-  log(EventKind::kRejection, fmt::format("refused {}: {}", short_hex(to), reason), &to);
+  std::vector<obs::LogField> fields;
+  if (!code.empty()) fields.push_back({"reason", code});
+  log(EventKind::kRejection, fmt::format("refused {}: {}", short_hex(to), reason), &to,
+      std::move(fields));
 }
 
 void StateMachine::log(EventKind kind, const std::string& line, const PublicKey* about,
                        std::vector<obs::LogField> fields) {
+  // What a member makes the coordinator ignore or reject is its own doing, so it is bounded per
+  // member and round: a repeated bad message cannot fill the event history or the database.
+  if (about != nullptr && (kind == EventKind::kIgnored || kind == EventKind::kRejection)) {
+    if (events_round_ != state_.next_step) {
+      member_events_.clear();
+      events_round_ = state_.next_step;
+    }
+    const size_t n = ++member_events_[*about];
+    if (n > kMaxMemberEventsPerRound) {
+      ++state_.counters.events_suppressed;
+      if (n == kMaxMemberEventsPerRound + 1) {
+        record(EventKind::kIgnored,
+               fmt::format("{} caused {} ignored or rejected messages in round {}; further ones "
+                           "are counted, not recorded, until the next round",
+                           short_hex(*about), kMaxMemberEventsPerRound, state_.next_step),
+               about, {{"reason", "events_capped"}});
+      }
+      return;
+    }
+  }
+  record(kind, line, about, std::move(fields));
+}
+
+void StateMachine::record(EventKind kind, const std::string& line, const PublicKey* about,
+                          std::vector<obs::LogField> fields) {
   if (out_ != nullptr) {
     out_->log.push_back({line, about ? short_hex(*about) : std::string(), kind, std::move(fields)});
   }

@@ -23,15 +23,23 @@
 // when every assigned member still active with a non-empty share has committed, or at the
 // deadline; the committed set is then collected (Collect) and witnessed (Witness). Step t is
 // final when all expected witnesses reported or at the witness deadline; a payload is final when
-// more than network.quorum x (expected witnesses) members hold it, its author included. With
-// overlap 0 round t + 1 opens when step t is final; with overlap 1 when round t closed and step
-// t - 1 is final.
+// more than network.quorum x the other witnesses that answered hold it, and more than
+// network.quorum x all expected witnesses with its author (docs/protocol.md section 7: the
+// author's own claim is never the evidence). With overlap 0 round t + 1 opens when step t is
+// final; with overlap 1 when round t closed and step t - 1 is final.
 //
-// Strikes. A missed deadline or a committed payload that does not become final costs its member
-// one strike; a final payload resets the count, so max_strikes means consecutive failures.
+// Strikes. A missed deadline, or a committed payload that a strict majority of the other
+// expected witnesses reported missing, costs its member one strike; a final payload resets the
+// count, so max_strikes means consecutive failures.
+//
+// Trust. Nothing one member says is believed alone: a state record is handed to joiners or used
+// for a Resync only when more than quorum x the active members reported it; reports no honest
+// peer would send are refused; everything kept per member (reports, records, events, departed
+// members) is bounded (docs/protocol.md sections 3, 8 and 16).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -143,18 +151,38 @@ class StateMachine {
                    const std::vector<PublicKey>& keys) const;
   wire::Envelope round_start_for(const PublicKey& key, double now) const;
   wire::Envelope collect_for(const CollectingStep& step) const;
-  // The newest state record with reports, with the members that reported its hash; applied 0
-  // and empty hashes when nobody has reported yet.
-  StateRecord newest_state(std::vector<PublicKey>* holders) const;
+  // The record at `applied_steps` a quorum stands behind: its hash has more reporters than
+  // network.quorum x the kActive members (`except` not counted); nullptr when none has.
+  // `holders` receives the kActive members (not `except`) that reported it.
+  const StateRecord* trusted_record(uint64_t applied_steps, const PublicKey* except,
+                                    std::vector<PublicKey>* holders) const;
+  // What a joiner is handed: the newest trusted record, with its holders; the seed's state
+  // (applied 0, no hash) when nothing was reported or nothing is final; nullopt when reports
+  // exist but none is trusted (the joiner is asked to come back later).
+  std::optional<StateRecord> newest_state(const PublicKey& joiner,
+                                          std::vector<PublicKey>* holders) const;
 
   void send(const PublicKey& to, wire::Envelope message);
-  void refuse(const PublicKey& to, const std::string& reason, bool may_rejoin = false);
+  // `code`: a short token for the event's "reason" key ("full", "endpoint_taken", ...).
+  void refuse(const PublicKey& to, const std::string& reason, bool may_rejoin = false,
+              const std::string& code = "");
   // `about`: the member the line concerns, if one; logs carry its short key as their peer id.
   void log(EventKind kind, const std::string& line, const PublicKey* about = nullptr,
            std::vector<obs::LogField> fields = {});
 
+  // log() without the per-member cap.
+  void record(EventKind kind, const std::string& line, const PublicKey* about,
+              std::vector<obs::LogField> fields);
+  // Forgets the oldest records of members no longer current beyond network.max_members of them
+  // (never one the open round or a collecting step still names).
+  void prune_members();
+
   Options options_;
   RunState state_;
+  // Ignored/rejected events per member in round events_round_ (not persisted: a restarted
+  // coordinator starts counting afresh).
+  std::map<PublicKey, size_t> member_events_;
+  uint64_t events_round_ = 0;
   Actions* out_ = nullptr;  // the Actions of the call in progress
   double now_ = 0.0;        // the `now` of the call in progress (for event times)
 };

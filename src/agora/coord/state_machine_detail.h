@@ -39,6 +39,18 @@ inline bool valid_endpoint(std::string_view endpoint) {
   return value >= 1 && value <= 65535;
 }
 
+// Whether two valid endpoints name the same place: the scheme and host compare without case
+// (DNS names are case-insensitive), the port exactly. Different spellings of one address
+// (a name and its IP) are not caught; see docs/protocol.md, Known limits.
+inline bool same_endpoint(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
+    if (lower(a[i]) != lower(b[i])) return false;
+  }
+  return true;
+}
+
 // Untrusted text for a log line: printable ASCII, bounded.
 inline std::string printable(std::string_view text, size_t limit = kMaxReasonChars) {
   std::string out;

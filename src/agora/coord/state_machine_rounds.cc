@@ -193,29 +193,59 @@ void StateMachine::finalize_ready(double now) {
 
 void StateMachine::finalize(CollectingStep& step) {
   const size_t expected = step.expected.size();
-  const double needed = options_.network.quorum * static_cast<double>(expected);
+  const double quorum = options_.network.quorum;
   std::vector<CommitRecord> final_set;
   for (const CommitRecord& c : step.commits) {
-    std::set<PublicKey> holders = step.holders[c.payload_hash];
-    holders.insert(c.author);  // the author holds its own payload
+    // The author's own claim never counts as evidence: only the other witnesses'. Of those,
+    // `others` were expected, `answered` sent their Witness, `held` listed the payload.
+    const std::set<PublicKey>& listed = step.holders[c.payload_hash];
+    size_t others = 0, answered = 0, held = 0;
+    for (const PublicKey& key : step.expected) {
+      if (key == c.author) continue;
+      ++others;
+      if (!step.witnessed.contains(key)) continue;
+      ++answered;
+      if (listed.contains(key)) ++held;
+    }
+    const size_t missing = answered - held;
+    // Final when (a) more than quorum x the witnesses that answered hold it, so a payload the
+    // answering majority could not get is never applied however many liars vouch for it, and
+    // (b) as before, more than quorum x all expected witnesses hold it, the author included, so
+    // silence alone cannot let a lone vouching witness through. A run with nobody else to
+    // witness (one member) trusts its single member.
+    const bool is_final =
+        others == 0 ||
+        (held > 0 && static_cast<double>(held) > quorum * static_cast<double>(answered) &&
+         static_cast<double>(held + 1) > quorum * static_cast<double>(expected));
+    // Witnesses whose report the outcome contradicts, for the operator to see.
+    state_.counters.witness_disagreements += is_final ? missing : held;
     auto member = state_.members.find(c.author);
-    // However small the quorum, the author's own copy never suffices while someone else was
-    // expected to fetch it: a payload nobody else could verify is not applied.
-    const bool others_expected =
-        step.expected.size() > (step.expected.contains(c.author) ? 1u : 0u);
-    const bool verified_elsewhere = holders.size() > 1 || !others_expected;
-    if (static_cast<double>(holders.size()) > needed && verified_elsewhere) {
+    if (is_final) {
       final_set.push_back(c);
       ++state_.counters.payloads_final;
       if (member != state_.members.end()) member->second.strikes = 0;
+      continue;
+    }
+    ++state_.counters.payloads_not_final;
+    return_sequences(state_.queue, step.ranges[c.author]);
+    // A strike needs a strict majority of the other expected witnesses to report the payload
+    // missing: one lying witness cannot strike an honest author in a run of three or more, and
+    // silent witnesses accuse nobody.
+    if (2 * missing > others && member != state_.members.end() && current(member->second)) {
+      strike(member->second,
+             fmt::format("its payload for step {} was missing for {} of the {} other witnesses "
+                         "(held by {}; quorum {})",
+                         step.step, missing, others, held, quorum));
     } else {
-      ++state_.counters.payloads_not_final;
-      return_sequences(state_.queue, step.ranges[c.author]);
-      if (member != state_.members.end() && current(member->second)) {
-        strike(member->second,
-               fmt::format("its payload for step {} reached only {} of {} members (quorum {})",
-                           step.step, holders.size(), expected, options_.network.quorum));
-      }
+      log(EventKind::kRejection,
+          fmt::format("{}'s payload for step {} is not final: held by {} of the {} other "
+                      "witnesses that answered ({} expected; quorum {}); no strike",
+                      short_hex(c.author), step.step, held, answered, others, quorum),
+          &c.author,
+          {{"reason", "not_final"},
+           {"for_step", step.step},
+           {"held", held},
+           {"answered", answered}});
     }
   }
   wire::Envelope message;
@@ -269,6 +299,34 @@ void StateMachine::drop(MemberRecord& member, DropReason reason, const std::stri
       fmt::format("dropped from run {}: {}", options_.run_id, why));
   message.mutable_refused()->set_may_rejoin(reason == DropReason::kHeartbeatTimeout);
   send(member.key, std::move(message));
+}
+
+void StateMachine::prune_members() {
+  std::set<PublicKey> named;
+  if (state_.round) {
+    for (const auto& [key, ranges] : state_.round->assignments) named.insert(key);
+  }
+  for (const auto& [t, step] : state_.collecting) {
+    named.insert(step.expected.begin(), step.expected.end());
+    for (const CommitRecord& c : step.commits) named.insert(c.author);
+  }
+  std::vector<const MemberRecord*> gone;
+  for (const auto& [key, m] : state_.members) {
+    if (!current(m) && !named.contains(key)) gone.push_back(&m);
+  }
+  const size_t keep = static_cast<size_t>(options_.network.max_members);
+  if (gone.size() <= keep) return;
+  // Members dropped for strikes are forgotten last: forgetting one lets its key rejoin.
+  std::sort(gone.begin(), gone.end(), [](const MemberRecord* a, const MemberRecord* b) {
+    const bool sa = a->drop_reason == DropReason::kStrikes,
+               sb = b->drop_reason == DropReason::kStrikes;
+    if (sa != sb) return !sa;
+    if (a->last_seen != b->last_seen) return a->last_seen < b->last_seen;
+    return a->key < b->key;
+  });
+  std::vector<PublicKey> forget;
+  for (size_t i = 0; i + keep < gone.size(); ++i) forget.push_back(gone[i]->key);
+  for (const PublicKey& key : forget) state_.members.erase(key);
 }
 
 void StateMachine::mark_caught_up(MemberRecord& member) {

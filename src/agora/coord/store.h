@@ -42,7 +42,7 @@ namespace agora::coord {
 struct StepRow {
   uint64_t step = 0;
   double at = 0;                 // wall-clock seconds when it became final
-  double loss = 0;               // mean of the final payloads' reported losses; NaN if unknown
+  double loss = 0;               // median of the final payloads' claimed losses; NaN if unknown
   double val_loss = 0;           // checkpointers' validation loss at this step; NaN if none
   double learning_rate = 0;      // the schedule's, at this step
   double tokens_per_second = 0;  // sequences x seq_len since the previous row

@@ -12,7 +12,7 @@
 // | agora_run_phase | gauge | phase (waiting_for_peers, warmup, training, paused, finished) | 1 for the current phase, 0 for the others |
 // | agora_run_finalized_steps | gauge | | steps final so far |
 // | agora_run_total_steps | gauge | | train.steps |
-// | agora_run_loss | gauge | | mean training loss of the newest finalized step (absent until known) |
+// | agora_run_loss | gauge | | median of the losses the final payloads' authors claimed, newest finalized step (absent until known) |
 // | agora_run_val_loss | gauge | | newest validation loss reported by a checkpointer (absent until one is) |
 // | agora_run_learning_rate | gauge | | the schedule's learning rate at the newest finalized step |
 // | agora_run_tokens_per_second | gauge | | tokens trained per second, newest finalized step |
@@ -31,6 +31,11 @@
 // | agora_run_checkpoints_total | counter | | checkpoint reports |
 // | agora_run_resyncs_total | counter | | Resync messages sent |
 // | agora_run_restarts_total | counter | | restarts from a checkpoint after every member left |
+// | agora_run_messages_throttled_total | counter | | messages dropped because their sender exceeded 100 a second (bursts of 1000) |
+// | agora_run_reports_refused_total | counter | kind (state, checkpoint) | reports refused: ahead of the ledger, off schedule, malformed, inconsistent, or contradicting the state a quorum reported |
+// | agora_run_witnesses_repeated_total | counter | | second and later Witness messages of one member for one step (ignored) |
+// | agora_run_witness_disagreements_total | counter | | witness reports (held or missing) the payload's outcome contradicted |
+// | agora_run_events_suppressed_total | counter | | ignored or rejected messages of one member beyond 16 per round (counted, not recorded) |
 // | peer (`agora peer --metrics`) | | | |
 // | agora_peer_step | gauge | | finalized steps applied |
 // | agora_peer_loss | gauge | | mean loss of the peer's share in its newest round |
@@ -78,7 +83,7 @@ inline constexpr MetricDef kRunInfo{"agora_run_info", "The run's identity; alway
 inline constexpr MetricDef kRunPhase{"agora_run_phase", "1 for the run's current phase, 0 for the others."};
 inline constexpr MetricDef kRunFinalizedSteps{"agora_run_finalized_steps", "Steps final so far."};
 inline constexpr MetricDef kRunTotalSteps{"agora_run_total_steps", "Steps the run trains (train.steps)."};
-inline constexpr MetricDef kRunLoss{"agora_run_loss", "Mean training loss of the newest finalized step."};
+inline constexpr MetricDef kRunLoss{"agora_run_loss", "Median of the losses the final payloads' authors claimed, newest finalized step."};
 inline constexpr MetricDef kRunValLoss{"agora_run_val_loss", "Validation loss of the newest evaluation."};
 inline constexpr MetricDef kRunLearningRate{"agora_run_learning_rate", "Learning rate at the newest finalized step."};
 inline constexpr MetricDef kRunTokensPerSecond{"agora_run_tokens_per_second", "Tokens trained per second over the newest finalized step."};
@@ -96,6 +101,11 @@ inline constexpr MetricDef kRunPayloadBytes{"agora_run_payload_bytes_total", "By
 inline constexpr MetricDef kRunAllreduceBytes{"agora_run_allreduce_equivalent_bytes_total", "Bytes an fp32 gradient all-reduce would have sent for the same steps, all peers together (4 x parameters per peer per step)."};
 inline constexpr MetricDef kRunCheckpoints{"agora_run_checkpoints_total", "Checkpoint reports received."};
 inline constexpr MetricDef kRunResyncs{"agora_run_resyncs_total", "Resync messages sent."};
+inline constexpr MetricDef kRunMessagesThrottled{"agora_run_messages_throttled_total", "Messages dropped because their sender exceeded its rate (100 a second, bursts of 1000)."};
+inline constexpr MetricDef kRunReportsRefused{"agora_run_reports_refused_total", "State or checkpoint reports refused: ahead of the ledger, off schedule, malformed, inconsistent, or contradicting the state a quorum reported."};
+inline constexpr MetricDef kRunWitnessesRepeated{"agora_run_witnesses_repeated_total", "Second and later Witness messages of one member for one step, ignored."};
+inline constexpr MetricDef kRunWitnessDisagreements{"agora_run_witness_disagreements_total", "Witness reports (held or missing) that the payload's outcome contradicted."};
+inline constexpr MetricDef kRunEventsSuppressed{"agora_run_events_suppressed_total", "Ignored or rejected messages of one member beyond 16 per round: counted, not recorded as events."};
 inline constexpr MetricDef kRunRestarts{"agora_run_restarts_total", "Restarts from a checkpoint after every member left."};
 
 inline constexpr MetricDef kPeerStep{"agora_peer_step", "Finalized steps applied."};
