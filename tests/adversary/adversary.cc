@@ -209,6 +209,13 @@ std::string Adversary::payload_for(uint64_t round, std::string* what) {
     *what = "copy (nothing to replay yet)";
     return encode_payload(forge(base_for(round), round, Values::kKeep, 1, rng_));
   }
+  if (attack == "garbage") {
+    // A payload cut in half: no witness can decode it (the old `--misbehave garbage-payload`).
+    *what = "garbage";
+    std::string bytes = encode_payload(forge(base_for(round), round, Values::kKeep, 1, rng_));
+    bytes.resize(bytes.size() / 2);
+    return bytes;
+  }
   const Values v = values_of(attack, o_.factor);
   *what = v == Values::kKeep ? "copy" : attack;
   return encode_payload(forge(base_for(round), round, v, o_.factor, rng_));

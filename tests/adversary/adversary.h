@@ -16,6 +16,7 @@
 //   oversized       frames of `bytes` to the coordinator or to the peers' servers
 //   lying-witness   witnesses that reject every honest payload and hold none
 //   silent-witness  never witnesses
+//   garbage         commits payloads cut in half (no witness can decode them)
 //   copy            (the baseline) commits the newest honest payload it holds, re-stepped
 //
 // Every other attack also commits such copies, so that it stays a member for the attack's sake

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   o.factor = std::stod(factor);
   static const std::set<std::string> kAttacks = {
-      "copy", "wrong-step", "replay", "scale", "sign-flip", "noise", "zero", "withhold",
+      "copy", "garbage", "wrong-step", "replay", "scale", "sign-flip", "noise", "zero", "withhold",
       "steal-endpoint", "forged-state", "flood", "oversized", "lying-witness", "silent-witness"};
   if (!kAttacks.contains(o.attack)) {
     std::fprintf(stderr, "error: unknown --attack %s\n", o.attack.c_str());

@@ -1,0 +1,126 @@
+"""The adversary's side of the harness (adversary_test.py, network_test.py's tamper): a Run with
+adversaries, each an `agora_adversary` process (tests/adversary/) holding a key on the run's
+allowlist, and the checks every attack ends with: the honest peers bit-identical and still
+training, the attacker struck or refused.
+"""
+import os
+import subprocess
+
+from network_run import Run, parse_json_lines
+
+# The coordinator's event kinds that mean it noticed a member misbehave (docs/protocol.md
+# section 14): a strike, a drop, a refused or rejected message, an ignored one.
+NOTICED = ("strike", "drop", "rejection", "ignored")
+
+
+class AdversaryRun(Run):
+    """A Run of `honest` peers (indices 0..honest-1) and `adversaries` attackers (indices
+    honest..honest+adversaries-1, keys on the allowlist like everyone's)."""
+
+    def __init__(self, agora, adversary, data, name, honest, adversaries, steps, sets=()):
+        super().__init__(agora, data, name, peers=honest + adversaries, steps=steps, sets=sets)
+        self.adversary = adversary
+        self.honest = list(range(honest))
+        self.attackers = {}  # index -> Popen
+
+    def start_adversary(self, i, attack, *args):
+        """Adversary i (its key is peer i's) attacking with `attack` and its flags."""
+        cmd = [self.adversary, "--coordinator", f"tcp://127.0.0.1:{self.port}",
+               "--coordinator-key", self.coordinator_key,
+               "--key", os.path.join(self.dir, f"peer-{i}.key"), "--data", self.data,
+               "--attack", attack, "--seed", str(i), *map(str, args)]
+        out = open(os.path.join(self.dir, f"adversary-{i}.jsonl"), "a")
+        err = open(os.path.join(self.dir, f"adversary-{i}.log"), "a")
+        self.attackers[i] = subprocess.Popen(cmd, stdout=out, stderr=err)
+        return self.attackers[i]
+
+    def actions(self, i, event=None):
+        """Adversary i's JSON lines (what it did), optionally of one event."""
+        return [j for j in parse_json_lines(os.path.join(self.dir, f"adversary-{i}.jsonl"))
+                if event is None or j.get("event") == event]
+
+    def endpoint_of(self, i):
+        """The endpoint honest peer i serves on, from its first log line ("serving on ...")."""
+        for e in self.events(i) + [{"msg": line} for line in self.peer_log(i).splitlines()]:
+            msg = e.get("msg", "")
+            if msg.startswith("serving on "):
+                return msg.split()[2].rstrip(";")
+        return None
+
+    def wait_endpoint(self, i, timeout=30):
+        self.wait_until(f"peer {i} to serve", lambda: self.endpoint_of(i) is not None, timeout)
+        return self.endpoint_of(i)
+
+    def wait_until(self, what, predicate, timeout):
+        """Run.wait_until, failing at once when an honest peer exits with an error (an attack
+        that worked), with the error it printed."""
+        def honest_alive():
+            for i in self.honest:
+                p = self.peers.get(i)
+                if p is not None and p.poll() not in (None, 0):
+                    last = self.peer_log(i).strip().splitlines()[-1:]
+                    self.fail(f"honest peer {i} exited with {p.returncode} while waiting for "
+                              f"{what}: {last[0] if last else ''}")
+            return predicate()
+        super().wait_until(what, honest_alive, timeout)
+
+    # ------------------------------------------------------------------------- the checks
+
+    def check_attacked(self, i, event="commit", at_least=1):
+        """Adversary i did what it was started for: at least `at_least` `event` lines."""
+        done = self.actions(i, event)
+        if len(done) < at_least:
+            self.fail(f"adversary {i} recorded {len(done)} '{event}' actions, expected at least "
+                      f"{at_least}: the attack did not happen, so the test proves nothing")
+        return done
+
+    def check_noticed(self, i, kinds=NOTICED):
+        """The coordinator struck, dropped, rejected or ignored adversary i: a row of one of
+        `kinds` about it (`peer`), or a witness's rejection of its payload (`author`)."""
+        short = self.short(i)
+        rows = [r for r in self.log_rows() if r["kind"] in kinds and
+                (r.get("peer") == short or r.get("author") == short)]
+        if not rows:
+            self.fail(f"the coordinator recorded no {'/'.join(kinds)} about adversary {i} "
+                      f"({short})")
+        return rows
+
+    def check_honest_unharmed(self):
+        """No honest peer was struck or dropped."""
+        for i in self.honest:
+            hit = self.log_rows("strike", self.short(i)) + self.log_rows("drop", self.short(i))
+            if hit:
+                self.fail(f"honest peer {i} was struck or dropped: {hit[:3]}")
+
+    def check_trained_after(self, i_attacker, peers=None):
+        """Every honest peer (of `peers`) trained a round after the attacker's last action that
+        named a round or step: the run went on past the attack."""
+        rounds = [a.get("round", a.get("step")) for a in self.actions(i_attacker)]
+        rounds = [r for r in rounds if isinstance(r, int)]
+        last = max(rounds, default=-1)
+        for i in (self.honest if peers is None else peers):
+            after = [r for r in self.trained(i) if r > last]
+            if not after:
+                self.fail(f"honest peer {i} trained no round after adversary {i_attacker}'s last "
+                          f"action (round {last})")
+
+    def check_honest_loss_falls(self, peers=None):
+        """The honest peers' own training losses fall (what attackers claim is not used)."""
+        by_round = {}
+        for i in (self.honest if peers is None else peers):
+            for e in self.events(i, "trained"):
+                by_round.setdefault(e["round"], []).append(e["loss"])
+        losses = [sum(v) / len(v) for _, v in sorted(by_round.items())]
+        self.check_loss_falls(losses)
+
+    def finish(self, peers=None):
+        """The run finished; the honest peers (`peers`) exited 0 with one final hash."""
+        self.wait_finished()
+        self.check_finished(self.honest if peers is None else peers)
+
+    def stop(self):
+        for p in self.attackers.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        super().stop()
