@@ -65,7 +65,7 @@ int Adversary::run() {
                          {"advertised", endpoint_}});
   while (!done_) {
     const double t = now();
-    if (!joined_ && t - last_join_ > 2.0) send_join();
+    if (!joined_ && t - last_join_ > 5.0) send_join();  // as often as agora's peer
     std::vector<zmq::pollitem_t> items = {{server_->socket().handle(), 0, ZMQ_POLLIN, 0},
                                           {coordinator_->socket().handle(), 0, ZMQ_POLLIN, 0}};
     std::vector<std::string> endpoints;
@@ -234,7 +234,7 @@ void Adversary::commit(uint64_t round, const std::string& bytes, const std::stri
   c->mutable_record()->set_signature(
       identity_.sign(net::commit_signing_bytes(run_id_, round, hash)));
   c->set_sequences(seqs);
-  c->set_compute_seconds(o_.compute_seconds);
+  c->set_compute_seconds(static_cast<double>(seqs) / o_.claim_throughput);
   c->set_loss(std::log(static_cast<double>(config_->model.vocab_size)));
   c->set_payload_bytes(bytes.size());
   coordinator_->send(e);

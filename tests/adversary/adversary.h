@@ -61,7 +61,9 @@ struct Options {
   double flood_after = 3;       // flood: seconds after joining before it starts
   uint64_t bytes = 2 << 20;     // oversized
   std::string target = "coordinator";  // oversized: coordinator | peers
-  double compute_seconds = 0.5;  // claimed per commit
+  // The throughput its commits claim (sequences per compute second): enough to keep a share of
+  // every round against the tiny model's honest peers, so that it has something to attack with.
+  double claim_throughput = 50;
   double duration = 0;          // give up after this many seconds (0: until the run ends)
   uint64_t seed = 1;
 };

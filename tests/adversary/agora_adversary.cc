@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   app.add_option("--flood-after", o.flood_after, "flood, oversized: seconds after joining");
   app.add_option("--bytes", o.bytes, "oversized: frame size");
   app.add_option("--target", o.target, "oversized: coordinator | peers");
-  app.add_option("--compute-seconds", o.compute_seconds, "Claimed compute time per commit");
+  app.add_option("--claim-throughput", o.claim_throughput,
+                 "Sequences per compute second its commits claim");
   app.add_option("--duration", o.duration, "Give up after this many seconds (0: never)");
   app.add_option("--seed", o.seed, "Random seed (noise, forged hashes)");
   CLI11_PARSE(app, argc, argv);

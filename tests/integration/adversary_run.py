@@ -41,7 +41,7 @@ class AdversaryRun(Run):
 
     def endpoint_of(self, i):
         """The endpoint honest peer i serves on, from its first log line ("serving on ...")."""
-        for e in self.events(i) + [{"msg": line} for line in self.peer_log(i).splitlines()]:
+        for e in parse_json_lines(os.path.join(self.dir, f"peer-{i}.log")):
             msg = e.get("msg", "")
             if msg.startswith("serving on "):
                 return msg.split()[2].rstrip(";")
