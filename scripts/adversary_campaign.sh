@@ -28,6 +28,8 @@ runs=(
   "single -- --attack garbage"
   "single -- --attack scale --factor 1e6"
   "single -- --attack scale --factor 3e38"
+  "single -- --attack scale --factor=-3e38"
+  "single -- --attack scale --factor=-1e6"
   "single -- --attack sign-flip"
   "single -- --attack sign-flip --one-bit"
   "single -- --attack noise"

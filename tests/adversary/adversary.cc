@@ -23,7 +23,7 @@ std::string random_bytes(std::mt19937_64& rng, size_t n) {
 }
 
 Values values_of(const std::string& attack, double factor) {
-  if (attack == "scale") return factor >= 1e38 ? Values::kFltMax : Values::kScale;
+  if (attack == "scale") return std::abs(factor) >= 1e38 ? Values::kFltMax : Values::kScale;
   if (attack == "sign-flip") return Values::kSignFlip;
   if (attack == "noise") return Values::kNoise;
   if (attack == "zero") return Values::kZero;
@@ -148,6 +148,7 @@ void Adversary::on_welcome(const wire::Welcome& w) {
   }
   layout_ = demo_layout(*config_);
   finalized_ = w.finalized_steps();
+  report_.finalized = finalized_;
   remember_members(w.holders());
   joined_ = true;
   joined_at_ = now();
@@ -377,6 +378,7 @@ void Adversary::witness(uint64_t step) {
 
 void Adversary::on_finalized(uint64_t step) {
   finalized_ = std::max(finalized_, step + 1);
+  report_.finalized = finalized_;
   std::erase_if(collecting_, [&](const auto& item) { return item.first <= step && item.second.sent; });
   const auto k = static_cast<uint64_t>(std::max<int64_t>(1, config_->network.hash_interval));
   if (o_.attack == "forged-state" && finalized_ % k == 0 && step + 1 >= o_.from_round) {

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   app.add_option("--from-round", o.from_round, "Rounds before this one commit copies");
   app.add_option("--claim-step", o.claim_step, "wrong-step: the payload's step (default round-1)");
   app.add_option("--replay-source", o.replay_source, "replay: honest | own");
-  app.add_option("--factor", factor, "scale: the multiplier (>= 1e38: +-3e38, near FLT_MAX)");
+  app.add_option("--factor", factor, "scale: the multiplier; |factor| >= 1e38 sends +-3e38 (near FLT_MAX); negative flips the signs too (write --factor=-1e6)");
   app.add_option("--state-mode", o.state_mode, "forged-state: huge | evict | empty | fake");
   app.add_option("--flood-kind", o.flood_kind,
                  "flood: heartbeat | get-finalized | join | witness | state-report | commit | "

@@ -74,8 +74,8 @@ Payload forge(Payload base, uint64_t step, Values values, double factor, std::mt
       case Values::kScale:
         for (float& v : t.values) v = static_cast<float>(std::clamp(v * factor, -3e38, 3e38));
         break;
-      case Values::kFltMax:
-        for (float& v : t.values) v = v < 0 ? -3e38f : 3e38f;
+      case Values::kFltMax:  // the base's signs, times the factor's
+        for (float& v : t.values) v = (v < 0) != (factor < 0) ? -3e38f : 3e38f;
         break;
       case Values::kSignFlip:
         for (float& v : t.values) v = -v;

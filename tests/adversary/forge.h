@@ -39,7 +39,8 @@ enum class Values { kKeep, kScale, kFltMax, kSignFlip, kNoise, kZero };
 Payload synthetic_payload(const PayloadLayout& layout, uint64_t step, std::mt19937_64& rng);
 
 // `base` with its step field set to `step` and its values transformed: kScale multiplies them by
-// `factor`, kFltMax replaces each by +-3e38 (the base's sign), kSignFlip negates, kNoise draws
+// `factor`, kFltMax replaces each by +-3e38 (the base's sign times the factor's: a negative
+// factor pushes against the honest direction), kSignFlip negates, kNoise draws
 // new positions and Gaussian values of the base's RMS, kZero sends zeros (one-bit: all +1).
 Payload forge(Payload base, uint64_t step, Values values, double factor, std::mt19937_64& rng);
 

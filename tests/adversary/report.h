@@ -1,8 +1,10 @@
 // The adversary's record: one JSON object per line on stdout, one per thing it did, so that the
 // integration tests (tests/integration/adversary_test.py) assert on data rather than sentences.
-// Every line has "event" and "attack"; the rest are the event's figures.
+// Every line has "event", "attack" and "finalized" (the steps final when it happened, as far as
+// the adversary heard); the rest are the event's figures.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,6 +18,7 @@ class Report {
   void emit(const std::string& event, nlohmann::json fields = nlohmann::json::object()) const {
     fields["event"] = event;
     fields["attack"] = attack_;
+    fields["finalized"] = finalized;
     std::fputs((fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(),
                stdout);
     std::fflush(stdout);
@@ -23,6 +26,9 @@ class Report {
 
  private:
   std::string attack_;
+
+ public:
+  uint64_t finalized = 0;  // set by the adversary as steps become final
 };
 
 }  // namespace agora::adversary

@@ -15,9 +15,15 @@ NOTICED = ("strike", "drop", "rejection", "ignored")
 
 class AdversaryRun(Run):
     """A Run of `honest` peers (indices 0..honest-1) and `adversaries` attackers (indices
-    honest..honest+adversaries-1, keys on the allowlist like everyone's)."""
+    honest..honest+adversaries-1, keys on the allowlist like everyone's).
+
+    network.min_peers is the honest count: a run must go on once its attackers are dropped, and
+    would pause for good if it needed them. start_honest() starts the honest peers and waits for
+    them to join; adversaries started then join during the warm-up (network.warmup_seconds = 3
+    here), so the run's first round is theirs too."""
 
     def __init__(self, agora, adversary, data, name, honest, adversaries, steps, sets=()):
+        sets = [f"network.min_peers={honest}", "network.warmup_seconds=3.0", *sets]
         super().__init__(agora, data, name, peers=honest + adversaries, steps=steps, sets=sets)
         self.adversary = adversary
         self.honest = list(range(honest))
@@ -33,6 +39,12 @@ class AdversaryRun(Run):
         err = open(os.path.join(self.dir, f"adversary-{i}.log"), "a")
         self.attackers[i] = subprocess.Popen(cmd, stdout=out, stderr=err)
         return self.attackers[i]
+
+    def start_honest(self):
+        for i in self.honest:
+            self.start_peer(i)
+        self.wait_until("the honest peers to join",
+                        lambda: all(self.events(i, "joined") for i in self.honest), 60)
 
     def actions(self, i, event=None):
         """Adversary i's JSON lines (what it did), optionally of one event."""
@@ -92,17 +104,36 @@ class AdversaryRun(Run):
             if hit:
                 self.fail(f"honest peer {i} was struck or dropped: {hit[:3]}")
 
+    def attacks(self, i):
+        """Adversary i's actions that were attacks: not its start, join, layout check or
+        copies of honest payloads, nor an honest witness."""
+        out = []
+        for a in self.actions(i):
+            if a["event"] in ("start", "joined", "layout", "summary", "finished", "refused",
+                              "resync", "timeout"):
+                continue
+            if a["event"] == "commit" and a["what"].startswith("copy"):
+                continue
+            if a["event"] == "witness" and not a["lying"]:
+                continue
+            out.append(a)
+        return out
+
     def check_trained_after(self, i_attacker, peers=None):
-        """Every honest peer (of `peers`) trained a round after the attacker's last action that
-        named a round or step: the run went on past the attack."""
-        rounds = [a.get("round", a.get("step")) for a in self.actions(i_attacker)]
-        rounds = [r for r in rounds if isinstance(r, int)]
-        last = max(rounds, default=-1)
+        """The run went on past the attack: every honest peer (of `peers`) trained a round
+        after the steps final when adversary i_attacker first attacked, and trained on to the
+        last round, train.steps - 1, or to one past its last attack."""
+        attacks = self.attacks(i_attacker)
+        if not attacks:
+            self.fail(f"adversary {i_attacker} never attacked")
+        first = attacks[0]["finalized"]
+        last = max(a.get("round", a["finalized"]) for a in attacks)
         for i in (self.honest if peers is None else peers):
-            after = [r for r in self.trained(i) if r > last]
-            if not after:
-                self.fail(f"honest peer {i} trained no round after adversary {i_attacker}'s last "
-                          f"action (round {last})")
+            rounds = sorted(self.trained(i))
+            if not any(r > first for r in rounds) or \
+                    rounds[-1] < min(last + 1, self.steps - 1):
+                self.fail(f"honest peer {i} trained rounds {rounds}: not on past adversary "
+                          f"{i_attacker}'s attacks (from {first} final steps to round {last})")
 
     def check_honest_loss_falls(self, peers=None):
         """The honest peers' own training losses fall (what attackers claim is not used)."""

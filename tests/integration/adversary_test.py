@@ -32,10 +32,9 @@ def scenario_steps(agora, adversary, data):
     final, they are struck, and the honest peers, which would fail applying such a step ("is for
     step"), train to the end identical."""
     run = AdversaryRun(agora, adversary, data, "adv-steps", honest=3, adversaries=2,
-                       steps=steps(14, 60), sets=["network.min_peers=5"])
+                       steps=steps(14, 60))
     run.start_coordinator()
-    for i in run.honest:
-        run.start_peer(i)
+    run.start_honest()
     # From round 2 on: rounds 0 and 1 commit copies, so that the replay has honest payloads of
     # earlier steps to replay and each attacker is a member in good standing when it attacks.
     run.start_adversary(3, "wrong-step", "--from-round", 2)
@@ -61,16 +60,16 @@ def scenario_steps(agora, adversary, data):
 
 def scenario_values(agora, adversary, data):
     """Valid but extreme payloads (demo.one_bit = false, so values travel as floats): one
-    adversary sends an honest payload's values near FLT_MAX, another the honest payload with its
-    signs flipped. Neither may move the model more than an honest member can (docs/security.md):
+    adversary sends an honest payload's positions with values near FLT_MAX of the opposite sign
+    (each decides the sign of every coefficient it selects, against the honest direction),
+    another the honest payload with its signs flipped. Neither may move the model more than an honest member can (docs/security.md):
     the honest peers stay identical and finite, their own training loss falls as it does without
     attackers, and they train to the end."""
     run = AdversaryRun(agora, adversary, data, "adv-values", honest=3, adversaries=2,
-                       steps=steps(20, 80), sets=["network.min_peers=5", "demo.one_bit=false"])
+                       steps=steps(20, 80), sets=["demo.one_bit=false"])
     run.start_coordinator()
-    for i in run.honest:
-        run.start_peer(i)
-    run.start_adversary(3, "scale", "--factor", "3e38", "--from-round", 1)
+    run.start_honest()
+    run.start_adversary(3, "scale", "--factor=-3e38", "--from-round", 1)
     run.start_adversary(4, "sign-flip", "--from-round", 1)
     run.finish()
     for i in (3, 4):
@@ -90,10 +89,9 @@ def scenario_unavailable(agora, adversary, data):
     report in time: no honest member is struck or dropped, the run does not pause, and the
     attackers, whose payloads never reach anyone, are struck."""
     run = AdversaryRun(agora, adversary, data, "adv-unavailable", honest=3, adversaries=2,
-                       steps=steps(14, 60), sets=["network.min_peers=5"])
+                       steps=steps(14, 60))
     run.start_coordinator()
-    for i in run.honest:
-        run.start_peer(i)
+    run.start_honest()
     victim = run.wait_endpoint(0)
     run.start_adversary(3, "withhold")
     run.start_adversary(4, "steal-endpoint", "--advertise", victim)
@@ -126,11 +124,10 @@ def scenario_coordinator(agora, adversary, data):
     handed the honest members' state, catches up and ends identical."""
     flood = steps(8, 60)
     run = AdversaryRun(agora, adversary, data, "adv-coordinator", honest=4, adversaries=2,
-                       steps=steps(24, 100), sets=["network.min_peers=5"])
+                       steps=steps(24, 100), sets=["network.min_peers=3"])
     run.honest = [0, 1, 2]  # peer 3 joins later and is checked on its own
     run.start_coordinator()
-    for i in run.honest:
-        run.start_peer(i)
+    run.start_honest()
     run.start_adversary(4, "flood", "--flood-kind", "heartbeat", "--rate", 0,
                         "--flood-seconds", flood, "--flood-after", 3)
     run.start_adversary(5, "forged-state", "--state-mode", "huge")
@@ -172,7 +169,7 @@ def scenario_witnesses(agora, adversary, data):
     run = AdversaryRun(agora, adversary, data, "adv-witnesses", honest=1, adversaries=1,
                        steps=steps(10, 40), sets=["network.min_peers=2"])
     run.start_coordinator()
-    run.start_peer(0)
+    run.start_honest()
     run.start_adversary(1, "lying-witness")
     run.finish()
     lies = run.check_attacked(1, "witness")
@@ -207,14 +204,13 @@ def scenario_single(agora, adversary, data, attack_args):
     `agora_adversary ATTACK_ARGS`; the honest peers come through identical and training, and a
     detectable attacker is noticed."""
     attack = attack_args[attack_args.index("--attack") + 1]
-    sets = ["network.min_peers=4"]
+    sets = []
     if attack in ("scale", "noise", "zero", "sign-flip") and "--one-bit" not in attack_args:
         sets.append("demo.one_bit=false")
     run = AdversaryRun(agora, adversary, data, f"adv-{attack}", honest=3, adversaries=1,
                        steps=steps(16, 60), sets=sets)
     run.start_coordinator()
-    for i in run.honest:
-        run.start_peer(i)
+    run.start_honest()
     args = [a for a in attack_args if a != "--one-bit"]
     if attack == "steal-endpoint":
         args += ["--advertise", run.wait_endpoint(0)]
