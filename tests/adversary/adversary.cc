@@ -349,7 +349,7 @@ void Adversary::witness(uint64_t step) {
   Collecting& col = collecting_.at(step);
   col.sent = true;
   const bool attacking = step >= o_.from_round;
-  if (attacking && o_.attack == "silent-witness") {
+  if (o_.silent || (attacking && o_.attack == "silent-witness")) {
     report_.emit("witness_withheld", {{"step", step}});
     return;
   }

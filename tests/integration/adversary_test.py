@@ -66,7 +66,7 @@ def scenario_values(agora, adversary, data):
     the honest peers stay identical and finite, their own training loss falls as it does without
     attackers, and they train to the end."""
     run = AdversaryRun(agora, adversary, data, "adv-values", honest=3, adversaries=2,
-                       steps=steps(20, 80), sets=["demo.one_bit=false"])
+                       steps=steps(24, 80), sets=["demo.one_bit=false"])
     run.start_coordinator()
     run.start_honest()
     run.start_adversary(3, "scale", "--factor=-3e38", "--from-round", 1)
@@ -93,8 +93,10 @@ def scenario_unavailable(agora, adversary, data):
     run.start_coordinator()
     run.start_honest()
     victim = run.wait_endpoint(0)
-    run.start_adversary(3, "withhold")
-    run.start_adversary(4, "steal-endpoint", "--advertise", victim)
+    # --silent: neither witnesses either, so the honest payloads have only honest holders (as
+    # witnesses, the attackers would make up a quorum for them and hide the harm).
+    run.start_adversary(3, "withhold", "--silent")
+    run.start_adversary(4, "steal-endpoint", "--advertise", victim, "--silent")
     run.wait_until("the withholding adversary to be asked for its payload",
                    lambda: run.actions(3, "withheld"), 60)
     run.finish()
