@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -337,12 +338,13 @@ void Adversary::on_fetch_reply(const std::string& endpoint, wire::Envelope&& rep
   }
   const std::string author = col != collecting_.end() ? col->second.authors[hash] : "";
   blobs_[hash] = std::move(data);
+  if (col != collecting_.end()) col->second.held.insert(hash);
+  if (std::find(o_.allies.begin(), o_.allies.end(), short_hex(author)) != o_.allies.end()) return;
   honest_.push_back({step, author, hash});
   while (honest_.size() > 256) {
     blobs_.erase(honest_.front().hash);
     honest_.erase(honest_.begin());
   }
-  if (col != collecting_.end()) col->second.held.insert(hash);
 }
 
 void Adversary::witness(uint64_t step) {

@@ -64,6 +64,9 @@ struct Options {
   // The throughput its commits claim (sequences per compute second): enough to keep a share of
   // every round against the tiny model's honest peers, so that it has something to attack with.
   double claim_throughput = 50;
+  // Other adversaries' keys (8 hex, as logs print them): their payloads are never taken as
+  // the honest payloads it forges from.
+  std::vector<std::string> allies;
   bool silent = false;          // never witness, whatever the attack (as silent-witness does)
   double duration = 0;          // give up after this many seconds (0: until the run ends)
   uint64_t seed = 1;

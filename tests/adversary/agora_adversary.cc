@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   app.add_option("--target", o.target, "oversized: coordinator | peers");
   app.add_option("--claim-throughput", o.claim_throughput,
                  "Sequences per compute second its commits claim");
+  app.add_option("--ally", o.allies, "Another adversary's key (8 hex; repeatable): never a base");
   app.add_flag("--silent", o.silent, "Never witness (with any attack)");
   app.add_option("--duration", o.duration, "Give up after this many seconds (0: never)");
   app.add_option("--seed", o.seed, "Random seed (noise, forged hashes)");

@@ -30,11 +30,14 @@ class AdversaryRun(Run):
         self.attackers = {}  # index -> Popen
 
     def start_adversary(self, i, attack, *args):
-        """Adversary i (its key is peer i's) attacking with `attack` and its flags."""
+        """Adversary i (its key is peer i's) attacking with `attack` and its flags. The other
+        adversaries' keys are its allies: it never forges from their payloads."""
+        allies = [a for j in range(len(self.honest), len(self.peer_keys)) if j != i
+                  for a in ("--ally", self.short(j))]
         cmd = [self.adversary, "--coordinator", f"tcp://127.0.0.1:{self.port}",
                "--coordinator-key", self.coordinator_key,
                "--key", os.path.join(self.dir, f"peer-{i}.key"), "--data", self.data,
-               "--attack", attack, "--seed", str(i), *map(str, args)]
+               "--attack", attack, "--seed", str(i), *allies, *map(str, args)]
         out = open(os.path.join(self.dir, f"adversary-{i}.jsonl"), "a")
         err = open(os.path.join(self.dir, f"adversary-{i}.log"), "a")
         self.attackers[i] = subprocess.Popen(cmd, stdout=out, stderr=err)
