@@ -54,6 +54,12 @@ def scenario_steps(agora, adversary, data):
         run.check_trained_after(i)
     run.check_honest_unharmed()
     run.check_identical(run.honest, throughout=run.honest)
+    # The metric that counts it: each honest witness refused their payloads
+    # (agora_peer_payloads_rejected_total, which the summary reports as payloads_rejected).
+    for i in run.honest:
+        summary = run.events(i, "summary")
+        if not summary or summary[-1]["payloads_rejected"] < 1:
+            run.fail(f"honest peer {i} counted no rejected payload: {summary[-1:]}")
     print(f"wrong-step and replay refused; 3 honest peers identical through {run.steps} steps")
     run.cleanup()
 
