@@ -15,7 +15,9 @@
 namespace agora::adversary {
 namespace {
 
-std::string short_hex(const std::string& raw) { return net::short_key(raw); }
+std::string short_hex(const std::string& raw) {
+  return net::short_key(raw);
+}
 
 std::string random_bytes(std::mt19937_64& rng, size_t n) {
   std::string out(n, '\0');
@@ -55,8 +57,7 @@ Adversary::~Adversary() {
 }
 
 double Adversary::now() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 int Adversary::run() {
@@ -87,7 +88,8 @@ int Adversary::run() {
       oversized();
       for (auto& [step, c] : collecting_) {
         bool all = true;
-        for (const std::string& h : c.wanted) all = all && (c.held.contains(h) || c.failed.contains(h));
+        for (const std::string& h : c.wanted)
+          all = all && (c.held.contains(h) || c.failed.contains(h));
         if (!c.sent && (all || now() >= c.deadline)) witness(step);
       }
     }
@@ -257,7 +259,8 @@ void Adversary::commit(uint64_t round, const std::string& bytes, const std::stri
 void Adversary::on_round_start(const wire::RoundStart& r) {
   remember_members(r.members());
   if (r.step() < next_round_) {
-    if (const auto it = commits_.find(r.step()); it != commits_.end()) coordinator_->send(it->second);
+    if (const auto it = commits_.find(r.step()); it != commits_.end())
+      coordinator_->send(it->second);
     return;
   }
   next_round_ = r.step() + 1;
@@ -274,8 +277,8 @@ void Adversary::on_round_start(const wire::RoundStart& r) {
 net::Client& Adversary::client_for(const std::string& endpoint, const std::string& key) {
   auto& client = clients_[endpoint];
   if (!client) {
-    client = std::make_unique<net::Client>(*context_, identity_, endpoint, key,
-                                           net::DecodeLimits{});
+    client =
+        std::make_unique<net::Client>(*context_, identity_, endpoint, key, net::DecodeLimits{});
   }
   return *client;
 }
@@ -375,13 +378,15 @@ void Adversary::witness(uint64_t step) {
     }
   }
   coordinator_->send(e);
-  report_.emit("witness", {{"step", step}, {"held", held}, {"rejected", rejected}, {"lying", lying}});
+  report_.emit("witness",
+               {{"step", step}, {"held", held}, {"rejected", rejected}, {"lying", lying}});
 }
 
 void Adversary::on_finalized(uint64_t step) {
   finalized_ = std::max(finalized_, step + 1);
   report_.finalized = finalized_;
-  std::erase_if(collecting_, [&](const auto& item) { return item.first <= step && item.second.sent; });
+  std::erase_if(collecting_,
+                [&](const auto& item) { return item.first <= step && item.second.sent; });
   const auto k = static_cast<uint64_t>(std::max<int64_t>(1, config_->network.hash_interval));
   if (o_.attack == "forged-state" && finalized_ % k == 0 && step + 1 >= o_.from_round) {
     report_state(finalized_);

@@ -46,20 +46,20 @@ struct Options {
   std::string coordinator_key;  // 64 hex
   std::string key;              // its key file (agora keygen), on the run's allowlist
   std::string listen = "tcp://127.0.0.1:*";
-  std::string advertise;        // the endpoint it joins with ("": its own)
-  std::string data;             // a token folder, for model.vocab_size when the config has none
+  std::string advertise;  // the endpoint it joins with ("": its own)
+  std::string data;       // a token folder, for model.vocab_size when the config has none
   std::string attack = "copy";
-  uint64_t from_round = 0;      // rounds before this one commit copies
-  int64_t claim_step = -1;      // wrong-step: the step written into the payload (-1: round - 1)
+  uint64_t from_round = 0;  // rounds before this one commit copies
+  int64_t claim_step = -1;  // wrong-step: the step written into the payload (-1: round - 1)
   std::string replay_source = "honest";  // replay: honest | own
-  double factor = 1e6;          // scale
+  double factor = 1e6;                   // scale
   std::string state_mode = "huge";       // forged-state
   std::string flood_kind = "heartbeat";  // heartbeat | get-blob | get-tensor | witness |
                                          // state-report | get-finalized | join | commit
-  double rate = 0;              // flood: messages per second, 0 = as fast as the loop goes
+  double rate = 0;                       // flood: messages per second, 0 = as fast as the loop goes
   double flood_seconds = 10;
-  double flood_after = 3;       // flood: seconds after joining before it starts
-  uint64_t bytes = 2 << 20;     // oversized
+  double flood_after = 3;              // flood: seconds after joining before it starts
+  uint64_t bytes = 2 << 20;            // oversized
   std::string target = "coordinator";  // oversized: coordinator | peers
   // The throughput its commits claim (sequences per compute second): enough to keep a share of
   // every round against the tiny model's honest peers, so that it has something to attack with.
@@ -67,8 +67,8 @@ struct Options {
   // Other adversaries' keys (8 hex, as logs print them): their payloads are never taken as
   // the honest payloads it forges from.
   std::vector<std::string> allies;
-  bool silent = false;          // never witness, whatever the attack (as silent-witness does)
-  double duration = 0;          // give up after this many seconds (0: until the run ends)
+  bool silent = false;  // never witness, whatever the attack (as silent-witness does)
+  double duration = 0;  // give up after this many seconds (0: until the run ends)
   uint64_t seed = 1;
 };
 
@@ -127,7 +127,7 @@ class Adversary {
     uint64_t step;
     std::string author, hash;
   };
-  std::vector<Honest> honest_;  // honest payloads fetched, oldest first
+  std::vector<Honest> honest_;                  // honest payloads fetched, oldest first
   std::map<uint64_t, wire::Envelope> commits_;  // round -> its Commit (re-sent when asked)
   struct Collecting {
     std::set<std::string> wanted, held, failed;
@@ -137,7 +137,7 @@ class Adversary {
   };
   std::map<uint64_t, Collecting> collecting_;
   std::map<std::string, std::pair<uint64_t, double>> asked_;  // hash -> (step, when)
-  std::map<std::string, std::string> asked_where_;             // hash -> endpoint
+  std::map<std::string, std::string> asked_where_;            // hash -> endpoint
   // Counters for the summary line.
   uint64_t served_ = 0, withheld_ = 0, requests_ = 0, flood_sent_ = 0;
   double flood_start_ = -1, flood_next_ = 0;

@@ -30,7 +30,9 @@ int main(int argc, char** argv) {
   app.add_option("--from-round", o.from_round, "Rounds before this one commit copies");
   app.add_option("--claim-step", o.claim_step, "wrong-step: the payload's step (default round-1)");
   app.add_option("--replay-source", o.replay_source, "replay: honest | own");
-  app.add_option("--factor", factor, "scale: the multiplier; |factor| >= 1e38 sends +-3e38 (near FLT_MAX); negative flips the signs too (write --factor=-1e6)");
+  app.add_option("--factor", factor,
+                 "scale: the multiplier; |factor| >= 1e38 sends +-3e38 (near FLT_MAX); negative "
+                 "flips the signs too (write --factor=-1e6)");
   app.add_option("--state-mode", o.state_mode, "forged-state: huge | evict | empty | fake");
   app.add_option("--flood-kind", o.flood_kind,
                  "flood: heartbeat | get-finalized | join | witness | state-report | commit | "
@@ -49,8 +51,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   o.factor = std::stod(factor);
   static const std::set<std::string> kAttacks = {
-      "copy", "garbage", "wrong-step", "replay", "scale", "sign-flip", "noise", "zero", "withhold",
-      "steal-endpoint", "forged-state", "flood", "oversized", "lying-witness", "silent-witness"};
+      "copy",         "garbage", "wrong-step", "replay",        "scale",
+      "sign-flip",    "noise",   "zero",       "withhold",      "steal-endpoint",
+      "forged-state", "flood",   "oversized",  "lying-witness", "silent-witness"};
   if (!kAttacks.contains(o.attack)) {
     std::fprintf(stderr, "error: unknown --attack %s\n", o.attack.c_str());
     return 2;

@@ -32,8 +32,10 @@ void Adversary::flood_tick() {
   if (t < joined_at_ + o_.flood_after) return;
   if (flood_start_ < 0) {
     flood_start_ = t;
-    report_.emit("flood_start", {{"kind", o_.flood_kind}, {"rate", o_.rate},
-                                 {"seconds", o_.flood_seconds}, {"members", members_.size()}});
+    report_.emit("flood_start", {{"kind", o_.flood_kind},
+                                 {"rate", o_.rate},
+                                 {"seconds", o_.flood_seconds},
+                                 {"members", members_.size()}});
   }
   if (t - flood_start_ >= o_.flood_seconds) {
     flood_done_ = true;
@@ -93,9 +95,10 @@ void Adversary::flood_tick() {
       e.mutable_get_tensor()->set_applied_steps(finalized_ / k * k);
       e.mutable_get_tensor()->set_name(model_parameters(config_->model).front().name);
     } else {
-      fail("--flood-kind {}: expected heartbeat, get-finalized, join, witness, state-report, "
-           "commit, get-blob or get-tensor",
-           kind);
+      fail(
+          "--flood-kind {}: expected heartbeat, get-finalized, join, witness, state-report, "
+          "commit, get-blob or get-tensor",
+          kind);
     }
     const std::string bytes = net::encode_envelope(e);
     bool sent;
@@ -138,8 +141,8 @@ void Adversary::oversized() {
     const std::string bytes = net::encode_envelope(e);
     for (const auto& [key, endpoint] : members_) {
       const bool sent = send_raw(client_for(endpoint, key).socket(), bytes);
-      report_.emit("oversized", {{"target", net::short_key(key)}, {"bytes", bytes.size()},
-                                 {"sent", sent}});
+      report_.emit("oversized",
+                   {{"target", net::short_key(key)}, {"bytes", bytes.size()}, {"sent", sent}});
     }
   }
 }

@@ -19,8 +19,9 @@ class Report {
     fields["event"] = event;
     fields["attack"] = attack_;
     fields["finalized"] = finalized;
-    std::fputs((fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(),
-               stdout);
+    std::fputs(
+        (fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(),
+        stdout);
     std::fflush(stdout);
   }
 
