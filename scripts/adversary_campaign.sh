@@ -17,6 +17,7 @@ for f in "$agora" "$adversary"; do
 done
 test=tests/integration/adversary_test.py
 log=${CAMPAIGN_LOG:-out/adversary-campaign}
+export AGORA_TEST_KEEP=1  # each run's processes' logs stay in /tmp; its output names the folder
 mkdir -p "$log"
 
 # The grouped scenarios, long, then one attack per run with its variants.

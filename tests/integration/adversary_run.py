@@ -152,6 +152,15 @@ class AdversaryRun(Run):
         self.wait_finished()
         self.check_finished(self.honest if peers is None else peers)
 
+    def cleanup(self):
+        """Run.cleanup, unless AGORA_TEST_KEEP is set: then the logs stay (the campaign keeps
+        them to read what each attack did)."""
+        if os.environ.get("AGORA_TEST_KEEP"):
+            self.stop()
+            print(f"logs kept in {self.dir}")
+        else:
+            super().cleanup()
+
     def stop(self):
         for p in self.attackers.values():
             if p.poll() is None:
