@@ -23,11 +23,11 @@ class AdversaryRun(Run):
     here), so the run's first round is theirs too."""
 
     def __init__(self, agora, adversary, data, name, honest, adversaries, steps, sets=()):
+        self.attackers = {}  # index -> Popen; first, so that stop() works whatever fails next
+        self.honest = list(range(honest))
+        self.adversary = adversary
         sets = [f"network.min_peers={honest}", "network.warmup_seconds=3.0", *sets]
         super().__init__(agora, data, name, peers=honest + adversaries, steps=steps, sets=sets)
-        self.adversary = adversary
-        self.honest = list(range(honest))
-        self.attackers = {}  # index -> Popen
 
     def start_adversary(self, i, attack, *args):
         """Adversary i (its key is peer i's) attacking with `attack` and its flags. The other
