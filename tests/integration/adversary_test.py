@@ -107,8 +107,11 @@ def scenario_unavailable(agora, adversary, data):
                    lambda: run.actions(3, "withheld"), 60)
     run.finish()
     run.check_honest_unharmed()
+    run.check_attacked(3)
+    # The thief commits, or is refused at its Join (an endpoint another member holds).
+    if not run.actions(4, "refused"):
+        run.check_attacked(4)
     for i in (3, 4):
-        run.check_attacked(i)
         run.check_noticed(i, kinds=("strike", "drop", "rejection"))
         final = [r["step"] for r in run.steps_final() if run.short(i) in r["authors"]]
         if final:
