@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
@@ -141,9 +142,30 @@ void Adversary::on_coordinator(const wire::Envelope& m) {
   }
 }
 
+// The run config, read by this build's schema. A coordinator built from a newer tree may send
+// keys this one does not know: each is dropped (and said) rather than ending the attack, since
+// the adversary needs only the model's shape, DeMo's geometry and a few network timings.
+RunConfig Adversary::parse_config(std::string toml) {
+  static const std::regex unknown("unknown key '([A-Za-z0-9_]+)\\.([A-Za-z0-9_]+)'");
+  for (int attempt = 0;; ++attempt) {
+    try {
+      return RunConfig::parse(toml, "the coordinator's run config");
+    } catch (const Error& e) {
+      std::cmatch m;
+      const std::string what = e.what();
+      if (attempt > 50 || !std::regex_search(what.c_str(), m, unknown)) throw;
+      const size_t section = toml.find("[" + m[1].str() + "]");
+      const size_t key = toml.find("\n" + m[2].str() + " ", section);
+      if (section == std::string::npos || key == std::string::npos) throw;
+      toml.erase(key + 1, toml.find('\n', key + 1) - key);
+      report_.emit("config_key_ignored", {{"key", m[1].str() + "." + m[2].str()}});
+    }
+  }
+}
+
 void Adversary::on_welcome(const wire::Welcome& w) {
   run_id_ = w.run_id();
-  config_ = RunConfig::parse(w.run_config_toml(), "the coordinator's run config");
+  config_ = parse_config(w.run_config_toml());
   if (config_->model.vocab_size == 0) {
     if (o_.data.empty()) fail("the run config has no model.vocab_size: pass --data");
     std::ifstream f(o_.data + "/meta.json");

@@ -84,6 +84,7 @@ class Adversary {
   struct Fetch;
   double now() const;
   void send_join();
+  RunConfig parse_config(std::string toml);
   void on_welcome(const wire::Welcome& w);
   void on_coordinator(const wire::Envelope& m);
   void on_round_start(const wire::RoundStart& r);
