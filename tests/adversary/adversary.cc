@@ -76,7 +76,7 @@ int Adversary::run() {
       items.push_back({client->socket().handle(), 0, ZMQ_POLLIN, 0});
       endpoints.push_back(endpoint);
     }
-    const bool busy = flood_start_ >= 0 && !flood_done_;
+    const bool busy = o_.attack == "flood" && flood_start_ >= 0 && !flood_done_;
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(busy ? 0 : 5));
     while (auto in = server_->recv()) serve(std::move(*in));
     while (auto m = coordinator_->recv()) on_coordinator(*m);
