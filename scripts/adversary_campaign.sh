@@ -57,7 +57,7 @@ runs=(
 )
 passed=0; failed=()
 for r in "${runs[@]}"; do
-  name=$(echo "$r" | tr ' ' '_' | tr -s '_-' | sed 's/^single__*//')
+  name=$(echo "$r" | sed -e 's/^single -- --attack //' -e 's/ --/_/g' -e 's/[ =]/_/g')
   start=$(date +%s)
   scenario=${r%% *}
   extra=()
