@@ -5,7 +5,8 @@
 #
 #   scripts/adversary_campaign.sh [BUILD_DIR]       (default: build; needs agora and the adversary)
 #
-# AGORA and AGORA_ADVERSARY override the binaries; DATA the token folder (default data/tokens/sp8k).
+# AGORA and AGORA_ADVERSARY override the binaries; DATA the token folder (default data/tokens/sp8k);
+# ONLY=REGEX runs only the runs whose line matches (ONLY=flood, ONLY='^steps$').
 set -u
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -56,7 +57,10 @@ runs=(
   "single -- --attack silent-witness"
 )
 passed=0; failed=()
+total=0
 for r in "${runs[@]}"; do
+  [[ -n "${ONLY:-}" && ! "$r" =~ ${ONLY} ]] && continue
+  total=$((total + 1))
   name=$(echo "$r" | sed -e 's/^single -- --attack //' -e 's/ --/_/g' -e 's/[ =]/_/g')
   start=$(date +%s)
   scenario=${r%% *}
@@ -71,6 +75,6 @@ for r in "${runs[@]}"; do
   echo "$(printf '%-70s' "$r") $(( $(date +%s) - start )) s  $verdict"
 done
 echo
-echo "$passed of ${#runs[@]} runs passed; logs in $log/"
+echo "$passed of $total runs passed; logs in $log/"
 for r in "${failed[@]}"; do echo "  failed: $r"; done
 [ ${#failed[@]} -eq 0 ]
