@@ -11,7 +11,7 @@ namespace agora::cli {
 void add_peer_command(CLI::App& app) {
   struct Args {
     std::string coordinator, coordinator_key, key, data, checkpoint_dir;
-    std::string listen = "tcp://0.0.0.0:*", advertise, misbehave;
+    std::string listen = "tcp://0.0.0.0:*", advertise;
     int64_t threads = 0;
     double slowdown = 1.0;
     double join_timeout = 60;
@@ -38,9 +38,6 @@ void add_peer_command(CLI::App& app) {
   cmd->add_option("--slowdown", args->slowdown, "Testing: make compute this many times slower")
       ->check(CLI::Range(1.0, 100.0))
       ->group("");
-  cmd->add_option("--misbehave", args->misbehave, "Testing: garbage-payload")
-      ->check(CLI::IsMember({"", "garbage-payload"}))
-      ->group("");
   cmd->add_option("--join-timeout", args->join_timeout,
                   "Seconds to wait for the coordinator's welcome before giving up");
   cmd->add_flag("--quiet", args->quiet, "No per-round lines");
@@ -62,7 +59,6 @@ void add_peer_command(CLI::App& app) {
     o.advertise = args->advertise;
     o.threads = args->threads;
     o.slowdown = args->slowdown;
-    o.misbehave = args->misbehave;
     o.progress = !args->quiet;
     o.join_timeout_seconds = args->join_timeout;
     if (!args->metrics.empty() && args->metrics != "off") {

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Decentralized runs with real processes on loopback: one scenario per invocation.
 
-    network_test.py AGORA DATA_DIR SCENARIO
+    network_test.py AGORA DATA_DIR SCENARIO [AGORA_ADVERSARY]
+
+(tamper needs AGORA_ADVERSARY, the test-only tests/adversary/agora_adversary.)
 
 Each scenario starts `agora coordinator` and several `agora peer` processes (CURVE over
 ZeroMQ, an allowlist, SQLite), does something to them (kill, add, slow, tamper, restart), and
@@ -24,6 +26,7 @@ import signal
 import sys
 import time
 
+from adversary_run import AdversaryRun
 from network_run import Run, multiples
 
 
@@ -309,16 +312,21 @@ def scenario_allowlist(agora, data):
     run.cleanup()
 
 
-def scenario_tamper(agora, data):
-    """A peer committing malformed payloads is rejected by the others, struck and dropped."""
-    run = Run(agora, data, "tamper", peers=3, steps=16, sets=["network.min_peers=2"])
+def scenario_tamper(agora, data, adversary):
+    """A member committing malformed payloads (the adversary's `garbage`: each payload cut in
+    half, tests/adversary/) is rejected by the others, struck and dropped."""
+    run = AdversaryRun(agora, adversary, data, "tamper", honest=2, adversaries=1, steps=16,
+                       sets=["network.min_peers=2"])
     run.start_coordinator()
     run.start_peer(0)
     run.start_peer(1)
-    run.start_peer(2, extra=["--misbehave", "garbage-payload"])
-    # Dropped for strikes, it is refused for good and exits with an error.
-    run.wait_finished(failing=[2])
+    run.start_adversary(2, "garbage")
+    run.wait_finished()
     run.check_all_steps_final()
+    # Dropped for strikes, it is refused for good (may_rejoin false) and the adversary exits.
+    refused = run.actions(2, "refused")
+    if not refused or refused[-1]["may_rejoin"]:
+        run.fail(f"the tampering member was not refused for good: {refused}")
     bad = run.short(2)
     # None of its payloads can become final, and each that does not is a strike; strikes in a
     # row reach network.max_strikes, which drops it, and a dropped member is struck no more.
@@ -425,10 +433,12 @@ SCENARIOS = {
 }
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[3] not in SCENARIOS:
-        sys.exit(f"usage: network_test.py AGORA DATA_DIR {{{'|'.join(SCENARIOS)}}}")
+    if len(sys.argv) not in (4, 5) or sys.argv[3] not in SCENARIOS or \
+            (sys.argv[3] == "tamper") != (len(sys.argv) == 5):
+        sys.exit(f"usage: network_test.py AGORA DATA_DIR {{{'|'.join(SCENARIOS)}}} "
+                 f"[AGORA_ADVERSARY (tamper only)]")
     try:
-        SCENARIOS[sys.argv[3]](sys.argv[1], sys.argv[2])
+        SCENARIOS[sys.argv[3]](*sys.argv[1:3], *sys.argv[4:])
     except Exception:  # a log without a field the test reads, ...: a failure, processes stopped
         import traceback
         traceback.print_exc()

@@ -33,10 +33,9 @@ struct PeerOptions {
   std::string listen = "tcp://0.0.0.0:*";
   std::string advertise;                // the endpoint others dial, when not this host's loopback
   int64_t threads = 0;                  // 0 = the run config's train.threads
-  // Testing and benchmarks only: compute takes `slowdown` times as long (a sleep after compute),
-  // and "garbage-payload" commits a truncated payload (a malicious peer).
+  // Testing and benchmarks only: compute takes `slowdown` times as long (a sleep after compute).
+  // (Attacks are not a peer's option: tests/adversary/ is a member that attacks.)
   double slowdown = 1.0;
-  std::string misbehave;
   bool progress = true;  // one line per round on stderr
   double join_timeout_seconds = 60;  // no Welcome by then: a clear error (wrong key, allowlist)
   // Where to serve /metrics (peer_metrics.h); none = off.

@@ -140,7 +140,6 @@ void Round::train(const wire::RoundStart& round) {
     compute *= peer_.options.slowdown;
   }
   Contribution& own = result.contribution;
-  if (peer_.options.misbehave == "garbage-payload") own.bytes.resize(own.bytes.size() / 2);
   const std::string hash = blake2b256_bytes(own.bytes);
   peer_.link.blobs().put(hash, own.bytes, step);
   wire::Envelope commit;
