@@ -74,6 +74,7 @@ bench: build data
 	$(BUILD)/bench/convergence/bench_convergence --json out/bench/convergence.json
 	python3 bench/network/bench_network.py --agora $(AGORA) --data $(DATA)/tokens/sp8k --json out/bench/network.json
 	$(BUILD)/bench/tst/bench_tst --json out/bench/tst.json
+	$(BUILD)/bench/poisoning/bench_poisoning --json out/bench/poisoning.json
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

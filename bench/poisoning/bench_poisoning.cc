@@ -91,8 +91,8 @@ struct Outcome {
 int main(int argc, char** argv) {
   CLI::App app{"DeMo under poisoning: final validation loss with hostile simulated peers"};
   std::string data = "data/tokens/sp8k", preset = "tiny", out = "out/bench/poisoning", json;
-  int64_t seq_len = 128, batch = 32, micro = 4, peers = 8, steps = 200, eval_windows = 64;
-  int64_t warmup = 20, threads = 0;
+  int64_t seq_len = 128, batch = 32, micro = 4, peers = 8, steps = 80, eval_windows = 64;
+  int64_t warmup = 10, threads = 0;
   double lr = 1e-2, ratio = 2.0;
   bool unbounded = true;
   std::string only;

@@ -73,7 +73,7 @@ void build(PeerContext& peer, const wire::Welcome& welcome) {
     try {
       const Payload payload = decode_payload(bytes, layout);
       // A payload of another step (an old one replayed under a new commitment) has the right
-      // layout; applying it would fail on every peer.
+      // layout: refused here, it never becomes final and its author is struck.
       if (payload.step != step) {
         return fmt::format("the payload is for step {}, its commitment for step {}", payload.step,
                            step);
