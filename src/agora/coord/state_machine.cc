@@ -268,6 +268,13 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   add_members(welcome->mutable_holders(), holders);
   welcome->set_checkpointer(m.checkpointer);
   send(from, std::move(reply));
+  // Peers' servers answer only members the coordinator listed to them (protocol.md, "Peers'
+  // servers"): tell them about the joiner now, not at the next RoundStart.
+  wire::Envelope admit;
+  add_members(admit.mutable_admit()->mutable_joining(), {from});
+  for (const auto& [key, other] : state_.members) {
+    if (key != from && current(other)) send(key, admit);
+  }
   log(EventKind::kJoin,
       fmt::format("{} {} ({}) at {} as {}{}; {} active", short_hex(from),
                   rejoin ? "rejoined" : "joined", m.agent, m.endpoint, to_string(m.state),

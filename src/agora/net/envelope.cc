@@ -58,6 +58,7 @@ std::string kind_name(const wire::Envelope& envelope) {
     case E::kFinalized: return "finalized";
     case E::kResync: return "resync";
     case E::kFinished: return "finished";
+    case E::kAdmit: return "admit";
     case E::kGetBlob: return "get_blob";
     case E::kBlob: return "blob";
     case E::kGetTensor: return "get_tensor";

@@ -60,6 +60,8 @@ class Peer {
     round_.forget_finalized();  // the run may have gone back: sets are asked for again
     round_.settle(/*force_report=*/true);
   }
+  // Loads the state `welcome` names; returns the finalized steps to catch up to.
+  uint64_t join_state(wire::Welcome welcome);
   std::optional<wire::Envelope> next_message();
   void on_round_start(const wire::RoundStart& round);
   void on_refused(const wire::Refused& refused);
@@ -71,6 +73,33 @@ class Peer {
   Round round_;
   std::deque<wire::Envelope> deferred_;  // arrived while catching up; handled next
 };
+
+uint64_t Peer::join_state(wire::Welcome welcome) {
+  // Holders keep the snapshots of their two newest reports: a joiner that took too long (a
+  // large model on a slow link, a run moving fast) finds the state gone, and asks again for a
+  // newer one rather than giving up.
+  constexpr int kAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      sync(welcome.state(), {welcome.holders().begin(), welcome.holders().end()});
+      return welcome.finalized_steps();
+    } catch (const Error& e) {
+      if (attempt == kAttempts || peer_.stopping()) throw;
+      peer_.log(fmt::format("could not load the parameters after step {}: {}; joining again for "
+                            "a newer state (attempt {} of {})",
+                            welcome.state().applied_steps(), e.what(), attempt + 1, kAttempts));
+    }
+    welcome = join(peer_);
+    check_welcome(welcome);
+    if (welcome.run_id() != peer_.run_id) {
+      fail("the coordinator now runs another run ({}, this peer joined {})", welcome.run_id(),
+           peer_.run_id);
+    }
+    peer_.checkpointer = welcome.checkpointer();
+    peer_.log(fmt::format("joined again ({} finalized steps)", welcome.finalized_steps()),
+              "rejoin", {{"finalized_steps", welcome.finalized_steps()}, {"attempt", attempt + 1}});
+  }
+}
 
 std::optional<wire::Envelope> Peer::next_message() {
   if (!deferred_.empty()) {
@@ -150,8 +179,8 @@ PeerSummary Peer::run() {
             {{"run", peer_.run_id},
              {"finalized_steps", welcome.finalized_steps()},
              {"checkpointer", peer_.checkpointer}});
-  sync(welcome.state(), {welcome.holders().begin(), welcome.holders().end()});
-  catch_up(welcome.finalized_steps());
+  const uint64_t finalized = join_state(welcome);
+  catch_up(finalized);
   while (!peer_.stopping() && peer_.phase != PeerPhase::kFinished) {
     peer_.phase = PeerPhase::kWaiting;
     const std::optional<wire::Envelope> m = next_message();

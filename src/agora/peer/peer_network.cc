@@ -223,6 +223,8 @@ void PeerNetwork::on_coordinator(const wire::Envelope& m) {
     server_->admit(m.welcome().holders(), /*replace=*/false, now);
   } else if (m.has_resync()) {
     server_->admit(m.resync().holders(), /*replace=*/false, now);
+  } else if (m.has_admit()) {
+    server_->admit(m.admit().joining(), /*replace=*/false, now);
   }
 }
 
