@@ -112,6 +112,23 @@ TEST_F(CoordinatorTest, AJoinAdvertisingAnotherMembersEndpointIsRefused) {
       1u);
 }
 
+// Peers' servers answer only keys the coordinator listed to them: a joiner is listed to every
+// current member at once (Admit), also when no RoundStart would list it (a paused run).
+TEST_F(CoordinatorTest, AJoinerIsAdmittedToEveryCurrentMemberAtOnce) {
+  make();
+  handle(0, join_msg(ids_[0]), kT0);
+  handle(1, join_msg(ids_[1]), kT0);
+  const Actions a = handle(2, join_msg(ids_[2]), kT0 + 1);
+  for (int member : {0, 1}) {
+    const auto admits = sent(a, key(member), Body::kAdmit);
+    ASSERT_EQ(admits.size(), 1u) << member;
+    ASSERT_EQ(admits[0].admit().joining_size(), 1);
+    EXPECT_EQ(admits[0].admit().joining(0).key(), key(2));
+    EXPECT_EQ(admits[0].admit().joining(0).endpoint(), endpoint_of(ids_[2]));
+  }
+  EXPECT_TRUE(sent(a, key(2), Body::kAdmit).empty()) << "the joiner is not told about itself";
+}
+
 // ---- witnesses ---------------------------------------------------------------------------------
 
 // Members 0, 1, 2 commit step 0 (payload i from member i); the round closes.

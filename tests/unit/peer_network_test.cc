@@ -404,6 +404,26 @@ TEST(PeerNetworkTest, AJoinerRefusedAtFirstRetriesUntilListed) {
   EXPECT_GE(b.net->counters().refused_by_reason[static_cast<size_t>(Refusal::kNotMember)], 1u);
 }
 
+// The coordinator's Admit (sent to every member when someone joins) admits the joiner by itself:
+// a paused run sends no RoundStart.
+TEST(PeerNetworkTest, AnAdmitLetsAJoinerFetch) {
+  FakeCoordinator coordinator;
+  Node b(coordinator), joiner(coordinator);
+  introduce(coordinator, {&b});
+  auto snapshot = std::make_shared<Snapshot>();
+  (*snapshot)["w"] = TensorBytes{"F32", {1}, std::string(4, '\5')};
+  b.net->publish_snapshot(2, snapshot);
+  wire::StateRecord state;
+  state.set_applied_steps(2);
+  state.add_tensor_names("w");
+  state.add_tensor_hashes(blake2b256_bytes(std::string(4, '\5')));
+  wire::Envelope admit;
+  *admit.mutable_admit()->add_joining() = joiner.member();
+  coordinator.server.send(coordinator.routes.at(b.id.curve_public()), admit);
+  const Snapshot got = joiner.net->fetch_state(state, {b.member()}, 20);
+  EXPECT_EQ(got.at("w").data, std::string(4, '\5'));
+}
+
 // A member that speaks to b's server directly, as an attacker's own code would.
 struct RawMember {
   net::Identity id = net::Identity::generate();
