@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <map>
+#include <string_view>
 
 #include "agora/core/error.h"
 #include "agora/optim/dct.h"
@@ -136,7 +137,8 @@ std::vector<Payload> DecoupledMomentum::admit(const StepContext& context,
                                               std::span<const Contribution> contributions,
                                               ApplyReport& report) const {
   std::vector<Payload> payloads;
-  std::map<std::string, std::string> first_sender;  // bytes -> the peer that sent them first
+  // bytes -> the peer that sent them first; views into `contributions`, which outlive the map
+  std::map<std::string_view, std::string_view> first_sender;
   for (const Contribution* c : canonical_order(contributions)) {
     const auto [copy, fresh] = first_sender.try_emplace(c->bytes, c->peer);
     if (!fresh) {
