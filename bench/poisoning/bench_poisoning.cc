@@ -11,8 +11,9 @@
 //   zero       every value 0: a lazy member that trained nothing
 //
 // For each: the final validation loss with the bound on a contribution's influence
-// (demo.max_norm_ratio, its default) and, for one attacker, without it (ratio 0), against the
-// clean run; how many contribution tensors the bound scaled down. Writes --json.
+// (demo.max_norm_ratio, its default) and, for one attacker of the --unbounded-attacks, without it
+// (ratio 0), against the clean run; how many contribution tensors the bound scaled down. Writes
+// --json.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -94,8 +95,7 @@ int main(int argc, char** argv) {
   int64_t seq_len = 128, batch = 32, micro = 4, peers = 8, steps = 80, eval_windows = 64;
   int64_t warmup = 10, threads = 0;
   double lr = 1e-2, ratio = 2.0;
-  bool unbounded = true;
-  std::string only;
+  std::string only, unbounded_only = "sign_flip,scale_1e6";
   app.add_option("--data", data, "Token folder (agora tokenize)");
   app.add_option("--preset", preset, "Model preset");
   app.add_option("--seq-len", seq_len);
@@ -109,7 +109,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-norm-ratio", ratio, "demo.max_norm_ratio of the bounded runs");
   app.add_option("--threads", threads, "0 = every core");
   app.add_option("--attacks", only, "Comma-separated subset of sign_flip,scale_1e6,noise,stale,zero");
-  app.add_flag("!--no-unbounded", unbounded, "Skip the runs without the bound");
+  app.add_option("--unbounded-attacks", unbounded_only,
+                 "Attacks also run without the bound (one attacker), comma-separated; empty "
+                 "for none");
   app.add_option("--out", out, "Folder for the runs' checkpoints");
   app.add_option("--json", json, "Write the results as JSON");
   CLI11_PARSE(app, argc, argv);
@@ -119,12 +121,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  const auto listed = [](const std::string& list, const std::string& a) {
+    return ("," + list + ",").find("," + a + ",") != std::string::npos;
+  };
   std::vector<std::string> attacks;
   for (const std::string& a : kAttacks) {
-    if (only.empty() || ("," + only + ",").find("," + a + ",") != std::string::npos) {
-      attacks.push_back(a);
-    }
+    if (only.empty() || listed(only, a)) attacks.push_back(a);
   }
+  const bool unbounded = !unbounded_only.empty();
 
   const auto run = [&](const std::string& name, const std::string& attack, int64_t attackers,
                        double max_norm_ratio) {
@@ -176,7 +180,7 @@ int main(int argc, char** argv) {
       for (const std::string& attack : attacks) {
         Row row{attack, attackers, {}, {}};
         row.bounded = run(fmt::format("{}_{}", attack, attackers), attack, attackers, ratio);
-        if (unbounded && attackers == 1) {
+        if (attackers == 1 && listed(unbounded_only, attack)) {
           row.unbounded =
               run(fmt::format("{}_{}_unbounded", attack, attackers), attack, attackers, 0.0);
         }

@@ -65,26 +65,25 @@ def scenario_steps(agora, adversary, data):
 
 
 def scenario_values(agora, adversary, data):
-    """Valid but extreme payloads (demo.one_bit = false, so values travel as floats): one
-    adversary sends an honest payload's positions with values near FLT_MAX of the opposite sign
-    (each decides the sign of every coefficient it selects, against the honest direction),
-    another the honest payload with its signs flipped. Neither may move the model more than an honest member can (docs/security.md):
-    the honest peers stay identical and finite, their own training loss falls as it does without
-    attackers, and they train to the end."""
-    run = AdversaryRun(agora, adversary, data, "adv-values", honest=3, adversaries=2,
+    """Valid but extreme payloads (demo.one_bit = false, so values travel as floats): one member
+    of four sends an honest payload's positions with values near FLT_MAX of the opposite sign,
+    which without a bound decides the sign of every coefficient it selects, against the honest
+    direction (the issue's run: the honest loss rose from 9.0 to 11.8). Bounded, it counts at most
+    demo.max_norm_ratio honest members (docs/security.md), fewer than the three honest ones: the
+    honest peers stay identical and finite, their own training loss falls, and they train to the
+    end. (Sign flips at an honest size, and two attackers, are measured by bench/poisoning.)"""
+    run = AdversaryRun(agora, adversary, data, "adv-values", honest=3, adversaries=1,
                        steps=steps(24, 80), sets=["demo.one_bit=false"])
     run.start_coordinator()
     run.start_honest()
     run.start_adversary(3, "scale", "--factor=-3e38", "--from-round", 1)
-    run.start_adversary(4, "sign-flip", "--from-round", 1)
     run.finish()
-    for i in (3, 4):
-        run.check_attacked(i, at_least=run.steps // 2)
-        run.check_trained_after(i)
+    run.check_attacked(3, at_least=run.steps // 2)
+    run.check_trained_after(3)
     run.check_identical(run.honest, throughout=run.honest)
     run.check_honest_unharmed()
     run.check_honest_loss_falls()
-    print("FLT_MAX and sign-flipped contributions did not stop the honest loss from falling")
+    print("FLT_MAX contributions of the opposite sign did not stop the honest loss from falling")
     run.cleanup()
 
 

@@ -14,12 +14,16 @@
 
 #include "../unit/test_support.h"
 #include "agora/core/error.h"
+#include "agora/core/file.h"
 #include "agora/core/hash.h"
+#include "agora/core/hex.h"
 #include "agora/net/identity.h"
 #include "agora/obs/metrics.h"
 #include "agora/peer/peer.h"
 #include "agora/peer/peer_link.h"
 #include "agora/peer/peer_metrics.h"
+#include "agora/train/checkpoint.h"
+#include "agora/train/parameter_hash.h"
 #include "agora/train/trainer.h"
 
 namespace agora::peer {
@@ -54,6 +58,7 @@ class FakeRun : public PeerLink {
       welcome->set_finalized_steps(0);
       welcome->mutable_state()->set_applied_steps(0);
       *welcome->add_holders() = member_;
+      welcome->set_checkpointer(checkpointer);
       push(w);
       push(round_start(0));
     } else if (m.has_commit()) {
@@ -138,6 +143,7 @@ class FakeRun : public PeerLink {
   // When set: after the inbox empties, this many messages without a pause, the last Finished.
   int busy_messages = 0;
   uint64_t finish_steps = 0;
+  bool checkpointer = false;  // what the Welcome makes the peer
   std::optional<uint64_t> applied_when_finished;
   uint64_t status_applied = 0;
   std::string run_id_;
@@ -302,6 +308,28 @@ TEST_F(PeerRoundTest, FinalizedStepsAreAppliedWhileMessagesKeepComing) {
   EXPECT_EQ(peer.applied_steps, 1u);
   ASSERT_TRUE(link.applied_when_finished.has_value());
   EXPECT_EQ(*link.applied_when_finished, 1u) << "step 0 waited for a pause in the messages";
+}
+
+// A folder named like the checkpoint a checkpointer writes, left by an earlier run, holds other
+// parameters: it is replaced, so what the peer reports (its hash) is what the folder holds.
+TEST_F(PeerRoundTest, ACheckpointerReplacesAStaleFolderOfTheSameName) {
+  FakeRun link(config_toml(2), 2, kBatch);
+  link.checkpointer = true;
+  const fs::path stale = dir_ / "peer" / "checkpoint_000002";
+  fs::create_directories(stale);
+  write_file_atomic(stale / "agora.json", "{\"step\": 2, \"stale\": true}\n");
+  const std::atomic<bool> stop{false};
+  const PeerSummary peer = run(link, stop);
+  ASSERT_EQ(peer.applied_steps, 2u);
+  std::string reported;
+  for (const wire::Envelope& m : link.sent) {
+    if (m.has_checkpoint_report() && m.checkpoint_report().applied_steps() == 2) {
+      reported = hex_encode(m.checkpoint_report().state_hash());
+    }
+  }
+  EXPECT_EQ(reported, peer.state_hash);
+  const LoadedCheckpoint written = load_checkpoint(stale, torch::kCPU);
+  EXPECT_EQ(parameter_hash(written.model), reported) << "the folder holds what was reported";
 }
 
 TEST_F(PeerRoundTest, AStoppedPeerSendsLeave) {

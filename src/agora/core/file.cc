@@ -24,9 +24,10 @@ fs::path temporary_beside(const fs::path& target) {
                   std::to_string(counter.fetch_add(1)));
 }
 
-// Makes a rename in `folder` durable. Best effort: some file systems refuse fsync on a folder,
-// and the file is already complete and in place either way.
-void sync_folder_of(const fs::path& path) {
+}  // namespace
+
+// The file is already complete and in place either way: a folder that refuses is not an error.
+void sync_parent_folder(const fs::path& path) {
   fs::path folder = path.parent_path();
   if (folder.empty()) folder = ".";
   const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -35,6 +36,8 @@ void sync_folder_of(const fs::path& path) {
     ::close(fd);
   }
 }
+
+namespace {
 
 // Writes all of `data`, at `offset` or (offset < 0) at the file position; false with errno set
 // when the system refuses.
@@ -116,7 +119,7 @@ void AtomicFile::commit() {
     ::unlink(temporary_.c_str());
     fail("cannot rename {} to {}: {}", temporary_.string(), path_.string(), std::strerror(error));
   }
-  sync_folder_of(path_);
+  sync_parent_folder(path_);
 }
 
 void AtomicFile::check_open(const char* operation) const {
@@ -161,7 +164,7 @@ void replace_symlink(const fs::path& link, const fs::path& target) {
     ::unlink(temporary.c_str());
     fail("cannot rename {} to {}: {}", temporary.string(), link.string(), std::strerror(error));
   }
-  sync_folder_of(link);
+  sync_parent_folder(link);
 }
 
 }  // namespace agora

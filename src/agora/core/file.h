@@ -67,6 +67,10 @@ class AtomicFile {
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes,
                        mode_t mode = 0644);
 
+// Makes a rename into the folder that holds `path` durable (fsync of that folder). Best effort:
+// some file systems refuse fsync on a folder.
+void sync_parent_folder(const std::filesystem::path& path);
+
 // Points the symlink `link` at `target` (stored as given: a relative target is relative to
 // link's folder), replacing any link there in one rename, so a reader that follows `link`
 // finds the old target or the new one, never nothing. Throws Error naming the link.

@@ -54,9 +54,13 @@ void Checkpointer::write() {
   meta.step = static_cast<int64_t>(peer_.applied);
   meta.tokens_seen = peer_.config.data_tokens_through(static_cast<int64_t>(peer_.applied));
   meta.eot_id = peer_.data.eot_id;
-  if (!fs::exists(dir)) {
+  // A folder of that name from an earlier run, or from before the run went back to a
+  // checkpoint, holds other parameters: it is replaced, so the report below tells the truth.
+  // Only this process's own checkpoint of the step (finish() after after_apply()) is kept.
+  if (written_step_ != peer_.applied || !fs::exists(dir)) {
     save_checkpoint(dir, peer_.learner.model, meta, peer_.data.tokenizer_spec,
                     peer_.config.to_toml(), std::nullopt);
+    written_step_ = peer_.applied;
   }
   replace_symlink(root / "latest", dir.filename());
   peer_.summary.checkpoint = dir;

@@ -24,14 +24,15 @@ class Checkpointer {
 
   // After a step is applied: writes a checkpoint every train.checkpoint_interval applied steps.
   void after_apply();
-  // Writes PEER_ROOT/checkpoint_<applied>/ (unless it exists), points PEER_ROOT/latest at it, and
-  // reports it to the coordinator.
+  // Writes PEER_ROOT/checkpoint_<applied>/ (replacing a folder of that name this process did not
+  // write), points PEER_ROOT/latest at it, and reports it to the coordinator.
   void write();
 
  private:
   PeerContext& peer_;
   std::unique_ptr<Sampler> val_;  // opened on first use
   bool validation_failed_ = false;
+  std::optional<uint64_t> written_step_;  // the step of the checkpoint this process wrote last
 };
 
 }  // namespace agora::peer

@@ -51,6 +51,7 @@ void save_checkpoint(const fs::path& dir, Llama& model, const CheckpointMeta& me
   // Replace the folder whole: a reader sees the old checkpoint or the new one.
   if (fs::exists(dir)) fs::remove_all(dir);
   fs::rename(tmp, dir);
+  sync_parent_folder(dir);  // the rename survives a power cut, like every other file we write
 }
 
 void copy_parameters(Llama& model, const std::map<std::string, torch::Tensor>& source,
