@@ -353,6 +353,19 @@ TEST(PeerNetworkTest, APayloadArrivingAfterTheWitnessIsKept) {
   EXPECT_EQ(a.net->counters().payloads_late, 1u);
 }
 
+// Publishes on `holder` a one-tensor snapshot ("w", 4 bytes of `fill`) after `step` steps; returns
+// its state record.
+wire::StateRecord publish_one_tensor(Node& holder, uint64_t step, char fill) {
+  auto snapshot = std::make_shared<Snapshot>();
+  (*snapshot)["w"] = TensorBytes{"F32", {1}, std::string(4, fill)};
+  holder.net->publish_snapshot(step, snapshot);
+  wire::StateRecord state;
+  state.set_applied_steps(step);
+  state.add_tensor_names("w");
+  state.add_tensor_hashes(blake2b256_bytes(std::string(4, fill)));
+  return state;
+}
+
 TEST(PeerNetworkTest, StrangersGetNoDataAndAreCounted) {
   FakeCoordinator coordinator;
   Node a(coordinator), b(coordinator), stranger(coordinator);
@@ -362,13 +375,7 @@ TEST(PeerNetworkTest, StrangersGetNoDataAndAreCounted) {
   EXPECT_EQ(stranger.net->ensure(1, {record}, {b.member()}, 2).size(), 1u);
   EXPECT_FALSE(stranger.net->blobs().contains(record.payload_hash()));
   EXPECT_GE(b.net->counters().refused_by_reason[static_cast<size_t>(Refusal::kNotMember)], 1u);
-  auto snapshot = std::make_shared<Snapshot>();
-  (*snapshot)["w"] = TensorBytes{"F32", {1}, std::string(4, '\1')};
-  b.net->publish_snapshot(3, snapshot);
-  wire::StateRecord state;
-  state.set_applied_steps(3);
-  state.add_tensor_names("w");
-  state.add_tensor_hashes(blake2b256_bytes(std::string(4, '\1')));
+  const wire::StateRecord state = publish_one_tensor(b, 3, '\1');
   EXPECT_THROW(stranger.net->fetch_state(state, {b.member()}, 2), Error);
   // Once the coordinator lists it as joining, the same fetch works (a joiner retries).
   wire::Envelope start;
@@ -384,13 +391,7 @@ TEST(PeerNetworkTest, AJoinerRefusedAtFirstRetriesUntilListed) {
   FakeCoordinator coordinator;
   Node b(coordinator), joiner(coordinator);
   introduce(coordinator, {&b});
-  auto snapshot = std::make_shared<Snapshot>();
-  (*snapshot)["w"] = TensorBytes{"F32", {1}, std::string(4, '\7')};
-  b.net->publish_snapshot(3, snapshot);
-  wire::StateRecord state;
-  state.set_applied_steps(3);
-  state.add_tensor_names("w");
-  state.add_tensor_hashes(blake2b256_bytes(std::string(4, '\7')));
+  const wire::StateRecord state = publish_one_tensor(b, 3, '\7');
   std::thread admit([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     wire::Envelope start;
@@ -410,13 +411,7 @@ TEST(PeerNetworkTest, AnAdmitLetsAJoinerFetch) {
   FakeCoordinator coordinator;
   Node b(coordinator), joiner(coordinator);
   introduce(coordinator, {&b});
-  auto snapshot = std::make_shared<Snapshot>();
-  (*snapshot)["w"] = TensorBytes{"F32", {1}, std::string(4, '\5')};
-  b.net->publish_snapshot(2, snapshot);
-  wire::StateRecord state;
-  state.set_applied_steps(2);
-  state.add_tensor_names("w");
-  state.add_tensor_hashes(blake2b256_bytes(std::string(4, '\5')));
+  const wire::StateRecord state = publish_one_tensor(b, 2, '\5');
   wire::Envelope admit;
   *admit.mutable_admit()->add_joining() = joiner.member();
   coordinator.server.send(coordinator.routes.at(b.id.curve_public()), admit);
