@@ -112,12 +112,23 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
   }
   if (others.empty()) fail("no member holds the parameters after step {}", state.applied_steps());
   const double started = now_seconds();
+  // A holder that never answers (gone, or hostile) costs each tensor it was asked for one
+  // timeout before the next holder is asked: as long as the largest tensor needs at 1 MB/s,
+  // within [10 s, tensor_timeout_seconds], rather than always the longest.
+  uint64_t largest = 0;
+  {
+    MutexLock lock(mutex_);
+    largest = settings_.max_tensor_bytes;
+  }
+  const double per_source = largest == 0 ? options_.tensor_timeout_seconds
+                                         : std::clamp(static_cast<double>(largest) / 1e6, 10.0,
+                                                      options_.tensor_timeout_seconds);
   auto job = std::make_shared<Job>();
   for (int i = 0; i < state.tensor_names_size(); ++i) {
     Want want;
     want.key = state.tensor_names(i);
     want.expected_hash = state.tensor_hashes(i);
-    want.timeout = options_.tensor_timeout_seconds;
+    want.timeout = per_source;
     // A joiner is listed in the holders' member lists from the next RoundStart on.
     want.retry_refused = true;
     auto* get = want.request.mutable_get_tensor();
