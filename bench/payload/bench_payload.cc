@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "agora/config/model_config.h"
+#include "agora/config/parameter_shapes.h"
 #include "agora/core/allocator.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
@@ -77,24 +78,11 @@ struct Param {
 };
 
 // Llama's parameters (names and shapes, in named_parameters() order) from the config alone.
-std::vector<Param> parameter_shapes(const agora::ModelConfig& c) {
-  const int64_t d = c.hidden_size, h = c.intermediate_size, v = c.padded_vocab_size();
-  const int64_t kv = c.num_kv_heads * c.head_dim();
-  std::vector<Param> out = {{"model.embed_tokens.weight", {v, d}}};
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string layer = fmt::format("model.layers.{}.", i);
-    out.push_back({layer + "self_attn.q_proj.weight", {d, d}});
-    out.push_back({layer + "self_attn.k_proj.weight", {kv, d}});
-    out.push_back({layer + "self_attn.v_proj.weight", {kv, d}});
-    out.push_back({layer + "self_attn.o_proj.weight", {d, d}});
-    out.push_back({layer + "mlp.gate_proj.weight", {h, d}});
-    out.push_back({layer + "mlp.up_proj.weight", {h, d}});
-    out.push_back({layer + "mlp.down_proj.weight", {d, h}});
-    out.push_back({layer + "input_layernorm.weight", {d}});
-    out.push_back({layer + "post_attention_layernorm.weight", {d}});
+std::vector<Param> parameters_of(const agora::ModelConfig& c) {
+  std::vector<Param> out;
+  for (agora::ParameterShape& p : agora::parameter_shapes(c)) {
+    out.push_back({std::move(p.name), std::move(p.shape)});
   }
-  out.push_back({"model.norm.weight", {d}});
-  if (!c.tie_embeddings) out.push_back({"lm_head.weight", {v, d}});
   return out;
 }
 
@@ -255,7 +243,7 @@ int run(const Options& o) {
     PresetResult r;
     r.name = item.substr(0, colon);
     r.config = agora::model_preset(r.name, std::stoll(item.substr(colon + 1)), kSeqLen);
-    const std::vector<Param> shapes = parameter_shapes(r.config);
+    const std::vector<Param> shapes = parameters_of(r.config);
     for (const Param& p : shapes) r.parameters += p.numel();
     if (r.parameters != r.config.num_parameters()) {
       problems.push_back(

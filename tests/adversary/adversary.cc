@@ -463,7 +463,7 @@ void Adversary::report_state(uint64_t applied) {
     s->set_applied_steps(k);
     s->set_state_hash(random_bytes(rng_, 32));
     if (o_.state_mode != "empty") {
-      for (const NamedShape& p : model_parameters(config_->model)) {
+      for (const ParameterShape& p : parameter_shapes(config_->model)) {
         s->add_tensor_names(p.name);
         s->add_tensor_hashes(random_bytes(rng_, 32));
       }

@@ -93,7 +93,7 @@ void Adversary::flood_tick() {
     } else if (kind == "get-tensor") {
       const auto k = static_cast<uint64_t>(std::max<int64_t>(1, config_->network.hash_interval));
       e.mutable_get_tensor()->set_applied_steps(finalized_ / k * k);
-      e.mutable_get_tensor()->set_name(model_parameters(config_->model).front().name);
+      e.mutable_get_tensor()->set_name(parameter_shapes(config_->model).front().name);
     } else {
       fail(
           "--flood-kind {}: expected heartbeat, get-finalized, join, witness, state-report, "

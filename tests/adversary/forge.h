@@ -16,18 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "agora/config/parameter_shapes.h"
 #include "agora/config/run_config.h"
 #include "agora/optim/payload.h"
 
 namespace agora::adversary {
 
-struct NamedShape {
-  std::string name;
-  std::vector<int64_t> shape;
-};
-
-// The model's parameters in the strategy's order (names as state reports carry them).
-std::vector<NamedShape> model_parameters(const ModelConfig& model);
 // DeMo's payload layout for `config` (model, demo.chunk, demo.topk, demo.one_bit).
 PayloadLayout demo_layout(const RunConfig& config);
 
