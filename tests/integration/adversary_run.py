@@ -139,13 +139,17 @@ class AdversaryRun(Run):
                           f"{i_attacker}'s attacks (from {first} final steps to round {last})")
 
     def check_honest_loss_falls(self, peers=None):
-        """The honest peers' own training losses fall (what attackers claim is not used)."""
+        """The honest peers' own training losses fall (what attackers claim is not used),
+        compared over the first and last quarter of the run: a bounded attacker still kicks the
+        weights now and then (every honest loss jumps by up to a nat for a step or two), and one
+        jump in a window of 3 steps hid a real fall (adversary_values in CI: 9.00 -> 8.46
+        against a bound of 0.75)."""
         by_round = {}
         for i in (self.honest if peers is None else peers):
             for e in self.events(i, "trained"):
                 by_round.setdefault(e["round"], []).append(e["loss"])
         losses = [sum(v) / len(v) for _, v in sorted(by_round.items())]
-        self.check_loss_falls(losses)
+        self.check_loss_falls(losses, window=max(3, len(losses) // 4))
 
     def finish(self, peers=None):
         """The run finished; the honest peers (`peers`) exited 0 with one final hash."""

@@ -282,25 +282,28 @@ class Run:
         if len(set(ends.values())) != 1:
             self.fail(f"the peers finished with different parameters: {ends}")
 
-    def check_loss_falls(self, losses=None):
-        """The mean loss of the last 3 steps is below that of the first 3 by more than their
-        noise (losses: the coordinator's step rows unless given). A step's loss is the mean over
-        train.batch_size x data.seq_len tokens; each token's loss lies within a few nats of the
-        uniform ln(vocab_size) the model starts at, so 3 steps' mean is known to about
-        ln(V) / sqrt(3 B T), and a fall of 4 times that (times sqrt(2) for a difference) is no
-        accident of the batches drawn."""
+    def check_loss_falls(self, losses=None, window=3):
+        """The mean loss of the last `window` steps is below that of the first `window` by more
+        than their noise (losses: the coordinator's step rows unless given). A step's loss is the
+        mean over train.batch_size x data.seq_len tokens; each token's loss lies within a few nats
+        of the uniform ln(vocab_size) the model starts at, so `window` steps' mean is known to
+        about ln(V) / sqrt(window B T), and a fall of 4 times that (times sqrt(2) for a
+        difference) is no accident of the batches drawn. Runs whose steps jump (a hostile member
+        kicks the weights now and then) need wider windows than 3: one jump in 3 steps can hide
+        the whole fall."""
         if losses is None:
             losses = [r["loss"] for r in self.steps_final()]
         losses = [x for x in losses if isinstance(x, (int, float)) and math.isfinite(x)]
-        if len(losses) < 6:
-            self.fail(f"only {len(losses)} losses reported")
-        tokens = 3 * self.batch_size * int(self.cfg("data.seq_len"))
+        if len(losses) < 2 * window:
+            self.fail(f"only {len(losses)} losses reported, fewer than two windows of {window}")
+        tokens = window * self.batch_size * int(self.cfg("data.seq_len"))
         margin = 4 * math.sqrt(2) * math.log(int(self.cfg("model.vocab_size"))) / math.sqrt(tokens)
-        first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
+        first, last = sum(losses[:window]) / window, sum(losses[-window:]) / window
         if not last < first - margin:
-            self.fail(f"the loss did not fall by more than {margin:.3f}: first steps {first:.3f}, "
-                      f"last steps {last:.3f}")
-        print(f"loss {first:.3f} -> {last:.3f} over {len(losses)} steps (noise bound {margin:.3f})")
+            self.fail(f"the loss did not fall by more than {margin:.3f}: first {window} steps "
+                      f"{first:.3f}, last {window} steps {last:.3f}")
+        print(f"loss {first:.3f} -> {last:.3f} over {len(losses)} steps (means of {window} steps; "
+              f"noise bound {margin:.3f})")
 
     # ---------------------------------------------------------------------------- waiting
 
