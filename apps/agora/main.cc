@@ -8,7 +8,12 @@
 #include "commands.h"
 
 int main(int argc, char** argv) {
-  agora::tune_allocator_for_tensors();
+  try {
+    agora::tune_allocator_for_tensors();
+  } catch (const agora::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
   CLI::App app{"agora: pretrain language models on compute that nobody owns together"};
   app.set_version_flag("--version", agora::cli::version_string());
   app.require_subcommand(1);

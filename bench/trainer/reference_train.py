@@ -7,17 +7,20 @@ attention with an explicit boolean mask (libtorch 1.13 has no scaled_dot_product
 agora does not use it either), SwiGLU MLP, no biases, optional tied embeddings, vocabulary padded
 to a multiple of 64. The same init (normal(0, init_std) for matrices, init_std / sqrt(2L) for
 o_proj and down_proj, norms at 1), the same loss (mean cross-entropy in float32), the same step
-(gradients set to None, forward, backward, clip_grad_norm_(1.0), AdamW with decay on the >= 2-D
-parameters only).
+(gradients set to None; per micro-batch forward, loss / accumulation steps, backward;
+clip_grad_norm_(1.0), AdamW with decay on the >= 2-D parameters only).
 
 bench_trainer passes the model's shape from agora's ModelConfig, so the two cannot drift. Tokens
 are random, from a generator seeded like agora's worker (the same ids, given the same seed).
 
-Prints one JSON line: parameters, threads, first_loss, last_loss, tokens_per_s (one per repeat).
+Prints one JSON line: parameters, threads, first_loss, last_loss, tokens_per_s (one per repeat),
+and over the timed steps faults_per_step (minor page faults) and system_share (kernel CPU time over
+all CPU time), from getrusage like agora's worker.
 """
 import argparse
 import json
 import math
+import resource
 import time
 
 import torch
@@ -142,7 +145,8 @@ class Llama(nn.Module):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name in ("vocab-size", "hidden-size", "intermediate-size", "num-layers", "num-heads",
-                 "num-kv-heads", "seq-len", "batch", "threads", "warmup", "steps", "repeats", "seed"):
+                 "num-kv-heads", "seq-len", "batch", "micro-batch", "threads", "warmup", "steps", "repeats",
+                 "seed"):
         p.add_argument("--" + name, type=int, required=True)
     p.add_argument("--tie-embeddings", type=int, choices=(0, 1), required=True)
     for name in ("rope-theta", "rms-norm-eps", "init-std", "lr", "beta1", "beta2", "eps",
@@ -166,12 +170,19 @@ def main():
     batches = torch.randint(0, a.vocab_size, (a.warmup + a.steps * a.repeats, a.batch, T + 1),
                             generator=generator, dtype=torch.int64)
 
+    M = a.micro_batch
+    accumulation = a.batch // M
+
     def step(tokens):
         optimizer.zero_grad(set_to_none=True)
-        logits = model(tokens[:, :T])
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), tokens[:, 1:].reshape(-1))
-        loss.backward()
-        value = loss.item()
+        value = 0.0
+        for first in range(0, a.batch, M):
+            micro = tokens[first:first + M]
+            logits = model(micro[:, :T])
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
+                                   micro[:, 1:].reshape(-1)) / accumulation
+            loss.backward()
+            value += loss.item()
         torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
         optimizer.step()
         return value
@@ -181,12 +192,15 @@ def main():
         losses.append(step(batches[i]))
     rates = []
     index = a.warmup
+    before = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(a.repeats):
         start = time.perf_counter()
         for _ in range(a.steps):
             losses.append(step(batches[index]))
             index += 1
         rates.append(a.steps * a.batch * T / (time.perf_counter() - start))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     print(json.dumps({
         "parameters": sum(q.numel() for q in params),
         "threads": torch.get_num_threads(),
@@ -194,6 +208,8 @@ def main():
         "first_loss": losses[0],
         "last_loss": losses[-1],
         "tokens_per_s": rates,
+        "faults_per_step": (after.ru_minflt - before.ru_minflt) / (a.steps * a.repeats),
+        "system_share": (after.ru_stime - before.ru_stime) / cpu if cpu > 0 else 0.0,
     }))
 
 

@@ -1,6 +1,7 @@
 #include "workers.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -20,9 +21,27 @@ namespace agora::bench {
 
 using nlohmann::json;
 
+namespace {
+
+// What getrusage(RUSAGE_SELF) counts for every thread of this process: CPU seconds in user and
+// kernel mode, and minor page faults (a page touched for the first time since it was mapped).
+struct Usage {
+  double user_s = 0, system_s = 0;
+  int64_t minor_faults = 0;
+
+  static Usage now() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    const auto secs = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+    return {secs(u.ru_utime), secs(u.ru_stime), static_cast<int64_t>(u.ru_minflt)};
+  }
+};
+
+}  // namespace
+
 json agora_worker(const Options& o) {
-  const Shape shape = shape_for(o, o.preset);
-  const agora::ModelConfig config = agora::model_preset(o.preset, o.vocab, shape.seq_len);
+  const Case c = parse_case(o.worker_case, o.warmup, o.steps);
+  const agora::ModelConfig config = agora::model_preset(c.preset, o.vocab, c.seq_len);
   torch::set_num_threads(o.threads);
 
   torch::manual_seed(o.seed);  // as the trainer does, before building the model
@@ -36,21 +55,26 @@ json agora_worker(const Options& o) {
   for (const auto& p : params) parameters += p.numel();
 
   // Every batch up front, from their own generator (the Python side draws the same ids).
-  const int64_t B = o.batch, T = shape.seq_len;
+  const int64_t B = c.batch, T = c.seq_len, M = c.micro_batch;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(o.seed + 1);
   const torch::Tensor batches =
-      torch::randint(0, o.vocab, {shape.warmup + shape.steps * o.repeats, B, T + 1}, generator,
+      torch::randint(0, o.vocab, {c.warmup + c.steps * o.repeats, B, T + 1}, generator,
                      torch::TensorOptions().dtype(torch::kInt64));
 
-  // The trainer's step (trainer.cc) with one micro-batch: gradients cleared to undefined,
-  // forward, loss, backward, the loss read back, global-norm clipping, the strategy's update.
+  // The trainer's step (train/step.cc): gradients cleared to undefined; per micro-batch the
+  // forward, the loss scaled by the micro-batch's share of the batch, backward; the loss read
+  // back; global-norm clipping; the strategy's update.
   const auto step = [&](int64_t index) {
     for (auto& p : params) p.mutable_grad() = torch::Tensor();
-    const torch::Tensor tokens = batches[index];
-    const torch::Tensor logits = model->forward(tokens.narrow(1, 0, T));
-    const torch::Tensor loss = agora::next_token_loss(logits, tokens.narrow(1, 1, T));
-    loss.backward();
-    const double value = loss.item<double>();
+    double value = 0;
+    for (int64_t first = 0; first < B; first += M) {
+      const torch::Tensor tokens = batches[index].narrow(0, first, M);
+      const torch::Tensor logits = model->forward(tokens.narrow(1, 0, T));
+      const torch::Tensor loss =
+          agora::next_token_loss(logits, tokens.narrow(1, 1, T)) / static_cast<double>(B / M);
+      loss.backward();
+      value += loss.item<double>();
+    }
     torch::nn::utils::clip_grad_norm_(params, kGradClip);
     const agora::StepContext context{index, kLr};
     const agora::Contribution own = strategy.contribute(context);
@@ -60,18 +84,24 @@ json agora_worker(const Options& o) {
 
   std::vector<double> losses;
   int64_t index = 0;
-  for (; index < shape.warmup; ++index) losses.push_back(step(index));
+  for (; index < c.warmup; ++index) losses.push_back(step(index));
   std::vector<double> rates;
+  const Usage before = Usage::now();
   for (int r = 0; r < o.repeats; ++r) {
     const auto start = std::chrono::steady_clock::now();
-    for (int64_t s = 0; s < shape.steps; ++s, ++index) losses.push_back(step(index));
-    rates.push_back(static_cast<double>(shape.steps * B * T) / seconds_since(start));
+    for (int64_t s = 0; s < c.steps; ++s, ++index) losses.push_back(step(index));
+    rates.push_back(static_cast<double>(c.steps * B * T) / seconds_since(start));
   }
+  const Usage after = Usage::now();
+  const double cpu = (after.user_s - before.user_s) + (after.system_s - before.system_s);
   return {{"parameters", parameters},
           {"threads", torch::get_num_threads()},
           {"first_loss", losses.front()},
           {"last_loss", losses.back()},
-          {"tokens_per_s", rates}};
+          {"tokens_per_s", rates},
+          {"faults_per_step", static_cast<double>(after.minor_faults - before.minor_faults) /
+                                  static_cast<double>(c.steps * o.repeats)},
+          {"system_share", cpu > 0 ? (after.system_s - before.system_s) / cpu : 0.0}};
 }
 
 json sgemm_worker(const Options& o) {

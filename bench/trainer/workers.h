@@ -8,8 +8,10 @@
 
 namespace agora::bench {
 
-// The trainer's step on o.preset: warm-up steps, then o.repeats times the timed steps; gives
-// parameters, threads, first_loss, last_loss and tokens_per_s (one per repeat).
+// The trainer's step on the case o.worker_case: warm-up steps, then o.repeats times the timed
+// steps; gives parameters, threads, first_loss, last_loss, tokens_per_s (one per repeat), and
+// over the timed steps faults_per_step (minor page faults) and system_share (kernel CPU time
+// over all CPU time).
 nlohmann::json agora_worker(const Options& o);
 
 // The machine's ceiling: o.repeats times o.sgemm_iters float32 N x N torch::matmul calls; gives

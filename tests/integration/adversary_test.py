@@ -72,9 +72,9 @@ def scenario_values(agora, adversary, data):
     demo.max_norm_ratio honest members (docs/security.md), fewer than the three honest ones: the
     honest peers stay identical and finite, their own training loss falls, and they train to the
     end. (Sign flips at an honest size, and two attackers, are measured by bench/poisoning.)"""
-    # 60 steps: the attacker slows the descent (bounded, it still counts up to twice an honest
+    # 60 steps: the attacker slows the descent (bounded, it still counts as much as an honest
     # member, against three), so the fall needs more steps than a clean run's to clear the
-    # noise bound (40 steps fell 0.69 against a bound of 0.75 in one try).
+    # noise bound.
     run = AdversaryRun(agora, adversary, data, "adv-values", honest=3, adversaries=1,
                        steps=steps(60, 120), sets=["demo.one_bit=false"])
     run.start_coordinator()

@@ -53,7 +53,7 @@ struct DemoOptions {
   bool lookahead = false;
   // Bounded influence (influence.h): a contribution's values, per tensor, are scaled down to at
   // most this many times the step's lower-median norm. 0 turns the bound off.
-  double max_norm_ratio = 2.0;
+  double max_norm_ratio = 1.0;
 };
 
 class DecoupledMomentum final : public Strategy {
