@@ -268,12 +268,17 @@ std::vector<float> read_values(const uint8_t* p, ValueType type, size_t n,
       values[i] = std::bit_cast<float>(uint32_t{load_le16(p + 2 * i)} << 16);
     }
   } else {
-    for (size_t i = 0; i < n; ++i) values[i] = (p[i / 8] >> (i % 8)) & 1 ? -1.0f : 1.0f;
+    // The bit is the float's sign bit on 1.0f: branch-free, and +-1 needs no finiteness check.
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t bit = (p[i / 8] >> (i % 8)) & 1u;
+      values[i] = std::bit_cast<float>(0x3f800000u | bit << 31);
+    }
     // Unused bits must be 0 so that each payload has one encoding.
     if (n % 8 != 0 && (p[n / 8] >> (n % 8)) != 0) {
       fail("{}: the padding bits of the last one-bit byte are not 0 (byte 0x{:02x}, {} values)",
            where, p[n / 8], n);
     }
+    return values;
   }
   check_finite(values, where, "value");
   return values;
