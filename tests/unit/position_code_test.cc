@@ -168,6 +168,38 @@ TEST(PositionCode, RoundTripsOverManyNAndK) {
   }
 }
 
+// A decoder of a chunk or two computes binomials instead of building a table; both give the
+// same positions. (3001, 5) is used by no other test, so its table is not cached before.
+TEST(PositionCode, ComputedAndTabulatedBinomialsAgree) {
+  const uint64_t n = 3001, k = 5, chunks = 60;
+  const PositionCode code(n, k);
+  ASSERT_EQ(code.chunk_bits(), 51u);
+  std::mt19937_64 rng(3);
+  std::vector<uint64_t> ranks;
+  for (uint64_t c = 0; c < chunks; ++c) ranks.push_back(rng() % code.set_count());
+  ranks[1] = code.set_count() - 1;
+  ranks[2] = 0;
+  const auto pack = [&](const std::vector<uint64_t>& rs) {
+    std::string bytes((rs.size() * 51 + 7) / 8, '\0');
+    for (size_t c = 0; c < rs.size(); ++c) {
+      for (uint64_t b = 0; b < 51; ++b) {
+        if ((rs[c] >> b) & 1) bytes[(c * 51 + b) / 8] |= static_cast<char>(1 << ((c * 51 + b) % 8));
+      }
+    }
+    return bytes;
+  };
+  std::vector<std::vector<uint32_t>> alone;
+  for (uint64_t c = 0; c < chunks; ++c) alone.push_back(decode(code, pack({ranks[c]}), 1, k));
+  const std::vector<uint32_t> together = decode(code, pack(ranks), chunks, k);  // builds the table
+  for (uint64_t c = 0; c < chunks; ++c) {
+    ASSERT_EQ(alone[c], std::vector<uint32_t>(together.begin() + c * k, together.begin() + (c + 1) * k))
+        << "chunk " << c;
+    ASSERT_EQ(decode(code, pack({ranks[c]}), 1, k), alone[c]);  // now from the table
+  }
+  EXPECT_EQ(alone[1], (std::vector<uint32_t>{2996, 2997, 2998, 2999, 3000}));
+  EXPECT_EQ(alone[2], (std::vector<uint32_t>{0, 1, 2, 3, 4}));
+}
+
 // Canonical: a decoded bit string re-encodes to itself, so no set has two encodings. Random
 // strings and single-bit flips of valid ones, for both codes, a 64-bit rank and one with padding.
 TEST(PositionCode, AnyAcceptedBitsReEncodeToThemselves) {

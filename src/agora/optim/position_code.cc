@@ -49,8 +49,9 @@ std::shared_ptr<const BinomialTable> build_table(uint64_t n, uint64_t k) {
   return t;
 }
 
-// The shared table for (n, k), or null where it would be too large.
-std::shared_ptr<const BinomialTable> table_for(uint64_t n, uint64_t k) {
+// The shared table for (n, k), or null where it would be too large, or where it is not cached
+// and `build` is false.
+std::shared_ptr<const BinomialTable> table_for(uint64_t n, uint64_t k, bool build) {
   if ((n + 1) * k > kMaxTableEntries) return nullptr;
   static std::mutex mutex;
   static std::deque<std::shared_ptr<const BinomialTable>> cache;
@@ -58,6 +59,7 @@ std::shared_ptr<const BinomialTable> table_for(uint64_t n, uint64_t k) {
   for (const auto& t : cache) {
     if (t->n == n && t->k == k) return t;
   }
+  if (!build) return nullptr;
   cache.push_back(build_table(n, k));
   if (cache.size() > kMaxTables) cache.pop_front();
   return cache.back();
@@ -346,7 +348,7 @@ PositionCode::PositionCode(uint64_t n, uint64_t k) : n_(n), k_(k) {
 void PositionCode::encode(const uint32_t* positions, uint64_t chunks, std::string& out) const {
   BitWriter writer(out);
   if (kind_ == Kind::kRank) {
-    const auto table = table_for(n_, k_);
+    const auto table = table_for(n_, k_, true);
     const auto rank_of = [&](const auto& C) {
       for (uint64_t c = 0; c < chunks; ++c) {
         const uint32_t* p = positions + c * k_;
@@ -384,7 +386,10 @@ void PositionCode::decode(const uint8_t* data, uint64_t chunks, uint32_t* positi
   const uint64_t size = bytes(chunks);
   if (kind_ == Kind::kRank) {
     const auto width = static_cast<unsigned>(chunk_bits_);
-    if (const auto table = table_for(n_, k_)) {
+    // Bytes from anyone must not make a decoder build an (n + 1) x k table for a chunk or two:
+    // it builds one only for at least (n + 1) / 64 chunks, and otherwise uses a cached one or
+    // computes.
+    if (const auto table = table_for(n_, k_, chunks * 64 >= n_ + 1)) {
       decode_ranks(*table, data, size, chunks, n_, k_, count_, width, positions, where);
     } else {
       decode_ranks(BinomialComputed{}, data, size, chunks, n_, k_, count_, width, positions, where);

@@ -26,8 +26,10 @@
 //
 // Memory: binomial tables C(p, j) for p <= n, 1 <= j <= k, built on first use for a rank code with
 // (n + 1) * k <= 2^20 entries (8 MiB), are cached process-wide, at most 4 of them (the oldest
-// dropped first), so a decoder holds at most 32 MiB of them whatever it is fed; larger (n, k)
-// compute binomials as they go, slower but in constant memory.
+// dropped first), so a decoder holds at most 32 MiB of them whatever it is fed. Decoding builds
+// one only for at least (n + 1) / 64 chunks, so its cost is bounded by the work of the decode
+// itself; otherwise, and for larger (n, k), binomials are computed as they go, slower but in
+// constant memory, with the same results.
 //
 // Torch-free, thread-safe.
 #pragma once
