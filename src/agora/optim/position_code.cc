@@ -103,9 +103,11 @@ uint64_t get_bits_slow(const uint8_t* data, uint64_t size, uint64_t bit, unsigne
   return (v >> (bit & 7)) & ((uint64_t{1} << w) - 1);
 }
 
+// Writes into bytes already sized for the whole code (zeroed), so a put is shifts and one
+// unaligned store rather than a push_back per byte.
 class BitWriter {
  public:
-  explicit BitWriter(std::string& out) : out_(out) {}
+  BitWriter(uint8_t* data, uint64_t size) : data_(data), size_(size) {}
   void put(uint64_t v, unsigned w) {
     if (w > 32) {
       put(v & 0xffffffffu, 32);
@@ -114,17 +116,28 @@ class BitWriter {
     }
     acc_ |= (v & ((uint64_t{1} << w) - 1)) << fill_;
     fill_ += w;
-    for (; fill_ >= 8; fill_ -= 8, acc_ >>= 8) out_.push_back(static_cast<char>(acc_ & 0xff));
+    if (fill_ >= 32) flush(4);
   }
-  // Pads the last byte with zero bits.
+  // Writes what is left; the bits after it stay 0.
   void finish() {
-    if (fill_ > 0) out_.push_back(static_cast<char>(acc_ & 0xff));
-    acc_ = 0;
-    fill_ = 0;
+    while (fill_ > 0) flush(1);
   }
 
  private:
-  std::string& out_;
+  void flush(unsigned bytes) {
+    if (at_ + 8 <= size_) {
+      store_le64(acc_, data_ + at_);  // the bytes past `bytes` are rewritten by later stores
+    } else {
+      for (unsigned b = 0; b < bytes && at_ + b < size_; ++b) data_[at_ + b] = (acc_ >> 8 * b) & 0xff;
+    }
+    at_ += bytes;
+    acc_ >>= 8 * bytes;
+    fill_ = fill_ > 8 * bytes ? fill_ - 8 * bytes : 0;
+  }
+
+  uint8_t* data_;
+  uint64_t size_;
+  uint64_t at_ = 0;
   uint64_t acc_ = 0;
   unsigned fill_ = 0;
 };
@@ -346,7 +359,9 @@ PositionCode::PositionCode(uint64_t n, uint64_t k) : n_(n), k_(k) {
 }
 
 void PositionCode::encode(const uint32_t* positions, uint64_t chunks, std::string& out) const {
-  BitWriter writer(out);
+  const size_t start = out.size();
+  out.resize(start + bytes(chunks));
+  BitWriter writer(reinterpret_cast<uint8_t*>(out.data()) + start, bytes(chunks));
   if (kind_ == Kind::kRank) {
     const auto table = table_for(n_, k_, true);
     const auto rank_of = [&](const auto& C) {
