@@ -79,8 +79,7 @@ json inspect_payload(const std::string& path) {
       entry["chunks"] = l.num_chunks();
       entry["topk"] = l.topk;
       entry["density"] = static_cast<double>(l.topk) / static_cast<double>(l.chunk_size());
-      const PositionCode code(static_cast<uint64_t>(l.chunk_size()),
-                              static_cast<uint64_t>(l.topk));
+      const PositionCode code(static_cast<uint64_t>(l.chunk_size()), static_cast<uint64_t>(l.topk));
       entry["position_code"] = code.kind() == PositionCode::Kind::kRank ? "rank" : "elias_fano";
       entry["position_bits_per_chunk"] = code.chunk_bits();
     }

@@ -13,9 +13,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <bit>
-#include <ctime>
 #include <cmath>
 #include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -48,10 +48,8 @@ struct Setting {
 };
 
 const std::vector<Setting> kSettings = {
-    {"topk 32, chunk 64, f32", 32, 64, false},
-    {"topk 32, chunk 64, one-bit", 32, 64, true},
-    {"topk 4, chunk 64, f32", 4, 64, false},
-    {"topk 4, chunk 64, one-bit (Psyche)", 4, 64, true},
+    {"topk 32, chunk 64, f32", 32, 64, false},  {"topk 32, chunk 64, one-bit", 32, 64, true},
+    {"topk 4, chunk 64, f32", 4, 64, false},    {"topk 4, chunk 64, one-bit (Psyche)", 4, 64, true},
     {"topk 4, chunk 32, one-bit", 4, 32, true},
 };
 
@@ -65,8 +63,9 @@ uint64_t position_bytes(int64_t chunk_size) {
 }
 
 uint64_t value_bytes(agora::ValueType type, uint64_t n) {
-  return type == agora::ValueType::kF32 ? 4 * n : type == agora::ValueType::kBF16 ? 2 * n
-                                                                                   : (n + 7) / 8;
+  return type == agora::ValueType::kF32    ? 4 * n
+         : type == agora::ValueType::kBF16 ? 2 * n
+                                           : (n + 7) / 8;
 }
 
 uint64_t encoded_size(const agora::PayloadLayout& layout) {
@@ -164,7 +163,8 @@ agora::Payload decode(std::string_view bytes, const agora::PayloadLayout& expect
     const uint8_t* v = p + n * width;
     t.values.resize(n);
     if (l.value_type == agora::ValueType::kF32) {
-      for (size_t j = 0; j < n; ++j) t.values[j] = std::bit_cast<float>(agora::load_le32(v + 4 * j));
+      for (size_t j = 0; j < n; ++j)
+        t.values[j] = std::bit_cast<float>(agora::load_le32(v + 4 * j));
     } else {
       for (size_t j = 0; j < n; ++j) t.values[j] = (v[j / 8] >> (j % 8)) & 1 ? -1.0f : 1.0f;
       if (n % 8 != 0 && (v[n / 8] >> (n % 8)) != 0) agora::fail("v1: padding");
@@ -302,15 +302,16 @@ int run(const Options& o) {
                                          row.v2_bytes));
         }
         if (!(v1::decode(b1, layout) == p) || !(agora::decode_payload(b2, layout) == p)) {
-          problems.push_back(fmt::format("{} {}: a decode differs from the payload", name, s.label));
+          problems.push_back(
+              fmt::format("{} {}: a decode differs from the payload", name, s.label));
         }
         row.timed = true;
-        std::tie(row.v1_encode_ms, row.v2_encode_ms) =
-            median_ms(o.repeats, [&] { return v1::encode(p).size(); },
-                      [&] { return agora::encode_payload(p).size(); });
-        std::tie(row.v1_decode_ms, row.v2_decode_ms) =
-            median_ms(o.repeats, [&] { return v1::decode(b1, layout).step; },
-                      [&] { return agora::decode_payload(b2, layout).step; });
+        std::tie(row.v1_encode_ms, row.v2_encode_ms) = median_ms(
+            o.repeats, [&] { return v1::encode(p).size(); },
+            [&] { return agora::encode_payload(p).size(); });
+        std::tie(row.v1_decode_ms, row.v2_decode_ms) = median_ms(
+            o.repeats, [&] { return v1::decode(b1, layout).step; },
+            [&] { return agora::decode_payload(b2, layout).step; });
       }
       rows.push_back(row);
     }
@@ -318,13 +319,15 @@ int run(const Options& o) {
 
   std::cout << fmt::format(
       "bench_payload_codec: DeMo payload bytes per step, version 1 (fixed-width positions) vs "
-      "version 2 (position_code.h), and the medians of {} encodes and decodes of one payload, v1 and v2 alternating "
+      "version 2 (position_code.h), and the medians of {} encodes and decodes of one payload, v1 "
+      "and v2 alternating "
       "(decode with the expected layout, one thread's CPU time, random contents)\n"
       "vs fp32 = 4 bytes x parameters / bytes\n\n",
       o.repeats);
-  std::cout << fmt::format("{:<10} {:<36} {:>12} {:>12} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9}\n",
-                           "preset", "setting", "v1 bytes", "v2 bytes", "v1 fp32x", "v2 fp32x",
-                           "v1/v2", "v1 enc ms", "v2 enc ms", "v1 dec ms", "v2 dec ms");
+  std::cout << fmt::format(
+      "{:<10} {:<36} {:>12} {:>12} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9}\n", "preset",
+      "setting", "v1 bytes", "v2 bytes", "v1 fp32x", "v2 fp32x", "v1/v2", "v1 enc ms", "v2 enc ms",
+      "v1 dec ms", "v2 dec ms");
   json out_rows = json::array();
   for (const Row& r : rows) {
     const double dense = 4.0 * static_cast<double>(r.parameters);
@@ -351,16 +354,21 @@ int run(const Options& o) {
     out_rows.push_back(j);
   }
   const bool met = goal_ratio >= kGoalRatio;
-  std::cout << fmt::format("\ngoal: gpt2-124m, top-k 4 one-bit chunk 64, >= {:.0f}x fp32: {:.1f}x {}\n",
-                           kGoalRatio, goal_ratio, goal_ratio == 0 ? "(not run)" : met ? "met" : "MISSED");
+  std::cout << fmt::format(
+      "\ngoal: gpt2-124m, top-k 4 one-bit chunk 64, >= {:.0f}x fp32: {:.1f}x {}\n", kGoalRatio,
+      goal_ratio,
+      goal_ratio == 0 ? "(not run)"
+      : met           ? "met"
+                      : "MISSED");
   for (const std::string& problem : problems) std::cout << "!!!!! " << problem << "\n";
   if (!o.json_path.empty()) {
     json out = {{"benchmark", "payload_codec"},
                 {"repeats", o.repeats},
                 {"rows", out_rows},
-                {"goal", {{"gpt2_124m_topk4_one_bit_chunk64_ratio_at_least", kGoalRatio},
-                          {"measured", goal_ratio},
-                          {"met", met}}},
+                {"goal",
+                 {{"gpt2_124m_topk4_one_bit_chunk64_ratio_at_least", kGoalRatio},
+                  {"measured", goal_ratio},
+                  {"met", met}}},
                 {"consistent", problems.empty()},
                 {"problems", problems}};
     const std::filesystem::path file(o.json_path);

@@ -59,13 +59,13 @@ TEST(PayloadFormat, PositionBitsFollowChunkAndTopK) {
     return encoded_size({PayloadKind::kDemo, {l}}) - 20 - 4 - 4 * l.shape.size() - 12 - values;
   };
   // Ranks: bit_length(C(n, k) - 1) bits per chunk, chunks packed back to back.
-  EXPECT_EQ(position_bytes(dct({64, 64}, 64, 64, 4, ValueType::kOneBit)), 6u);       // 44 bits
-  EXPECT_EQ(position_bytes(dct({128, 64}, 64, 64, 4, ValueType::kOneBit)), 11u);     // 88 bits
-  EXPECT_EQ(position_bytes(dct({3, 64}, 1, 64, 4, ValueType::kOneBit)), 8u);         // 3 x 20
-  EXPECT_EQ(position_bytes(dct({256}, 1, 256, 1, ValueType::kOneBit)), 1u);          // 8 bits
-  EXPECT_EQ(position_bytes(dct({514}, 1, 257, 1, ValueType::kOneBit)), 3u);          // 2 x 9
-  EXPECT_EQ(position_bytes(dct({2, 6, 8}, 3, 4, 12, ValueType::kOneBit)), 0u);      // k = n
-  EXPECT_EQ(position_bytes(dct({5}, 1, 1, 1, ValueType::kOneBit)), 0u);             // n = 1
+  EXPECT_EQ(position_bytes(dct({64, 64}, 64, 64, 4, ValueType::kOneBit)), 6u);    // 44 bits
+  EXPECT_EQ(position_bytes(dct({128, 64}, 64, 64, 4, ValueType::kOneBit)), 11u);  // 88 bits
+  EXPECT_EQ(position_bytes(dct({3, 64}, 1, 64, 4, ValueType::kOneBit)), 8u);      // 3 x 20
+  EXPECT_EQ(position_bytes(dct({256}, 1, 256, 1, ValueType::kOneBit)), 1u);       // 8 bits
+  EXPECT_EQ(position_bytes(dct({514}, 1, 257, 1, ValueType::kOneBit)), 3u);       // 2 x 9
+  EXPECT_EQ(position_bytes(dct({2, 6, 8}, 3, 4, 12, ValueType::kOneBit)), 0u);    // k = n
+  EXPECT_EQ(position_bytes(dct({5}, 1, 1, 1, ValueType::kOneBit)), 0u);           // n = 1
   // Elias-Fano once C(n, k) >= 2^64: 287 bits per chunk at top-k 32 of 4096, against 512 for
   // u16 positions.
   EXPECT_EQ(position_bytes(dct({64, 64}, 64, 64, 32, ValueType::kOneBit)), 36u);

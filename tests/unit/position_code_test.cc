@@ -113,7 +113,8 @@ TEST(PositionCode, RanksEnumerateEverySetInColexOrder) {
       std::vector<uint32_t> previous;
       for (uint64_t r = 0; r < code.set_count(); ++r) {
         std::string bytes;
-        for (uint64_t b = 0; b < code.bytes(1); ++b) bytes.push_back(static_cast<char>(r >> (8 * b)));
+        for (uint64_t b = 0; b < code.bytes(1); ++b)
+          bytes.push_back(static_cast<char>(r >> (8 * b)));
         const std::vector<uint32_t> set = decode(code, bytes, 1, k);
         ASSERT_TRUE(std::is_sorted(set.begin(), set.end()));
         ASSERT_EQ(std::adjacent_find(set.begin(), set.end()), set.end());
@@ -131,7 +132,8 @@ TEST(PositionCode, RanksEnumerateEverySetInColexOrder) {
 }
 
 TEST(PositionCode, BitsAreExact) {
-  // Ranks of C(4096, 4) in 44 bits: {0, 1, 2, 3} is 0, {4092..4095} is C(4096, 4) - 1, back to back.
+  // Ranks of C(4096, 4) in 44 bits: {0, 1, 2, 3} is 0, {4092..4095} is C(4096, 4) - 1, back to
+  // back.
   const PositionCode rank(4096, 4);
   const std::string two = encode(rank, {0, 1, 2, 3, 4092, 4093, 4094, 4095}, 2);
   const uint64_t last = 11710951848960ull - 1;
@@ -149,9 +151,9 @@ TEST(PositionCode, BitsAreExact) {
 
 TEST(PositionCode, RoundTripsOverManyNAndK) {
   std::mt19937_64 rng(7);
-  const uint64_t ns[] = {1,   2,   3,    4,    5,    7,     8,     16,    33,          63, 64,
-                         65,  67,  68,   100,  255,  256,   257,   1856,  3072,        4000,
-                         4096, 65536, 65537, 1u << 20, uint64_t{1} << 32};
+  const uint64_t ns[] = {
+      1,  2,   3,   4,   5,   7,    8,    16,   33,   63,    64,    65,       67,
+      68, 100, 255, 256, 257, 1856, 3072, 4000, 4096, 65536, 65537, 1u << 20, uint64_t{1} << 32};
   const uint64_t ks[] = {1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 33, 34, 100, 2048};
   for (const uint64_t n : ns) {
     std::vector<uint64_t> all_k(std::begin(ks), std::end(ks));
@@ -192,7 +194,8 @@ TEST(PositionCode, ComputedAndTabulatedBinomialsAgree) {
   for (uint64_t c = 0; c < chunks; ++c) alone.push_back(decode(code, pack({ranks[c]}), 1, k));
   const std::vector<uint32_t> together = decode(code, pack(ranks), chunks, k);  // builds the table
   for (uint64_t c = 0; c < chunks; ++c) {
-    ASSERT_EQ(alone[c], std::vector<uint32_t>(together.begin() + c * k, together.begin() + (c + 1) * k))
+    ASSERT_EQ(alone[c],
+              std::vector<uint32_t>(together.begin() + c * k, together.begin() + (c + 1) * k))
         << "chunk " << c;
     ASSERT_EQ(decode(code, pack({ranks[c]}), 1, k), alone[c]);  // now from the table
   }
@@ -205,7 +208,7 @@ TEST(PositionCode, ComputedAndTabulatedBinomialsAgree) {
 TEST(PositionCode, AnyAcceptedBitsReEncodeToThemselves) {
   std::mt19937_64 rng(11);
   int accepted = 0, refused = 0;
-  const std::pair<uint64_t, uint64_t> cases[] = {{4096, 4}, {67, 33}, {300, 1},  {4, 2},
+  const std::pair<uint64_t, uint64_t> cases[] = {{4096, 4}, {67, 33},   {300, 1},  {4, 2},
                                                  {68, 34},  {4000, 32}, {100, 90}, {257, 200}};
   for (const auto& [n, k] : cases) {
     SCOPED_TRACE(::testing::Message() << "n " << n << " k " << k);
@@ -283,11 +286,12 @@ TEST_F(EliasFanoReject, EveryDeviation) {
   for (uint64_t b = 0; b < 6; ++b) {
     if (!((set_[31] & 63) >> b & 1)) flip(bytes, 31 * 6 + b);
   }
-  expect_refused(bytes, "position 31 of chunk 0 is out of range (high part 62, low part 63; "
-                        "allowed: < 4000)");
+  expect_refused(bytes,
+                 "position 31 of chunk 0 is out of range (high part 62, low part 63; "
+                 "allowed: < 4000)");
   // Two positions with the same high part: the second's low part must be larger.
   bytes = valid_;
-  flip(bytes, bitmap_bit(1));  // position 1 (71: high part 1, low part 7)
+  flip(bytes, bitmap_bit(1));             // position 1 (71: high part 1, low part 7)
   flip(bytes, 192 + (set_[0] >> 6) + 1);  // high part 0 like position 0
   expect_refused(bytes, "positions in chunk 0 are not strictly ascending (7 follows 7)");
   // Padding: 286 bits leave 2 in the last byte.

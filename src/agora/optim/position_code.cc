@@ -128,7 +128,8 @@ class BitWriter {
     if (at_ + 8 <= size_) {
       store_le64(acc_, data_ + at_);  // the bytes past `bytes` are rewritten by later stores
     } else {
-      for (unsigned b = 0; b < bytes && at_ + b < size_; ++b) data_[at_ + b] = (acc_ >> 8 * b) & 0xff;
+      for (unsigned b = 0; b < bytes && at_ + b < size_; ++b)
+        data_[at_ + b] = (acc_ >> 8 * b) & 0xff;
     }
     at_ += bytes;
     acc_ >>= 8 * bytes;
@@ -250,8 +251,9 @@ void decode_ranks(const Binomial& C, const uint8_t* data, uint64_t size, uint64_
 }
 
 // One chunk, every deviation named: what decode_elias_fano() falls back on to say what is wrong.
-[[noreturn]] void refuse_elias_fano_chunk(const uint8_t* data, uint64_t size, uint64_t c, uint64_t n, uint64_t k,
-                             unsigned low, uint64_t chunk_bits, const std::string& where) {
+[[noreturn]] void refuse_elias_fano_chunk(const uint8_t* data, uint64_t size, uint64_t c,
+                                          uint64_t n, uint64_t k, unsigned low, uint64_t chunk_bits,
+                                          const std::string& where) {
   const uint64_t max_high = (n - 1) >> low;
   const uint64_t high_bits = k + max_high;
   const uint64_t base = c * chunk_bits;
@@ -263,16 +265,18 @@ void decode_ranks(const Binomial& C, const uint8_t* data, uint64_t size, uint64_
     const auto w = static_cast<unsigned>(std::min<uint64_t>(64, high_bits - offset));
     for (uint64_t word = get_bits(data, size, bitmap + offset, w); word != 0; word &= word - 1) {
       if (i == k) {
-        fail("{}: the Elias-Fano bitmap of chunk {} has more than {} bits set (allowed: exactly "
-             "{}, one per position)",
-             where, c, k, k);
+        fail(
+            "{}: the Elias-Fano bitmap of chunk {} has more than {} bits set (allowed: exactly "
+            "{}, one per position)",
+            where, c, k, k);
       }
       const uint64_t high = offset + static_cast<uint64_t>(std::countr_zero(word)) - i;
       const uint64_t p = high > max_high ? n : (high << low | out[i]);
       if (p >= n) {
-        fail("{}: position {} of chunk {} is out of range (high part {}, low part {}; allowed: "
-             "< {})",
-             where, i, c, high, out[i], n);
+        fail(
+            "{}: position {} of chunk {} is out of range (high part {}, low part {}; allowed: "
+            "< {})",
+            where, i, c, high, out[i], n);
       }
       if (i > 0 && p <= out[i - 1]) {
         fail("{}: positions in chunk {} are not strictly ascending ({} follows {})", where, c, p,
@@ -281,15 +285,16 @@ void decode_ranks(const Binomial& C, const uint8_t* data, uint64_t size, uint64_
       out[i++] = p;
     }
   }
-  fail("{}: the Elias-Fano bitmap of chunk {} has {} bits set (allowed: exactly {}, one per "
-       "position)",
-       where, c, i, k);
+  fail(
+      "{}: the Elias-Fano bitmap of chunk {} has {} bits set (allowed: exactly {}, one per "
+      "position)",
+      where, c, i, k);
 }
 
 // The fast path's checks are branches that a valid payload never takes; the first one taken
 // hands the chunk to the refusal above for the message.
-void decode_elias_fano(const uint8_t* data, uint64_t size, uint64_t chunks, uint64_t n,
-                       uint64_t k, unsigned low, uint64_t chunk_bits, uint32_t* positions,
+void decode_elias_fano(const uint8_t* data, uint64_t size, uint64_t chunks, uint64_t n, uint64_t k,
+                       unsigned low, uint64_t chunk_bits, uint32_t* positions,
                        const std::string& where) {
   const uint64_t max_high = (n - 1) >> low;
   const uint64_t high_bits = k + max_high;
@@ -303,8 +308,7 @@ void decode_elias_fano(const uint8_t* data, uint64_t size, uint64_t chunks, uint
     uint64_t i = 0, next = 0;  // next: the least the next position may be
     for (uint64_t offset = 0; offset < high_bits; offset += 64) {
       const auto w = static_cast<unsigned>(std::min<uint64_t>(64, high_bits - offset));
-      for (uint64_t word = get_bits(data, size, bitmap + offset, w); word != 0;
-           word &= word - 1) {
+      for (uint64_t word = get_bits(data, size, bitmap + offset, w); word != 0; word &= word - 1) {
         const uint64_t high = offset + static_cast<uint64_t>(std::countr_zero(word)) - i;
         if (i == k || high > max_high) [[unlikely]] {
           refuse_elias_fano_chunk(data, size, c, n, k, low, chunk_bits, where);
@@ -415,9 +419,10 @@ void PositionCode::decode(const uint8_t* data, uint64_t chunks, uint32_t* positi
   // Unused bits must be 0 so that each set of positions has one encoding.
   const uint64_t used = chunks * chunk_bits_ % 8;
   if (used != 0 && (data[size - 1] >> used) != 0) {
-    fail("{}: the padding bits after the last chunk's positions are not 0 (byte 0x{:02x}, {} bits "
-         "used)",
-         where, data[size - 1], used);
+    fail(
+        "{}: the padding bits after the last chunk's positions are not 0 (byte 0x{:02x}, {} bits "
+        "used)",
+        where, data[size - 1], used);
   }
 }
 
