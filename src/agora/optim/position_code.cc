@@ -52,7 +52,7 @@ std::shared_ptr<const BinomialTable> build_table(uint64_t n, uint64_t k) {
 // The shared table for (n, k), or null where it would be too large, or where it is not cached
 // and `build` is false.
 std::shared_ptr<const BinomialTable> table_for(uint64_t n, uint64_t k, bool build) {
-  if ((n + 1) * k > kMaxTableEntries) return nullptr;
+  if (k > kMaxTableEntries / (n + 1)) return nullptr;  // (n + 1) * k could overflow
   static std::mutex mutex;
   static std::deque<std::shared_ptr<const BinomialTable>> cache;
   const std::lock_guard lock(mutex);
