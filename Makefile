@@ -71,6 +71,7 @@ bench: build data
 	$(BUILD)/bench/trainer/bench_trainer --json out/bench/trainer.json
 	$(BUILD)/bench/optimizer/bench_optimizer --json out/bench/optimizer.json
 	$(BUILD)/bench/payload/bench_payload --json out/bench/payload.json
+	$(BUILD)/bench/payload_codec/bench_payload_codec --json out/bench/payload_codec.json
 	$(BUILD)/bench/convergence/bench_convergence --json out/bench/convergence.json
 	python3 bench/network/bench_network.py --agora $(AGORA) --data $(DATA)/tokens/sp8k --json out/bench/network.json
 	$(BUILD)/bench/tst/bench_tst --json out/bench/tst.json

@@ -13,6 +13,7 @@
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/optim/payload.h"
+#include "agora/optim/position_code.h"
 #include "commands.h"
 
 namespace agora::cli {
@@ -78,7 +79,9 @@ json inspect_payload(const std::string& path) {
       entry["chunks"] = l.num_chunks();
       entry["topk"] = l.topk;
       entry["density"] = static_cast<double>(l.topk) / static_cast<double>(l.chunk_size());
-      entry["position_bytes"] = l.chunk_size() <= 256 ? 1 : l.chunk_size() <= 65536 ? 2 : 4;
+      const PositionCode code(static_cast<uint64_t>(l.chunk_size()), static_cast<uint64_t>(l.topk));
+      entry["position_code"] = code.kind() == PositionCode::Kind::kRank ? "rank" : "elias_fano";
+      entry["position_bits_per_chunk"] = code.chunk_bits();
     }
     entry.update(value_stats(t));
     if (l.encoding == TensorEncoding::kInt8Rows) {

@@ -16,8 +16,9 @@
 // measured presets). Each row says which ("measured" or "from layout").
 //
 // Next to DeMo's rows: the formula of docs/algorithms.md section 1.9, parameters / chunk^2 *
-// topk * (position bytes + value bytes), exact only when every dimension divides by the chunk, so
-// a preset whose width gets smaller chunks (small's 288 = 6 x 48) shows the deviation.
+// (position bits per chunk / 8 + topk * value bytes), exact only when every dimension divides by
+// the chunk, so a preset whose width gets smaller chunks (small's 288 = 6 x 48) shows the
+// deviation.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
@@ -48,6 +49,7 @@
 #include "agora/optim/diloco.h"
 #include "agora/optim/payload.h"
 #include "agora/optim/payload_tensors.h"
+#include "agora/optim/position_code.h"
 
 namespace {
 
@@ -147,14 +149,15 @@ agora::PayloadLayout layout_for(const Setting& s, const std::vector<Param>& para
 }
 
 // The size of docs/algorithms.md section 1.9, generalised from chunk 64: parameters / chunk^2 *
-// topk * (position bytes + value bytes), positions u8 up to 256 coefficients per chunk, u16 up to
-// 65536.
+// (position bits per chunk / 8 + topk * value bytes), the position bits being payload version 2's
+// code for a full chunk (44 at top-k 4 of 4096).
 double demo_formula(int64_t parameters, const Setting& s) {
   const int64_t coefficients = s.chunk * s.chunk;
-  const double position_bytes = coefficients <= 256 ? 1 : coefficients <= 65536 ? 2 : 4;
+  const agora::PositionCode code(static_cast<uint64_t>(coefficients),
+                                 static_cast<uint64_t>(s.topk));
   const double value_bytes = s.one_bit ? 1.0 / 8 : 4.0;
   return static_cast<double>(parameters) / static_cast<double>(coefficients) *
-         static_cast<double>(s.topk) * (position_bytes + value_bytes);
+         (static_cast<double>(code.chunk_bits()) / 8 + static_cast<double>(s.topk) * value_bytes);
 }
 
 struct Measured {
@@ -354,9 +357,10 @@ int run(const Options& o) {
       "{} threads\n"
       "vs fp32 = a dense fp32 gradient (4 bytes x parameters) / the bytes; B/param = bytes / "
       "parameters\n"
-      "formula = parameters / chunk^2 x topk x (position bytes + value bytes) "
-      "(docs/algorithms.md section 1.9, chunk 64: (#params / 4096) x topk x (2 + value bytes)); "
-      "positions u16 for 64x64 and 32x32 chunks, values 4 bytes f32, 1/8 one-bit\n"
+      "formula = parameters / chunk^2 x (position bits per chunk / 8 + topk x value bytes) "
+      "(docs/algorithms.md section 1.9; payload version 2 codes a chunk's positions in "
+      "bit_width(C(chunk^2, topk) - 1) bits, 44 at top-k 4 of 64x64, or Elias-Fano past 64 bits), "
+      "values 4 bytes f32, 1/8 one-bit\n"
       "measured = a real contribute() over the built model (equal to encoded_size() of its "
       "layout, checked); from layout = encoded_size() of the layout from the ModelConfig\n\n",
       o.threads);
@@ -412,8 +416,8 @@ int run(const Options& o) {
     out["threads"] = o.threads;
     out["dense_fp32_gradient"] = "4 bytes x parameters";
     out["demo_formula"] =
-        "parameters / chunk^2 * topk * (position_bytes + value_bytes); chunk 64: (#params / "
-        "4096) * topk * (2 + value_bytes)";
+        "parameters / chunk^2 * (position_bits_per_chunk / 8 + topk * value_bytes); chunk 64, "
+        "top-k 4: (#params / 4096) * (44 / 8 + 4 * value_bytes)";
     out["consistent"] = problems.empty();
     out["problems"] = problems;
     for (const PresetResult& p : presets) {

@@ -4,7 +4,9 @@
 // The encoding is canonical, so an accepted input must be exactly what encode_payload() writes
 // for the decoded payload: re-encoding gives the input back byte for byte, encoded_size() of its
 // layout is the input's size, and decoding again (with the layout as the expected one) gives the
-// same payload. The writer must accept whatever the reader accepted.
+// same payload. The writer must accept whatever the reader accepted. For the position codes of
+// version 2 this is the canonical property itself: a rank, Elias-Fano bitmap or padding bit the
+// writer would not produce for the decoded positions fails the byte comparison.
 #include <bit>
 #include <cstddef>
 #include <cstdint>

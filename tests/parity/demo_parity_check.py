@@ -90,13 +90,13 @@ def write_safetensors(path, tensors):
 
 def encode_payload(step, tensors, chunk, one_bit):
     """tensors: [(shape, positions [chunks, k], values [chunks, k])], DeMo kind."""
-    out = [b"AGPL", struct.pack("<HBBQI", 1, 1, 0, step, len(tensors))]
+    out = [b"AGPL", struct.pack("<HBBQI", 2, 1, 0, step, len(tensors))]
     for shape, positions, values in tensors:
         rows, cols = ref.chunk_geometry(shape, chunk)
         out.append(struct.pack("<BBBB", len(shape), 1, 3 if one_bit else 1, 0))
         out.append(struct.pack(f"<{len(shape)}I", *shape))
         out.append(struct.pack("<III", rows, cols, positions.shape[1]))
-        out.append(positions.numpy().astype(ref.position_dtype(rows * cols)).tobytes())
+        out.append(ref.encode_positions(positions.numpy(), rows * cols, positions.shape[1]))
         values = values.numpy().reshape(-1)
         if one_bit:
             out.append(np.packbits(values < 0, bitorder="little").tobytes())
@@ -473,8 +473,8 @@ def self_test():
                    and np.array_equal(t["values"], want_values.numpy()))
         expect(ok, f"payload round trip, one_bit={one_bit} ({len(data)} bytes)")
     expect(len(encode_payload(0, [((64, 64), torch.zeros(1, 4, dtype=torch.long) + torch.arange(4),
-                                   torch.ones(1, 4))], 64, True)) == 20 + 4 + 8 + 12 + 8 + 1,
-           "one-bit 64x64 topk 4: 2-byte positions, 1 byte of bits")
+                                   torch.ones(1, 4))], 64, True)) == 20 + 4 + 8 + 12 + 6 + 1,
+           "one-bit 64x64 topk 4: a 44-bit rank in 6 bytes, 1 byte of bits")
     for bad, what in [(b"AGPX" + data[4:], "bad magic"), (data[:-1], "truncated"), (data + b"\0", "trailing")]:
         try:
             ref.decode_payload(bad)

@@ -170,19 +170,90 @@ class DeMo:
 
 
 # ----------------------------------------------------------------------------------------------
-# The wire format (src/agora/optim/payload.h, version 1, little-endian)
+# The wire format (src/agora/optim/payload.h, version 2, little-endian)
 
 PAYLOAD_KINDS = {1: "demo", 2: "gradient", 3: "pseudo_gradient"}
 ENCODINGS = {1: "dct_topk", 2: "dense", 3: "int8_rows"}
 VALUE_TYPES = {1: "f32", 2: "bf16", 3: "one_bit", 4: "int8"}
 
 
-def position_dtype(coefficients_per_chunk):
-    if coefficients_per_chunk <= 256:
-        return np.dtype("<u1")
-    if coefficients_per_chunk <= 65536:
-        return np.dtype("<u2")
-    return np.dtype("<u4")
+def position_code(n, k):
+    """The position code of a chunk of n coefficients with top-k (payload.h, position_code.h):
+    ("rank", bits per chunk, C(n, k)) while C(n, k) < 2^64, else ("elias_fano", bits per chunk,
+    L) with L the smallest low-bit width minimising k L + k + ((n - 1) >> L)."""
+    count = math.comb(n, k)
+    if count < 1 << 64:
+        return "rank", (count - 1).bit_length(), count
+    low = min(range(33), key=lambda L: (k * L + k + ((n - 1) >> L), L))
+    return "elias_fano", k * low + k + ((n - 1) >> low), low
+
+
+def position_bytes(n, k, chunks):
+    return (chunks * position_code(n, k)[1] + 7) // 8
+
+
+def encode_positions(positions, n, k):
+    """positions [chunks, k], each row strictly ascending below n -> the position bytes."""
+    kind, bits, param = position_code(n, k)
+    out, acc, fill = bytearray(), 0, 0
+    for row in positions:
+        row = [int(p) for p in row]
+        if kind == "rank":
+            word = sum(math.comb(p, i + 1) for i, p in enumerate(row))
+        else:
+            word = 0
+            for i, p in enumerate(row):
+                word |= (p & ((1 << param) - 1)) << (i * param)
+                word |= 1 << (k * param + (p >> param) + i)
+        acc |= word << fill
+        fill += bits
+        while fill >= 8:
+            out.append(acc & 0xFF)
+            acc >>= 8
+            fill -= 8
+    if fill:
+        out.append(acc)
+    return bytes(out)
+
+
+def decode_positions(raw, n, k, chunks):
+    """The position bytes of `chunks` chunks -> positions [chunks, k] int64; ValueError on any
+    encoding the C++ encoder would not write."""
+    kind, bits, param = position_code(n, k)
+    raw = bytes(raw)
+    if chunks * bits % 8 and raw[-1] >> (chunks * bits % 8):
+        raise ValueError("position padding bits set")
+    out = np.zeros((chunks, k), dtype=np.int64)
+    for c in range(chunks):
+        start = c * bits
+        word = int.from_bytes(raw[start // 8:(start + bits + 7) // 8 + 1], "little")
+        word = (word >> (start % 8)) & ((1 << bits) - 1)
+        if kind == "rank":
+            if word >= param:
+                raise ValueError(f"chunk {c}: rank {word} >= C({n}, {k})")
+            r, hi = word, n - 1
+            for i in range(k - 1, -1, -1):
+                lo = i  # the largest p in [i, hi] with C(p, i + 1) <= r
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if math.comb(mid, i + 1) <= r:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                out[c, i] = lo
+                r -= math.comb(lo, i + 1)
+                hi = lo - 1
+        else:
+            low = param
+            bitmap = word >> (k * low)
+            ones = [b for b in range(k + ((n - 1) >> low)) if bitmap >> b & 1]
+            if len(ones) != k:
+                raise ValueError(f"chunk {c}: Elias-Fano bitmap has {len(ones)} bits set, not {k}")
+            for i, b in enumerate(ones):
+                out[c, i] = ((b - i) << low) | ((word >> (i * low)) & ((1 << low) - 1))
+    if (out >= n).any() or (np.diff(out, axis=1) <= 0).any():
+        raise ValueError("positions out of range or not strictly ascending")
+    return out
 
 
 def bf16_to_f32(raw_u16):
@@ -222,8 +293,8 @@ def decode_payload(data):
     if magic != b"AGPL":
         raise ValueError(f"bad magic {magic!r}")
     version, kind, flags, step, count = r.unpack("<HBBQI", "header")
-    if version != 1:
-        raise ValueError(f"unsupported version {version}")
+    if version != 2:
+        raise ValueError(f"unsupported version {version} (allowed: 2)")
     if kind not in PAYLOAD_KINDS or flags != 0:
         raise ValueError(f"bad kind {kind} or flags {flags}")
     tensors = []
@@ -248,10 +319,11 @@ def decode_payload(data):
                 raise ValueError(f"tensor {t}: topk {topk} not in [1, {size}]")
             chunks = numel // size
             n = chunks * topk
-            positions = r.array(position_dtype(size), n, f"tensor {t} positions")
-            positions = positions.astype(np.int64).reshape(chunks, topk)
-            if (positions >= size).any() or (np.diff(positions, axis=1) <= 0).any():
-                raise ValueError(f"tensor {t}: positions out of range or not strictly ascending")
+            raw = r.take(position_bytes(size, topk, chunks), f"tensor {t} positions")
+            try:
+                positions = decode_positions(raw, size, topk, chunks)
+            except ValueError as e:
+                raise ValueError(f"tensor {t}: {e}") from None
             if VALUE_TYPES[vtype] == "f32":
                 values = r.array("<f4", n, f"tensor {t} values")
             elif VALUE_TYPES[vtype] == "bf16":

@@ -252,8 +252,8 @@ TEST(Demo, OneBitSendsSignsWithZeroAsPlus) {
   const Payload payload = decode_payload(demo.contribute({0, 0.01, 1}).bytes);
   EXPECT_EQ(payload.tensors[0].layout.value_type, ValueType::kOneBit);
   for (float v : payload.tensors[0].values) EXPECT_TRUE(v == 1.0f || v == -1.0f);
-  // 64 x 64 = 4096 coefficients: u16 positions, 4 of them and 4 bits per step.
-  EXPECT_EQ(encoded_size(demo.payload_layout()), 20u + 4 + 4 * 2 + 1 + 12 + 8);
+  // 64 x 64 = 4096 coefficients: 4 positions as a 44-bit rank (6 bytes) and 4 bits per step.
+  EXPECT_EQ(encoded_size(demo.payload_layout()), 20u + 4 + 4 * 2 + 1 + 12 + 6);
 }
 
 TEST(Demo, LookaheadEvaluatesAheadAndKeepsTheRecurrence) {

@@ -22,8 +22,11 @@ class PayloadReject : public ::testing::Test {
 TEST_F(PayloadReject, HeaderFields) {
   EXPECT_ERROR_WITH(decode_payload(patched(valid_, 0, "XGPL")), "payload: magic is 58 47 50 4c",
                     "expected 41 47 50 4c");
-  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 4, unhex("0200"))), "payload: version 2",
-                    "allowed: 1");
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 4, unhex("0300"))),
+                    "payload: version 3 is not supported (allowed: 2)");
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 4, unhex("0100"))),
+                    "payload: version 1 is not supported (allowed: 2; version 1, with fixed-width "
+                    "positions, is no longer read)");
   EXPECT_ERROR_WITH(decode_payload(patched(valid_, 6, unhex("09"))), "payload: kind 9 is unknown",
                     "pseudo_gradient");
   EXPECT_ERROR_WITH(decode_payload(patched(valid_, 6, unhex("00"))), "kind 0 is unknown");
@@ -39,25 +42,31 @@ TEST_F(PayloadReject, EveryTruncationAndTrailingBytes) {
     EXPECT_ERROR_WITH(decode_payload(valid_.substr(0, n)), "payload");
   }
   EXPECT_ERROR_WITH(decode_payload(valid_ + '\0'), "payload: 1 trailing bytes",
-                    "ends at offset 119");
+                    "ends at offset 115");
 }
 
-TEST_F(PayloadReject, PositionsOutOfRangeOrNotAscending) {
-  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 40, unhex("0104"))), "payload tensor 0 [8]",
-                    "position 4 in chunk 0 is out of range (allowed: < 4)");
-  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 42, unhex("ff"))),
-                    "position 255 in chunk 1 is out of range (allowed: < 4)");
-  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 40, unhex("0101"))),
-                    "positions in chunk 0 are not strictly ascending (1 follows 1)");
-  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 42, unhex("0200"))),
-                    "positions in chunk 1 are not strictly ascending (0 follows 2)");
-  // u16 positions of the second tensor: 300 is out of a 300-wide chunk.
-  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 69, unhex("2c01"))),
-                    "payload tensor 1 [2, 300]: position 300 in chunk 0 is out of range");
+TEST_F(PayloadReject, RanksOutOfRangeAndPadding) {
+  // Tensor 0: 3-bit ranks below C(4, 2) = 6 in bits 0..2 and 3..5 of byte 40, bits 6..7 padding.
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 40, unhex("0e"))), "payload tensor 0 [8]",
+                    "the position rank of chunk 0 is 6 (allowed: < C(4, 2) = 6)");
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 40, unhex("3c"))),
+                    "the position rank of chunk 1 is 7 (allowed: < C(4, 2) = 6)");
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 40, unhex("4c"))), "payload tensor 0 [8]",
+                    "the padding bits after the last chunk's positions are not 0 (byte 0x4c, 6 "
+                    "bits used)");
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 40, unhex("8c"))), "padding bits");
+  // Tensor 1: 9-bit ranks below 300 in bytes 66..68; 300 | 5 << 9 = 0x0b2c.
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 66, unhex("2c0b00"))),
+                    "payload tensor 1 [2, 300]: the position rank of chunk 0 is 300 (allowed: < "
+                    "C(300, 1) = 300)");
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 66, unhex("2bff03"))),
+                    "the position rank of chunk 1 is 511");
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 68, unhex("04"))), "payload tensor 1 [2, 300]",
+                    "padding bits", "2 bits used");
 }
 
 TEST_F(PayloadReject, NonFiniteValuesAndBadScales) {
-  const size_t f32_at = 73, bf16_at = 89, scale_at = 107;
+  const size_t f32_at = 69, bf16_at = 85, scale_at = 103;
   EXPECT_ERROR_WITH(decode_payload(patched(valid_, f32_at, unhex("0000c07f"))),
                     "payload tensor 1 [2, 300]: value 0 is nan (allowed: finite numbers)");
   EXPECT_ERROR_WITH(decode_payload(patched(valid_, f32_at + 4, unhex("000080ff"))),
@@ -72,7 +81,7 @@ TEST_F(PayloadReject, NonFiniteValuesAndBadScales) {
 }
 
 TEST_F(PayloadReject, OneBitPaddingMustBeZero) {
-  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 44, unhex("19"))), "payload tensor 0 [8]",
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 41, unhex("19"))), "payload tensor 0 [8]",
                     "padding bits");
 }
 
@@ -85,9 +94,9 @@ TEST_F(PayloadReject, ChunksAndTopK) {
   EXPECT_ERROR_WITH(decode_payload(patched(valid_, 36, unhex("00"))),
                     "payload tensor 0 [8]: topk 0 is out of range (allowed: 1 to 4");
   EXPECT_ERROR_WITH(decode_payload(patched(valid_, 36, unhex("05"))), "topk 5 is out of range");
-  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 57, unhex("03"))),
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 54, unhex("03"))),
                     "chunk_rows 3 does not divide dimension 0 (2)");
-  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 57, unhex("00"))), "chunk_rows 0");
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 54, unhex("00"))), "chunk_rows 0");
 }
 
 TEST_F(PayloadReject, DimensionsAndTypes) {
@@ -100,15 +109,15 @@ TEST_F(PayloadReject, DimensionsAndTypes) {
   EXPECT_ERROR_WITH(decode_payload(patched(valid_, 22, unhex("09"))), "value_type 9 is unknown");
   EXPECT_ERROR_WITH(decode_payload(patched(valid_, 22, unhex("04"))),
                     "value_type int8 is not allowed with encoding dct_topk");
-  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 82, unhex("0203"))),
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 78, unhex("0203"))),
                     "payload tensor 2 [3]: value_type one_bit is not allowed with encoding dense "
                     "(allowed: f32 or bf16)");
-  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 97, unhex("01"))),
+  EXPECT_ERROR_WITH(decode_payload(patched(valid_, 93, unhex("01"))),
                     "value_type f32 is not allowed with encoding int8_rows (allowed: int8)");
 }
 
 TEST_F(PayloadReject, HugeSizesFailBeforeAllocating) {
-  const std::string header = unhex("4147504c 0100 02 00 0000000000000000 01000000");
+  const std::string header = unhex("4147504c 0200 02 00 0000000000000000 01000000");
   // Eight dimensions of 2^32 - 1: the product overflows 64 bits.
   std::string huge = header + unhex("08 02 01 00");
   for (int i = 0; i < 8; ++i) huge += unhex("ffffffff");
@@ -197,6 +206,12 @@ TEST(PayloadEncodeReject, BadLayouts) {
   EXPECT_ERROR_WITH(size_of(dct({6, 8}, 3, 8, 25, ValueType::kF32)),
                     "topk 25 is out of range (allowed: 1 to 24, the size of a 3 x 8 chunk)");
   EXPECT_ERROR_WITH(size_of(dct({6, 8}, 3, 8, 0, ValueType::kF32)), "topk 0 is out of range");
+  // Positions are u32: a chunk of 2^33 coefficients is refused, one of 2^32 is fine.
+  EXPECT_ERROR_WITH(size_of(dct({1 << 17, 1 << 17}, 1 << 16, 1 << 17, 1, ValueType::kOneBit)),
+                    "payload tensor 0 [131072, 131072]: a 65536 x 131072 chunk has 8589934592 "
+                    "coefficients, too many (allowed: <= 2^32)");
+  EXPECT_EQ(size_of(dct({1 << 16, 1 << 16}, 1 << 16, 1 << 16, 1, ValueType::kOneBit)),
+            20u + 4 + 8 + 12 + 4 + 1);
   EXPECT_ERROR_WITH(size_of(dense({})), "payload tensor 0 []: ndim 0 is invalid");
   EXPECT_ERROR_WITH(size_of(dense({1, 1, 1, 1, 1, 1, 1, 1, 1})), "ndim 9 is invalid");
   EXPECT_ERROR_WITH(size_of(dense({3, 0})), "dimension 1 is 0");

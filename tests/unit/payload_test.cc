@@ -24,7 +24,7 @@ using namespace payload_testing;
 
 TEST(PayloadFormat, HandBuiltBytesAreExact) {
   const std::string expected = unhex(kHandBuiltHex);
-  ASSERT_EQ(expected.size(), 119u);
+  ASSERT_EQ(expected.size(), 115u);
   EXPECT_EQ(hex_encode(encode_payload(hand_built())), hex_encode(expected));
   expect_identical(decode_payload(expected), hand_built());
   EXPECT_EQ(round_trip(hand_built()), expected);
@@ -52,25 +52,30 @@ TEST(PayloadFormat, OneBitKeepsOnlyTheSign) {
   EXPECT_EQ(bits_of(back.tensors[0].values), bits_of({1.0f, 1.0f, -1.0f, 1.0f, -1.0f}));
 }
 
-TEST(PayloadFormat, PositionWidthFollowsChunkSize) {
-  // The position bytes per value are what encoded_size adds beyond the one-bit values.
+TEST(PayloadFormat, PositionBitsFollowChunkAndTopK) {
+  // What encoded_size adds for the positions: the bytes of a one-bit layout less its values.
   const auto position_bytes = [](const TensorLayout& l) {
-    const size_t base = encoded_size({PayloadKind::kDemo, {l}});
-    TensorLayout one = l;
-    one.topk = 1;
-    const size_t single = encoded_size({PayloadKind::kDemo, {one}});
-    return (base - single) / static_cast<size_t>(l.value_count() - one.value_count());
+    const size_t values = (static_cast<size_t>(l.value_count()) + 7) / 8;
+    return encoded_size({PayloadKind::kDemo, {l}}) - 20 - 4 - 4 * l.shape.size() - 12 - values;
   };
-  EXPECT_EQ(position_bytes(dct({256}, 1, 256, 9, ValueType::kBF16)), 1u + 2u);
-  EXPECT_EQ(position_bytes(dct({514}, 1, 257, 9, ValueType::kBF16)), 2u + 2u);
-  EXPECT_EQ(position_bytes(dct({256, 256}, 256, 256, 9, ValueType::kBF16)), 2u + 2u);
-  EXPECT_EQ(position_bytes(dct({65537}, 1, 65537, 9, ValueType::kBF16)), 4u + 2u);
+  // Ranks: bit_length(C(n, k) - 1) bits per chunk, chunks packed back to back.
+  EXPECT_EQ(position_bytes(dct({64, 64}, 64, 64, 4, ValueType::kOneBit)), 6u);    // 44 bits
+  EXPECT_EQ(position_bytes(dct({128, 64}, 64, 64, 4, ValueType::kOneBit)), 11u);  // 88 bits
+  EXPECT_EQ(position_bytes(dct({3, 64}, 1, 64, 4, ValueType::kOneBit)), 8u);      // 3 x 20
+  EXPECT_EQ(position_bytes(dct({256}, 1, 256, 1, ValueType::kOneBit)), 1u);       // 8 bits
+  EXPECT_EQ(position_bytes(dct({514}, 1, 257, 1, ValueType::kOneBit)), 3u);       // 2 x 9
+  EXPECT_EQ(position_bytes(dct({2, 6, 8}, 3, 4, 12, ValueType::kOneBit)), 0u);    // k = n
+  EXPECT_EQ(position_bytes(dct({5}, 1, 1, 1, ValueType::kOneBit)), 0u);           // n = 1
+  // Elias-Fano once C(n, k) >= 2^64: 287 bits per chunk at top-k 32 of 4096, against 512 for
+  // u16 positions.
+  EXPECT_EQ(position_bytes(dct({64, 64}, 64, 64, 32, ValueType::kOneBit)), 36u);
+  EXPECT_EQ(position_bytes(dct({64, 128}, 64, 64, 32, ValueType::kOneBit)), 72u);  // 574 bits
 }
 
 TEST(PayloadFormat, EncodedSizeIsExact) {
   EXPECT_EQ(encoded_size({PayloadKind::kGradient, {}}), 20u);
   EXPECT_EQ(encoded_size({PayloadKind::kDemo, {dct({64, 64}, 64, 64, 4, ValueType::kOneBit)}}),
-            20u + 8 + 4 + 12 + 4 * 2 + 1);
+            20u + 8 + 4 + 12 + 6 + 1);
   EXPECT_EQ(encoded_size({PayloadKind::kGradient, {dense({3, 5}, ValueType::kBF16)}}),
             20u + 12 + 30);
   EXPECT_EQ(encoded_size({PayloadKind::kPseudoGradient, {int8_rows({2, 3, 4})}}),
@@ -78,9 +83,9 @@ TEST(PayloadFormat, EncodedSizeIsExact) {
   // Near the element limit the arithmetic must not overflow.
   EXPECT_EQ(encoded_size({PayloadKind::kGradient, {dense({1 << 20, (1 << 20) - 1})}}),
             20u + 12 + 4 * ((uint64_t{1} << 40) - (uint64_t{1} << 20)));
-  // DeMo's own layouts.
+  // DeMo's own layouts: [288, 768] has 72 chunks of 48 x 64, C(3072, 4) needs 42 bits.
   const TensorLayout demo = demo_tensor_layout({288, 768}, 64, 4, true);
-  EXPECT_EQ(encoded_size({PayloadKind::kDemo, {demo}}), 20u + 12 + 12 + 72 * 4 * 2 + 72 * 4 / 8);
+  EXPECT_EQ(encoded_size({PayloadKind::kDemo, {demo}}), 20u + 12 + 12 + 72 * 42 / 8 + 72 * 4 / 8);
 }
 
 TEST(PayloadFormat, NamesOfEnums) {
@@ -113,11 +118,15 @@ TEST(PayloadFormat, LayoutCounts) {
 TEST(PayloadRoundTrip, EveryEncodingValueTypeAndRank) {
   std::vector<TensorLayout> layouts;
   for (const ValueType type : {ValueType::kF32, ValueType::kBF16, ValueType::kOneBit}) {
-    layouts.push_back(dct({256}, 1, 64, 3, type));         // u8 positions
-    layouts.push_back(dct({128, 64}, 64, 64, 100, type));  // u16 positions
-    layouts.push_back(dct({2, 6, 8}, 3, 4, 12, type));     // topk == chunk size
-    layouts.push_back(dct({70000}, 1, 70000, 300, type));  // u32 positions
+    layouts.push_back(dct({256}, 1, 64, 3, type));         // ranks (once u8 positions)
+    layouts.push_back(dct({128, 64}, 64, 64, 100, type));  // Elias-Fano (once u16)
+    layouts.push_back(dct({2, 6, 8}, 3, 4, 12, type));     // topk == chunk size: no bits
+    layouts.push_back(dct({70000}, 1, 70000, 300, type));  // Elias-Fano (once u32)
     layouts.push_back(dct({5, 1, 7}, 1, 7, 1, type));
+    layouts.push_back(dct({3, 128, 64}, 64, 64, 4, type));  // DeMo's 44-bit ranks
+    layouts.push_back(dct({2, 70000}, 1, 70000, 2, type));  // ranks past u16, no table
+    layouts.push_back(dct({4, 67}, 1, 67, 33, type));       // 64-bit ranks
+    layouts.push_back(dct({3, 4}, 1, 1, 1, type));          // chunk size 1
   }
   for (const ValueType type : {ValueType::kF32, ValueType::kBF16}) {
     layouts.push_back(dense({7}, type));

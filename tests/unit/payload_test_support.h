@@ -150,19 +150,24 @@ inline std::string patched(std::string bytes, size_t offset, std::string_view re
 // ---------------------------------------------------------------------------------------------
 // The format, byte for byte
 
-// A hand-built payload with one tensor of each encoding, 119 bytes. Offsets for the rejection
+// A hand-built payload with one tensor of each encoding, 115 bytes. Offsets for the rejection
 // tests: tensor 0 at 20 (ndim 20, encoding 21, value_type 22, reserved 23, dims 24, chunk_rows 28,
-// chunk_cols 32, topk 36, positions 40..43, the one-bit byte 44); tensor 1 at 45 (chunk_rows 57,
-// positions 69, values 73); tensor 2 at 81 (values 89); tensor 3 at 95 (scales 107).
+// chunk_cols 32, topk 36, positions 40, the one-bit byte 41); tensor 1 at 42 (chunk_rows 54,
+// positions 66..68, values 69); tensor 2 at 77 (encoding 78, values 85); tensor 3 at 91
+// (value_type 93, scales 103).
+//
+// Positions are ranks: chunk {1, 3} of 4 is C(1, 1) + C(3, 2) = 4 and {0, 2} is C(2, 2) = 1, 3
+// bits each (C(4, 2) = 6 sets), so bits 0..2 = 4 and 3..5 = 1: 0b00001100. With one position of
+// 300 the rank is the position, in 9 bits: 299 | 5 << 9 = 0x000b2b.
 inline const char* const kHandBuiltHex =
-    "4147504c 0100 01 00 0700000000000000 04000000"    // header: AGPL v1 demo step 7, 4 tensors
+    "4147504c 0200 01 00 0700000000000000 04000000"    // header: AGPL v2 demo step 7, 4 tensors
     "01 01 03 00 08000000 01000000 04000000 02000000"  // [8] dct_topk one_bit, chunk 1x4, topk 2
-    "01 03 00 02 09"                                   // u8 positions; -1 +1 +1 -1 = 0b1001
+    "0c 09"                                            // ranks 4, 1; -1 +1 +1 -1 = 0b1001
     "02 01 01 00 02000000 2c010000 01000000 2c010000 01000000"  // [2, 300] dct_topk f32 1x300 k1
-    "2b01 0500 0000c03f 000000c0"          // u16 positions 299, 5; values 1.5, -2
-    "01 02 02 00 03000000 803f 00bf 4040"  // [3] dense bf16: 1, -0.5, 3
-    "02 03 04 00 02000000 02000000"        // [2, 2] int8_rows
-    "0000003f 00000000 01 ff 7f 80";       // scales 0.5, 0; values 1, -1, 127, -128
+    "2b0b00 0000c03f 000000c0"                                  // ranks 299, 5; values 1.5, -2
+    "01 02 02 00 03000000 803f 00bf 4040"                       // [3] dense bf16: 1, -0.5, 3
+    "02 03 04 00 02000000 02000000"                             // [2, 2] int8_rows
+    "0000003f 00000000 01 ff 7f 80";  // scales 0.5, 0; values 1, -1, 127, -128
 
 inline Payload hand_built() {
   Payload p;

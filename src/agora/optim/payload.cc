@@ -10,6 +10,7 @@
 
 #include "agora/core/error.h"
 #include "agora/core/little_endian.h"
+#include "agora/optim/position_code.h"
 
 namespace agora {
 namespace {
@@ -22,6 +23,8 @@ constexpr size_t kMinTensorBytes = 10;
 constexpr size_t kMaxDims = 8;
 constexpr int64_t kMaxElements = int64_t{1} << 40;
 constexpr int64_t kMaxDim = std::numeric_limits<uint32_t>::max();
+// Positions are u32 in memory.
+constexpr int64_t kMaxChunkSize = int64_t{1} << 32;
 
 float load_f32(const uint8_t* p) {
   return std::bit_cast<float>(load_le32(p));
@@ -67,8 +70,8 @@ bool known_kind(PayloadKind kind) {
          kind == PayloadKind::kPseudoGradient;
 }
 
-uint64_t position_bytes(int64_t chunk_size) {
-  return chunk_size <= 256 ? 1 : chunk_size <= 65536 ? 2 : 4;
+PositionCode position_code(const TensorLayout& l) {
+  return PositionCode(static_cast<uint64_t>(l.chunk_size()), static_cast<uint64_t>(l.topk));
 }
 
 uint64_t value_bytes(ValueType type, int64_t n) {
@@ -86,7 +89,8 @@ uint64_t entry_header_bytes(const TensorLayout& l) {
 uint64_t data_bytes(const TensorLayout& l) {
   const auto count = static_cast<uint64_t>(l.value_count());
   if (l.encoding == TensorEncoding::kDctTopK) {
-    return count * position_bytes(l.chunk_size()) + value_bytes(l.value_type, l.value_count());
+    return position_code(l).bytes(static_cast<uint64_t>(l.num_chunks())) +
+           value_bytes(l.value_type, l.value_count());
   }
   if (l.encoding == TensorEncoding::kDense) return value_bytes(l.value_type, l.value_count());
   return 4 * static_cast<uint64_t>(l.rows()) + count;  // int8_rows
@@ -145,6 +149,10 @@ void check_layout(const TensorLayout& l, const std::string& where) {
   if (l.chunk_cols < 1 || cols % l.chunk_cols != 0) {
     fail("{}: chunk_cols {} does not divide dimension {} ({})", where, l.chunk_cols, ndim - 1,
          cols);
+  }
+  if (l.chunk_size() > kMaxChunkSize) {
+    fail("{}: a {} x {} chunk has {} coefficients, too many (allowed: <= 2^32)", where,
+         l.chunk_rows, l.chunk_cols, l.chunk_size());
   }
   if (l.topk < 1 || l.topk > l.chunk_size()) {
     fail("{}: topk {} is out of range (allowed: 1 to {}, the size of a {} x {} chunk)", where,
@@ -260,12 +268,17 @@ std::vector<float> read_values(const uint8_t* p, ValueType type, size_t n,
       values[i] = std::bit_cast<float>(uint32_t{load_le16(p + 2 * i)} << 16);
     }
   } else {
-    for (size_t i = 0; i < n; ++i) values[i] = (p[i / 8] >> (i % 8)) & 1 ? -1.0f : 1.0f;
+    // The bit is the float's sign bit on 1.0f: branch-free, and +-1 needs no finiteness check.
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t bit = (p[i / 8] >> (i % 8)) & 1u;
+      values[i] = std::bit_cast<float>(0x3f800000u | bit << 31);
+    }
     // Unused bits must be 0 so that each payload has one encoding.
     if (n % 8 != 0 && (p[n / 8] >> (n % 8)) != 0) {
       fail("{}: the padding bits of the last one-bit byte are not 0 (byte 0x{:02x}, {} values)",
            where, p[n / 8], n);
     }
+    return values;
   }
   check_finite(values, where, "value");
   return values;
@@ -283,7 +296,8 @@ Payload decode(std::string_view bytes, const PayloadLayout* expected) {
   }
   const uint64_t version = r.uint(2, top, "the version");
   if (version != kPayloadVersion) {
-    fail("payload: version {} is not supported (allowed: {})", version, kPayloadVersion);
+    fail("payload: version {} is not supported (allowed: {}{})", version, kPayloadVersion,
+         version == 1 ? "; version 1, with fixed-width positions, is no longer read" : "");
   }
   Payload payload;
   payload.kind = static_cast<PayloadKind>(r.uint(1, top, "the kind"));
@@ -334,11 +348,12 @@ Payload decode(std::string_view bytes, const PayloadLayout* expected) {
     const uint8_t* p = r.take(data_bytes(l), where, "the data");
     const auto n = static_cast<size_t>(l.value_count());
     if (l.encoding == TensorEncoding::kDctTopK) {
-      const uint64_t width = position_bytes(l.chunk_size());
+      // The position code checks what check_positions() would: it yields only valid sets.
+      const PositionCode code = position_code(l);
+      const auto chunks = static_cast<uint64_t>(l.num_chunks());
       t.positions.resize(n);
-      for (size_t j = 0; j < n; ++j) t.positions[j] = load_le(p + j * width, width);
-      check_positions(t, where);
-      t.values = read_values(p + n * width, l.value_type, n, where);
+      code.decode(p, chunks, t.positions.data(), where);
+      t.values = read_values(p + code.bytes(chunks), l.value_type, n, where);
     } else if (l.encoding == TensorEncoding::kDense) {
       t.values = read_values(p, l.value_type, n, where);
     } else {
@@ -446,8 +461,7 @@ std::string encode_payload(const Payload& payload) {
       append_le(out, static_cast<uint64_t>(l.chunk_rows), 4);
       append_le(out, static_cast<uint64_t>(l.chunk_cols), 4);
       append_le(out, static_cast<uint64_t>(l.topk), 4);
-      const uint64_t width = position_bytes(l.chunk_size());
-      for (const uint32_t p : t.positions) append_le(out, p, width);
+      position_code(l).encode(t.positions.data(), static_cast<uint64_t>(l.num_chunks()), out);
       write_values(out, l.value_type, t.values);
     } else if (l.encoding == TensorEncoding::kDense) {
       write_values(out, l.value_type, t.values);

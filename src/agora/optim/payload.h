@@ -6,18 +6,27 @@
 //   - all-reduce AdamW sends dense gradients (fp32 or bf16);
 //   - DiLoCo sends dense pseudo-gradients (fp32, bf16, or int8 with one fp32 scale per row).
 //
-// Wire format, version 1, all integers little-endian:
+// Wire format, version 2, all integers little-endian:
 //
-//   header   "AGPL" | u16 version = 1 | u8 kind | u8 flags = 0 | u64 step | u32 tensor_count
+//   header   "AGPL" | u16 version = 2 | u8 kind | u8 flags = 0 | u64 step | u32 tensor_count
 //   tensor   u8 ndim (1..8) | u8 encoding | u8 value_type | u8 reserved = 0 | u32 dims[ndim]
 //            then, by encoding:
 //     dct_topk   u32 chunk_rows | u32 chunk_cols | u32 topk
-//                positions[chunks * topk]: u8 when chunk_rows * chunk_cols <= 256, u16 up to
-//                  65536, u32 beyond; each chunk's positions strictly ascending
+//                positions: each chunk's set of topk positions in the same number of bits,
+//                  fixed by n = chunk_rows * chunk_cols (at most 2^32) and k = topk alone,
+//                  chunks one after another, least significant bit first, padding bits 0 up to
+//                  a whole byte (position_code.h has the exact bits):
+//                  when C(n, k) < 2^64, the rank sum_i C(p_i, i + 1) of the ascending positions
+//                    p_0 < ... < p_{k-1} in bit_width(C(n, k) - 1) bits (below C(n, k));
+//                  otherwise Elias-Fano: k low parts of L bits, then k + ((n - 1) >> L) bits
+//                    with bit (p_i >> L) + i set for each i, L minimising the total
 //                values[chunks * topk]: f32 or bf16, or one_bit packed 8 per byte, least
 //                  significant bit first, bit set = negative (ceil(n / 8) bytes, padding bits 0)
 //     dense      values[numel]: f32 or bf16
 //     int8_rows  f32 scales[rows] | i8 values[numel]    (value_type must be int8)
+//
+// Version 1 (fixed-width u8/u16/u32 positions) is refused with an error that says so: at top-k 4
+// of 4096 its positions took 64 bits per chunk where the rank takes 44.
 //
 // Chunks: a 1-D tensor [N] is cut into rows of chunk_cols (chunk_rows must be 1); a tensor with
 // two or more dimensions [..., M, N] is cut into blocks of chunk_rows x chunk_cols over its last
@@ -27,12 +36,14 @@
 //
 // What decoding promises, for any bytes at all: either a Payload whose every field is consistent
 // (the checks below) or an Error naming the tensor, the field, the value and what is allowed. It
-// never crashes, never reads out of bounds and never allocates more than about 20 times the
-// input's size (a one-bit value with a u8 position decodes to 8 bytes; a minimal tensor entry
-// of 10 bytes to ~170 bytes of structures). Checked: magic, version, kind, reserved fields, tensor
-// count, ndim, dimensions
-// (>= 1, element count < 2^40), encoding and value-type pairs, chunk sizes dividing their
-// dimensions, 1 <= topk <= chunk size, positions in range and strictly ascending per chunk, every
+// never crashes, never reads out of bounds and never allocates more than about 64 times the
+// input's size (a one-bit value is 1 bit and decodes to a float and a u32 position, 8 bytes, and
+// when topk = chunk size its positions take no bits at all; a minimal tensor entry of 10 bytes
+// decodes to ~170 bytes of structures), besides position_code.h's shared binomial tables, at
+// most 32 MiB in all. Checked: magic, version, kind, reserved fields, tensor count, ndim,
+// dimensions (>= 1, element count < 2^40), encoding and value-type pairs, chunk sizes dividing
+// their dimensions and at most 2^32, 1 <= topk <= chunk size, position codes (ranks in range, exact
+// Elias-Fano bitmaps, positions in range and strictly ascending per chunk, padding 0), every
 // float finite, every scale finite and >= 0, and no missing or trailing bytes. With an expected
 // layout it also checks the kind, the tensor count and each tensor's layout against it.
 //
@@ -50,7 +61,7 @@
 
 namespace agora {
 
-inline constexpr uint16_t kPayloadVersion = 1;
+inline constexpr uint16_t kPayloadVersion = 2;
 
 enum class PayloadKind : uint8_t {
   kDemo = 1,            // DeMo: top-k DCT coefficients of the momentum
