@@ -127,7 +127,9 @@ def make_case(out_dir, one_bit, seed, case=None):
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "case.json"), "w") as f:
         json.dump(case, f, indent=1)
-    make = lambda: ref.DeMo(case["beta"], case["topk"], case["chunk"], case["weight_decay"], one_bit)
+    case.setdefault("max_norm_ratio", 1.0)
+    make = lambda: ref.DeMo(case["beta"], case["topk"], case["chunk"], case["weight_decay"], one_bit,
+                            case["max_norm_ratio"])
     params = [torch.randn(s, generator=g) * 0.1 for s in shapes]
     peers = [make() for _ in range(case["peers"])]
     inputs = {f"param.{n}": p.clone() for n, p in zip(names, params)}
@@ -223,7 +225,7 @@ def check_case(case_dir):
     shapes = [tuple(t["shape"]) for t in case["tensors"]]
     S, P, chunk = case["steps"], case["peers"], case["chunk"]
     beta, one_bit = case["beta"], case["one_bit"]
-    demo = ref.DeMo(beta, case["topk"], chunk, case["weight_decay"], one_bit)
+    demo = ref.DeMo(beta, case["topk"], chunk, case["weight_decay"], one_bit, case["max_norm_ratio"])
     failures = []
 
     def fail(where, what):
@@ -438,6 +440,14 @@ def self_test():
     agg = ref.aggregate([(torch.tensor([[0, 2]]), torch.tensor([[1.0, 3.0]])),
                          (torch.tensor([[2, 3]]), torch.tensor([[-5.0, 0.0]]))], 1, 4, True)
     expect(agg.tolist() == [[1.0, 0.0, 0.0, 1.0]], f"one-bit aggregate (+0 -> +1) = {agg.tolist()}")
+
+    # bounded influence: norms 1, 2 and 10, lower median 2; at ratio 1 only the third is scaled,
+    # to norm 2; ratio 0 changes nothing
+    one = [(torch.tensor([[0]]), torch.tensor([[v]])) for v in (1.0, -2.0, 10.0)]
+    bounded = [values.item() for _, values in ref.bound_influence(one, 1.0)]
+    expect(bounded == [1.0, -2.0, 2.0], f"bound_influence at ratio 1: {bounded}")
+    kept = [values.item() for _, values in ref.bound_influence(one, 0.0)]
+    expect(kept == [1.0, -2.0, 10.0], f"bound_influence at ratio 0: {kept}")
 
     # apply: weight decay, then -lr * sign(IDCT(mean)); sign(0) = 0 leaves an element alone
     demo = ref.DeMo(topk=1, chunk=4, weight_decay=0.5)

@@ -9,6 +9,8 @@ local gradient g:
     3. X     <- DCT_chunked(delta); per chunk keep the topk coefficients of largest magnitude
     4. delta <- delta - IDCT_chunked(scatter(own payload))   what is sent leaves the momentum
     5. gather every peer's payload; with one_bit each value becomes its sign (+0 counts as +1)
+       and bounded influence (docs/algorithms.md 1.11): per tensor, a payload whose values' norm
+       is above max_norm_ratio times the lower median of the payloads' norms is scaled down to it
     6. aggregate: each coefficient is the mean over the payloads that selected it, 0 where none did
     7. p     <- p - lr * sign(IDCT_chunked(aggregate))   with sign(0) = 0
 
@@ -118,6 +120,27 @@ def aggregate(contributions, num_chunks, size, quantize_one_bit):
     return total / count.clamp(min=1.0)  # total is 0 where count is 0
 
 
+def bound_influence(contributions, ratio):
+    """Bounded influence (docs/algorithms.md 1.11), on one tensor's transmitted values
+    (contributions = [(positions, values), ...] in peer order, one-bit values already signs):
+    a payload whose norm is above ratio times the lower median of the norms has its values
+    scaled down to that bound. Norms are sums of squares in float64, value by value in the wire
+    order, as agora sums them; the scale is rounded to float32 once. ratio 0 turns it off."""
+    if ratio <= 0 or len(contributions) < 2:
+        return contributions
+    norms = []
+    for _, values in contributions:
+        v = values.reshape(-1).to(torch.float64).numpy()
+        norms.append(math.sqrt(float(np.cumsum(v * v)[-1])) if v.size else 0.0)
+    bound = ratio * sorted(norms)[(len(norms) - 1) // 2]
+    out = []
+    for (positions, values), norm in zip(contributions, norms):
+        if norm > bound:
+            values = values.to(torch.float32) * torch.tensor(f32(bound / norm), dtype=torch.float32)
+        out.append((positions, values))
+    return out
+
+
 def f32(x):
     """x rounded to float32, as a Python float (exact in float32 arithmetic)."""
     return float(np.float32(x))
@@ -128,9 +151,11 @@ def f32(x):
 
 
 class DeMo:
-    def __init__(self, beta=0.999, topk=32, chunk=64, weight_decay=0.0, one_bit=False):
+    def __init__(self, beta=0.999, topk=32, chunk=64, weight_decay=0.0, one_bit=False,
+                 max_norm_ratio=1.0):
         self.beta, self.topk, self.chunk = beta, topk, chunk
         self.weight_decay, self.one_bit = weight_decay, one_bit
+        self.max_norm_ratio = max_norm_ratio
         self.delta = None  # per tensor, same shape as the parameter; zeros until the first step
 
     def contribute(self, grads, lr):
@@ -161,8 +186,11 @@ class DeMo:
             p.mul_(f32(1.0 - lr * self.weight_decay))  # 1. decoupled weight decay
             rows, cols = chunk_geometry(p.shape, self.chunk)
             size = rows * cols
-            mean = aggregate([payload[i] for payload in payloads], p.numel() // size, size,
-                             self.one_bit)  # 5-6
+            sent = [payload[i] for payload in payloads]
+            if self.one_bit:  # 5. what crosses the wire is the sign
+                sent = [(positions, one_bit(values)) for positions, values in sent]
+            sent = bound_influence(sent, self.max_norm_ratio)  # 1.11
+            mean = aggregate(sent, p.numel() // size, size, False)  # 6
             update = decode(mean, p.shape, self.chunk)
             p.sub_(torch.sign(update), alpha=f32(lr))  # 7. sign(0) = 0
             updates.append(update)

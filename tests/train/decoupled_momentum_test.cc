@@ -376,7 +376,7 @@ TEST_P(DemoParity, AgreesWithTheIndependentPythonImplementation) {
   const nlohmann::json spec = {
       {"beta", beta},       {"topk", topk},   {"chunk", chunk}, {"weight_decay", weight_decay},
       {"one_bit", one_bit}, {"steps", steps}, {"peers", peers}, {"lr", lrs},
-      {"tensors", tensors}};
+      {"max_norm_ratio", options.max_norm_ratio}, {"tensors", tensors}};
   write_file_atomic(dir_ / "case.json", spec.dump(2));
   save_tensors(dir_ / "inputs.safetensors", inputs, {});
   save_tensors(dir_ / "outputs.safetensors", outputs, {});
