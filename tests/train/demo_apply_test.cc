@@ -4,8 +4,6 @@
 // equal bit for bit, and the same with 1, 2 and 4 threads. Decoding once (decoded_payloads.h):
 // payloads decoded before apply() give the same parameters as bytes decoded by apply(), and the
 // store hands out only what was decoded from the very same bytes.
-#include "agora/optim/demo_aggregate.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 #include "agora/optim/chunking.h"
 #include "agora/optim/decoded_payloads.h"
 #include "agora/optim/decoupled_momentum.h"
+#include "agora/optim/demo_aggregate.h"
 
 namespace agora {
 namespace {
@@ -32,7 +31,8 @@ std::vector<Payload> make_payloads(const std::vector<int64_t>& shape, int64_t to
     const int64_t size = layout.chunk_size(), k = layout.topk;
     std::vector<uint32_t> all(static_cast<size_t>(std::min<int64_t>(size, 2 * k)));
     for (int64_t c = 0; c < layout.num_chunks(); ++c) {
-      for (size_t x = 0; x < all.size(); ++x) all[x] = static_cast<uint32_t>(x * (size / all.size()));
+      for (size_t x = 0; x < all.size(); ++x)
+        all[x] = static_cast<uint32_t>(x * (size / all.size()));
       std::shuffle(all.begin(), all.end(), random);
       std::sort(all.begin(), all.begin() + k);
       entry.positions.insert(entry.positions.end(), all.begin(), all.begin() + k);

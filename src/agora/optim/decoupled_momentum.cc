@@ -13,9 +13,10 @@
 namespace agora {
 namespace {
 
-// What decoded_payloads() may keep: payloads of a step or two ahead, at any realistic peer count
-// for models up to about 100M parameters; beyond it apply() decodes the rest itself.
-constexpr size_t kDecodedPayloadBytes = size_t{1} << 30;
+// What decoded_payloads() may keep, bytes and decoded values together (about twice the bytes at
+// top-k 32 with f32 values): a step of 1000 peers of the small preset's 0.7 MB payloads; beyond
+// it the oldest go and apply() decodes those itself.
+constexpr size_t kDecodedPayloadBytes = size_t{2} << 30;
 
 std::vector<int64_t> shape_of(const torch::Tensor& t) {
   return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
@@ -203,8 +204,7 @@ torch::Tensor DecoupledMomentum::aggregate_direction(size_t i,
     return sparse_chunked_idct(w.positions.to(p.device()), w.weights.to(p.device()), p.sizes(),
                                s.geometry);
   }
-  return chunked_idct(mean_coefficients(payloads, i, layout).to(p.device()), p.sizes(),
-                      s.geometry);
+  return chunked_idct(mean_coefficients(payloads, i, layout).to(p.device()), p.sizes(), s.geometry);
 }
 
 std::map<std::string, torch::Tensor> DecoupledMomentum::state() const {

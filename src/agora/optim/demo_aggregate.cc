@@ -17,7 +17,8 @@ struct Entries {
   int64_t chunks = 0, topk = 0, size = 0;
 };
 
-Entries entries_of(const std::vector<Payload>& payloads, size_t tensor, const TensorLayout& layout) {
+Entries entries_of(const std::vector<Payload>& payloads, size_t tensor,
+                   const TensorLayout& layout) {
   Entries out;
   out.chunks = layout.num_chunks();
   out.topk = layout.topk;
@@ -26,9 +27,10 @@ Entries entries_of(const std::vector<Payload>& payloads, size_t tensor, const Te
   for (const Payload& payload : payloads) {
     const TensorPayload& entry = payload.tensors.at(tensor);
     if (entry.positions.size() != count || entry.values.size() != count) {
-      fail("DeMo aggregation: tensor {} of a payload has {} positions and {} values (allowed: {} "
-           "of each, its layout's chunks x topk)",
-           tensor, entry.positions.size(), entry.values.size(), count);
+      fail(
+          "DeMo aggregation: tensor {} of a payload has {} positions and {} values (allowed: {} "
+          "of each, its layout's chunks x topk)",
+          tensor, entry.positions.size(), entry.values.size(), count);
     }
     out.positions.push_back(entry.positions.data());
     out.values.push_back(entry.values.data());

@@ -36,7 +36,9 @@ void norms_of(const std::vector<Payload>& payloads, size_t t, std::vector<double
     norms[j + 2] = std::sqrt(sc);
     norms[j + 3] = std::sqrt(sd);
   }
-  for (; j < payloads.size(); ++j) norms[j] = std::sqrt(squared_norm(payloads[j].tensors[t].values));
+  for (; j < payloads.size(); ++j) {
+    norms[j] = std::sqrt(squared_norm(payloads[j].tensors[t].values));
+  }
 }
 
 }  // namespace
