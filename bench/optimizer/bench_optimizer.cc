@@ -8,18 +8,22 @@
 //   contribute        DecoupledMomentum::contribute(): momentum update, chunked DCT, top-k,
 //                     own decode subtraction, payload encoding;
 //   apply, P peers    DecoupledMomentum::apply() with P contributions (its own and P - 1 made
-//                     beforehand by other DecoupledMomentum instances on random gradients):
-//                     decoding, weight decay, mean aggregation, chunked IDCT, sign step;
+//                     beforehand: up to 15 by other DecoupledMomentum instances on random
+//                     gradients, the rest drawn at random positions; above 100 peers at most 3
+//                     repeats): decoding, influence bound, weight decay, mean aggregation,
+//                     chunked IDCT, sign step;
 //   AdamW             AdamWStrategy with one peer (torch's AdamW step);
 // for each DeMo configuration (default top-k 32 with f32 values and Psyche's top-k 4 one-bit, both
 // at chunk 64). Then, unless --skip-python, reference_demo.py (tests/parity/demo_reference.py's
 // DeMo) times the same steps on the same parameter shapes with python3-torch, the same threads.
 //
-// Goals from the issue: DeMo's step (contribute + apply, worst case the most peers) at most 5% of
-// the forward+backward; agora's DeMo at least 3x faster than Python's.
+// Goals from the issues: DeMo's step (contribute + apply) with 100 peers (the most run, when
+// --peers has no 100) at most 5% of the forward+backward; agora's DeMo at least 3x faster than
+// Python's.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -45,13 +49,14 @@ using nlohmann::json;
 using namespace agora::bench;
 
 constexpr double kGoalFraction = 0.05, kGoalSpeedup = 3.0;
+constexpr int64_t kGoalPeers = 100;
 
 constexpr const char* kAgoraContribute =
     "DecoupledMomentum::contribute(): momentum update, chunked DCT, top-k, own decode (IDCT) "
     "subtraction, the payload built and encoded to bytes";
 constexpr const char* kAgoraApply =
     "DecoupledMomentum::apply() with P contributions: decoding and validating the P payloads from "
-    "bytes, weight decay, mean aggregation, chunked IDCT, sign step";
+    "bytes, the influence bound, weight decay, mean aggregation, chunked IDCT, sign step";
 constexpr const char* kPythonCompress =
     "reference_demo.py DeMo.contribute(): momentum update, chunked DCT, top-k, own decode "
     "subtraction; (positions, values) tensors, no payload encoding (it has no codec)";
@@ -67,6 +72,8 @@ struct ConfigResult {
   double contribute() const { return median(agora.contribute); }
   double apply(int64_t p) const { return median(agora.apply.at(p)); }
   double step(int64_t p) const { return contribute() + apply(p); }
+  double apply_decoded(int64_t p) const { return median(agora.apply_decoded.at(p)); }
+  double step_decoded(int64_t p) const { return contribute() + apply_decoded(p); }
   double python_step(int64_t p) const { return python->compress + python->aggregate.at(p); }
 };
 
@@ -117,6 +124,8 @@ json by_peers(const std::vector<int64_t>& peers, const std::function<double(int6
 int run(const Options& o) {
   const std::vector<int64_t> peers = parse_peers(o.peers);
   const int64_t most = peers.back();
+  const int64_t goal_peers =
+      std::find(peers.begin(), peers.end(), kGoalPeers) != peers.end() ? kGoalPeers : most;
   std::vector<DemoConfig> configs = {{o.topk, o.chunk, o.one_bit}};
   if (!o.single && !(o.topk == 4 && o.one_bit)) configs.push_back({4, o.chunk, true});
   const agora::ModelConfig model_config = agora::model_preset(o.preset, o.vocab, o.seq_len);
@@ -196,11 +205,22 @@ int run(const Options& o) {
       line("  DeMo step (contribute + apply), " + peers_text(p), r.step(p),
            py([&] { return r.python_step(p); }));
     }
+    for (const int64_t p : peers) {
+      line("  apply, payloads decoded at fetch, " + peers_text(p), r.apply_decoded(p),
+           std::nullopt);
+    }
+    for (const int64_t p : peers) {
+      line("  DeMo step, decoded at fetch, " + peers_text(p), r.step_decoded(p), std::nullopt);
+    }
   }
   std::cout << fmt::format(
       "\nagora contribute = {}\nagora apply      = {}\npython compress  = {}\npython apply     = "
-      "{}\nThe P - 1 other payloads come from other DecoupledMomentum instances (python: random "
-      "positions and values) made beforehand, untimed. AdamW: AdamWStrategy with num_peers = 1 "
+      "{}\n\"decoded at fetch\": the same apply() with every payload decoded beforehand, untimed, "
+      "into DecoupledMomentum::decoded_payloads(), as a network peer's witness check does.\nThe "
+      "P - 1 other payloads come from other DecoupledMomentum instances (up to 15; beyond, "
+      "random positions and values; python: random positions and values, the positions repeating "
+      "beyond 15) made beforehand, untimed; apply with more than 100 peers: at most 3 repeats. "
+      "AdamW: AdamWStrategy with num_peers = 1 "
       "(torch::optim::AdamW, decay and no-decay groups) vs torch.optim.AdamW.step() on random "
       "gradients. lr {}, beta {}, weight decay {}.\n",
       kAgoraContribute, kAgoraApply, kPythonCompress, kPythonAggregate, kLr, kBeta, kWeightDecay);
@@ -213,18 +233,21 @@ int run(const Options& o) {
   std::cout << "\ngoals (from the issue)                                              target   "
                "measured\n";
   for (const ConfigResult& r : results) {
-    const double worst = r.step(most) / fwd_bwd;
+    const double worst = r.step(goal_peers) / fwd_bwd;
     fraction_met = fraction_met && worst <= kGoalFraction;
     std::cout << fmt::format(
         "{:<67} <= {:.0f}%  {:>7.2f}%   {}\n",
-        fmt::format("DeMo step / fwd+bwd, {}, {}", peers_text(most), config_name(r.config)),
+        fmt::format("DeMo step / fwd+bwd, {}, {}", peers_text(goal_peers), config_name(r.config)),
         100 * kGoalFraction, 100 * worst, worst <= kGoalFraction ? "met" : "MISSED");
     json d = {{"topk", r.config.topk},
               {"chunk", r.config.chunk},
               {"one_bit", r.config.one_bit},
-              {"peers", most},
+              {"peers", goal_peers},
               {"fraction", worst},
-              {"fraction_net_of_adamw", (r.step(most) - adamw) / fwd_bwd},
+              {"fraction_net_of_adamw", (r.step(goal_peers) - adamw) / fwd_bwd},
+              {"fraction_at_most_peers", r.step(most) / fwd_bwd},
+              {"fraction_decoded_at_fetch", r.step_decoded(goal_peers) / fwd_bwd},
+              {"most_peers", most},
               {"met", worst <= kGoalFraction}};
     if (r.agora.apply.count(4)) d["fraction_at_4_peers"] = r.step(4) / fwd_bwd;
     fraction_detail.push_back(d);
@@ -277,11 +300,18 @@ int run(const Options& o) {
       c["payload_bytes"] = r.agora.payload_bytes;
       json samples = {{"contribute", r.agora.contribute}};
       for (const auto& [p, s] : r.agora.apply) samples["apply"][std::to_string(p)] = s;
+      for (const auto& [p, s] : r.agora.apply_decoded) {
+        samples["apply_decoded_at_fetch"][std::to_string(p)] = s;
+      }
       c["agora"] = {{"contribute", r.contribute()},
                     {"apply", by_peers(peers, [&](int64_t p) { return r.apply(p); })},
                     {"step_total", by_peers(peers, [&](int64_t p) { return r.step(p); })},
                     {"fraction_of_forward_backward",
                      by_peers(peers, [&](int64_t p) { return r.step(p) / fwd_bwd; })},
+                    {"apply_decoded_at_fetch",
+                     by_peers(peers, [&](int64_t p) { return r.apply_decoded(p); })},
+                    {"fraction_of_forward_backward_decoded_at_fetch",
+                     by_peers(peers, [&](int64_t p) { return r.step_decoded(p) / fwd_bwd; })},
                     {"samples", samples}};
       if (r.python) {
         c["python"] = {
@@ -311,10 +341,10 @@ int run(const Options& o) {
     out["goals"] = {
         {"demo_extra_cost_at_most_5pct_of_fwd_bwd", fraction_met},
         {"demo_extra_cost_rule",
-         fmt::format("(contribute + apply with {} peers, the most run) / forward+backward <= 5% "
-                     "for every configuration; fraction_at_4_peers and fraction_net_of_adamw "
-                     "for reference",
-                     most)},
+         fmt::format("(contribute + apply with {} peers) / forward+backward <= 5% "
+                     "for every configuration; fraction_at_4_peers, fraction_at_most_peers and "
+                     "fraction_net_of_adamw for reference",
+                     goal_peers)},
         {"demo_extra_cost_detail", fraction_detail},
         {"agora_at_least_3x_python", speedup_met ? json(*speedup_met) : json(nullptr)},
         {"agora_vs_python_rule",

@@ -30,7 +30,7 @@ struct Options {
   int64_t chunk = 64;
   bool one_bit = false;
   bool single = false;  // only (topk, one_bit), not also Psyche's topk 4 one-bit
-  std::string peers = "1,4,16";
+  std::string peers = "1,4,16,100,1000";
   int repeats = 5;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   uint64_t seed = 1234;
@@ -51,9 +51,15 @@ struct DemoSamples {
   size_t payload_bytes = 0;                      // this peer's contribution
   std::vector<double> contribute;                // seconds
   std::map<int64_t, std::vector<double>> apply;  // by peer count
+  // The same with the payloads decoded beforehand (a network peer decodes each one it fetches
+  // to check it, and apply() takes the result: DecoupledMomentum::decoded_payloads()).
+  std::map<int64_t, std::vector<double>> apply_decoded;
 };
 
 double median(std::vector<double> v);
+// Timed repeats of apply() with `peers` contributions: at most 3 above 100 peers, where one
+// apply takes seconds.
+int repeats_for(int repeats, int64_t peers);
 
 // The model with random weights and tokens; its parameters hold real gradients once
 // forward_backward() has run.
@@ -68,9 +74,9 @@ class AgoraBench {
   // accumulated (cleared before each step).
   std::vector<double> forward_backward();
   // contribute() of a fresh DecoupledMomentum on the gradients, then apply() with P contributions
-  // for each P in `peers`: its own and P - 1 of other DecoupledMomentum instances on random
-  // gradients (made beforehand, untimed). apply() moves the parameters; that does not matter for
-  // timing.
+  // for each P in `peers`: its own and P - 1 others made beforehand, untimed (up to 15 by other
+  // DecoupledMomentum instances on random gradients, the rest drawn at random positions).
+  // apply() moves the parameters; that does not matter for timing.
   DemoSamples demo(const DemoConfig& config, const std::vector<int64_t>& peers);
   // AdamWStrategy with one peer: contribute() (nothing) and apply() (torch's AdamW step).
   std::vector<double> adamw();

@@ -2,13 +2,14 @@
 """The Python side of the optimizer benchmark: DeMo in plain PyTorch (tests/parity/demo_reference.py)
 timed on random float32 parameters and gradients, with torch.optim.AdamW for reference.
 
-usage: reference_demo.py --shapes SHAPES.json --topk K --chunk C --one-bit 0|1 --peers 1,4,16
+usage: reference_demo.py --shapes SHAPES.json --topk K --chunk C --one-bit 0|1 --peers 1,4,16,100,1000
                          --repeats R --threads N --json OUT.json
 
 SHAPES.json is a list of {"name", "shape"}. Timings (time.perf_counter, median over R repeats
 after one warm-up):
   compress      steps 2-4 for every tensor: momentum, chunked DCT, top-k, own decode subtraction
-  aggregate_P   steps 1 and 5-7 with P payloads (this peer's and P-1 random ones made in advance):
+  aggregate_P   steps 1 and 5-7 with P payloads (this peer's and P-1 random ones made in advance,
+                positions repeating beyond 15 of them):
                 weight decay, mean aggregation, inverse DCT, sign step
   adamw         one torch.optim.AdamW step over the same parameters, gradients set
 """
@@ -25,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import demo_reference as ref  # noqa: E402
 
 BETA, WEIGHT_DECAY, LR = 0.999, 0.1, 1e-3
+POSITION_SETS = 15  # distinct random position sets among the other peers
 
 
 def median_time(fn, repeats):
@@ -43,7 +45,7 @@ def main():
     parser.add_argument("--topk", type=int, default=32)
     parser.add_argument("--chunk", type=int, default=64)
     parser.add_argument("--one-bit", type=int, choices=(0, 1), default=0)
-    parser.add_argument("--peers", default="1,4,16")
+    parser.add_argument("--peers", default="1,4,16,100,1000")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
@@ -63,16 +65,23 @@ def main():
     with torch.no_grad():
         results["compress"] = median_time(lambda: demo.contribute(grads, LR), args.repeats)
 
-        # Payloads of the other peers, made in advance (not timed).
+        # Payloads of the other peers, made in advance (not timed). Drawing positions costs a
+        # top-k over every coefficient, so beyond POSITION_SETS peers the positions repeat (with
+        # fresh values): a scatter costs the same whichever positions it writes.
         own = demo.contribute(grads, LR)
-        extras = []
-        for _ in range(max(peer_counts) - 1):
+        extras, position_sets = [], []
+        for j in range(max(peer_counts) - 1):
+            if j < POSITION_SETS:
+                sets = []
+                for shape, (positions, _) in zip(shapes, own):
+                    rows, cols = ref.chunk_geometry(shape, args.chunk)
+                    chunks, k = positions.shape
+                    scores = torch.rand(chunks, rows * cols, generator=g)
+                    sets.append(scores.topk(k, dim=1).indices.sort(dim=1).values)
+                position_sets.append(sets)
             payload = []
-            for shape, (positions, values) in zip(shapes, own):
-                rows, cols = ref.chunk_geometry(shape, args.chunk)
+            for random_positions, (positions, values) in zip(position_sets[j % POSITION_SETS], own):
                 chunks, k = positions.shape
-                scores = torch.rand(chunks, rows * cols, generator=g)
-                random_positions = scores.topk(k, dim=1).indices.sort(dim=1).values
                 if args.one_bit:
                     random_values = torch.randint(0, 2, (chunks, k), generator=g).float() * 2 - 1
                 else:

@@ -2,34 +2,24 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <map>
 #include <string_view>
 
 #include "agora/core/error.h"
 #include "agora/optim/dct.h"
+#include "agora/optim/demo_aggregate.h"
 #include "agora/optim/influence.h"
 
 namespace agora {
 namespace {
 
+// What decoded_payloads() may keep, bytes and decoded values together (about twice the bytes at
+// top-k 32 with f32 values): a step of 1000 peers of the small preset's 0.7 MB payloads; beyond
+// it the oldest go and apply() decodes those itself.
+constexpr size_t kDecodedPayloadBytes = size_t{2} << 30;
+
 std::vector<int64_t> shape_of(const torch::Tensor& t) {
   return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
-}
-
-torch::Tensor positions_tensor(const std::vector<uint32_t>& positions, int64_t chunks, int64_t topk,
-                               const torch::Device& device) {
-  torch::Tensor out = torch::empty({chunks, topk}, torch::kInt64);
-  int64_t* data = out.data_ptr<int64_t>();
-  for (size_t i = 0; i < positions.size(); ++i) data[i] = positions[i];
-  return out.to(device);
-}
-
-torch::Tensor values_tensor(const std::vector<float>& values, int64_t chunks, int64_t topk,
-                            const torch::Device& device) {
-  torch::Tensor out = torch::empty({chunks, topk}, torch::kFloat32);
-  std::memcpy(out.data_ptr<float>(), values.data(), values.size() * sizeof(float));
-  return out.to(device);
 }
 
 }  // namespace
@@ -53,6 +43,7 @@ DecoupledMomentum::DecoupledMomentum(std::vector<NamedParameter> params, const D
     slot.param = std::move(param);
     slots_.push_back(std::move(slot));
   }
+  decoded_ = std::make_shared<DecodedPayloads>(layout_, kDecodedPayloadBytes);
 }
 
 std::vector<std::string> DecoupledMomentum::warnings() const {
@@ -150,7 +141,9 @@ std::vector<Payload> DecoupledMomentum::admit(const StepContext& context,
       continue;
     }
     try {
-      Payload payload = decode_payload(c->bytes, layout_);
+      // Kept by decoded_payloads() only for these very bytes: the same as decoding them here.
+      std::optional<Payload> kept = decoded_->take(c->bytes);
+      Payload payload = kept ? std::move(*kept) : decode_payload(c->bytes, layout_);
       if (payload.step != static_cast<uint64_t>(context.step)) {
         report.refused.push_back(
             {c->peer, fmt::format("it is for step {} (allowed: step {}, the step applied)",
@@ -171,6 +164,7 @@ ApplyReport DecoupledMomentum::apply(const StepContext& context,
   undo_lookahead();
   ApplyReport report;
   std::vector<Payload> payloads = admit(context, contributions, report);
+  decoded_->forget_through(static_cast<uint64_t>(context.step));
   if (payloads.empty()) return report;  // nobody's update was accepted: the step changes nothing
   report.clipped = bound_influence(payloads, options_.max_norm_ratio);
 
@@ -202,29 +196,15 @@ torch::Tensor DecoupledMomentum::aggregate_direction(size_t i,
   const Slot& s = slots_[i];
   const torch::Tensor& p = s.param.tensor;
   const TensorLayout& layout = layout_.tensors[i];
-  const int64_t chunks = layout.num_chunks(), k = layout.topk;
-  const auto options = s.delta.options();
-  // One payload at a time, in canonical order: within a payload each position occurs once per
-  // chunk, so every scatter is order-free and the float32 sums are the same on every peer.
-  std::vector<torch::Tensor> index, value;
-  torch::Tensor count = torch::zeros({chunks, layout.chunk_size()}, options);
-  const torch::Tensor ones = torch::ones({chunks, k}, options);
-  for (const Payload& payload : payloads) {
-    const TensorPayload& entry = payload.tensors[i];
-    index.push_back(positions_tensor(entry.positions, chunks, k, p.device()));
-    value.push_back(values_tensor(entry.values, chunks, k, p.device()));
-    count.scatter_add_(1, index.back(), ones);
-  }
-  const auto selections = static_cast<int64_t>(payloads.size()) * k;
+  // Aggregated on the CPU, where the decoded payloads are, then moved to the parameter's device
+  // once: float32 adds and divisions round the same everywhere.
+  const auto selections = static_cast<int64_t>(payloads.size()) * layout.topk;
   if (sparse_is_cheaper(selections, s.geometry)) {
-    // The mean as a weighted sum: each selection counts value / (how many selected it).
-    const torch::Tensor positions = torch::cat(index, 1);
-    const torch::Tensor weights = torch::cat(value, 1).div_(count.gather(1, positions));
-    return sparse_chunked_idct(positions, weights, p.sizes(), s.geometry);
+    const WeightedSelections w = weighted_selections(payloads, i, layout);
+    return sparse_chunked_idct(w.positions.to(p.device()), w.weights.to(p.device()), p.sizes(),
+                               s.geometry);
   }
-  torch::Tensor sum = torch::zeros({chunks, layout.chunk_size()}, options);
-  for (size_t j = 0; j < index.size(); ++j) sum.scatter_add_(1, index[j], value[j]);
-  return chunked_idct(sum.div_(count.clamp_min_(1)), p.sizes(), s.geometry);
+  return chunked_idct(mean_coefficients(payloads, i, layout).to(p.device()), p.sizes(), s.geometry);
 }
 
 std::map<std::string, torch::Tensor> DecoupledMomentum::state() const {

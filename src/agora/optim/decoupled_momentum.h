@@ -34,11 +34,13 @@
 // move first, and subtracts the own selection one step late (delta's recurrence is unchanged).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "agora/optim/chunking.h"
+#include "agora/optim/decoded_payloads.h"
 #include "agora/optim/payload.h"
 #include "agora/optim/strategy.h"
 
@@ -70,6 +72,10 @@ class DecoupledMomentum final : public Strategy {
 
   // What every contribution must look like: one dct_topk entry per parameter, in order.
   const PayloadLayout& payload_layout() const { return layout_; }
+  // Where a caller that decodes contributions before apply() (a network peer's witness check)
+  // decodes them, so that apply() takes them from there instead of decoding them again
+  // (decoded_payloads.h). Shared: the check runs on the network's threads.
+  const std::shared_ptr<DecodedPayloads>& decoded_payloads() const { return decoded_; }
   // One line per parameter whose shape wastes compression (chunking.h compression_warning).
   std::vector<std::string> warnings() const override;
 
@@ -93,6 +99,7 @@ class DecoupledMomentum final : public Strategy {
   DemoOptions options_;
   std::vector<Slot> slots_;
   PayloadLayout layout_;
+  std::shared_ptr<DecodedPayloads> decoded_;
   double last_lr_ = 0.0;  // look-ahead: the previous step's learning rate
 };
 
