@@ -361,7 +361,6 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  agora::tune_allocator_for_tensors();
   CLI::App app{"DeMo's and AdamW's optimizer step against forward+backward, and against Python"};
   Options o;
   app.add_option("--preset", o.preset, "Model preset")->capture_default_str();
@@ -404,6 +403,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json_path, "Write all figures to this JSON file");
   CLI11_PARSE(app, argc, argv);
   try {
+    agora::tune_allocator_for_tensors();
     return run(o);
   } catch (const std::exception& e) {
     std::cerr << "bench_optimizer: " << e.what() << "\n";

@@ -466,7 +466,6 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  agora::tune_allocator_for_tensors();
   CLI::App app{"Bytes on the wire per step for DeMo, all-reduce AdamW and DiLoCo"};
   Options o;
   app.add_option("--presets", o.presets,
@@ -485,6 +484,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json_path, "Write all rows to this JSON file");
   CLI11_PARSE(app, argc, argv);
   try {
+    agora::tune_allocator_for_tensors();
     return run(o);
   } catch (const std::exception& e) {
     std::cerr << "bench_payload: " << e.what() << "\n";

@@ -10,7 +10,7 @@
 // formed by one thread, in float32, adding the payloads' values in the order given (the canonical
 // one), and divided once by its count: the same bits whatever the thread count, and the same as
 // scatter-adding one payload after another into zeros and dividing by max(count, 1), which is
-// what DeMo did before (tests/train/demo_aggregate_test.cc checks both).
+// what DeMo did before (tests/train/demo_apply_test.cc checks both).
 #pragma once
 
 #include <torch/torch.h>
