@@ -84,7 +84,8 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// 6 * parameters + 12 * num_layers * seq_len * hidden_size (PaLM's formula).
+// 6 * matmul parameters + 12 * num_layers * seq_len * hidden_size (PaLM's formula; the matmul
+// parameters are all but an untied input embedding, which is looked up, not multiplied).
 int64_t flops_per_token(const ModelConfig& c);
 
 }  // namespace agora::bench

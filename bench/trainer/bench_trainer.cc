@@ -21,8 +21,9 @@
 //
 // The machine's ceiling is a float32 N x N @ N x N torch::matmul (the same BLAS, the same thread
 // count), in a child too; MFU = tokens/s * FLOPs per token / ceiling, with
-//   FLOPs per token = 6 * parameters + 12 * num_layers * seq_len * hidden_size
-// (forward + backward of every weight, plus the attention scores and mixing; PaLM's formula).
+//   FLOPs per token = 6 * matmul parameters + 12 * num_layers * seq_len * hidden_size
+// (forward + backward of every weight that multiplies, i.e. all but an untied input embedding,
+// which is a lookup; plus the attention scores and mixing; PaLM's formula).
 //
 // The launcher itself never touches a tensor, so it starts no BLAS or OpenMP threads and stays
 // small: a child's ru_maxrss can include the forked copy of the launcher, which is reported.
@@ -72,8 +73,8 @@ using agora::bench::parse_case;
 using agora::bench::run_child;
 
 constexpr const char* kFlopsFormula =
-    "6 * parameters + 12 * num_layers * seq_len * hidden_size (per token, forward + backward, "
-    "attention included)";
+    "6 * matmul parameters (all but an untied input embedding) + 12 * num_layers * seq_len * "
+    "hidden_size (per token, forward + backward, attention included)";
 
 // agora::tune_allocator_for_tensors()'s glibc settings (allocator.cc), as environment variables,
 // for the Python run that isolates how much of the difference is the allocator.
