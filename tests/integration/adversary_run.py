@@ -3,14 +3,16 @@ adversaries, each an `agora_adversary` process (tests/adversary/) holding a key 
 allowlist, and the checks every attack ends with: the honest peers bit-identical and still
 training, the attacker struck or refused.
 """
+import json
 import os
 import subprocess
 
 from network_run import Run, parse_json_lines
 
 # The coordinator's event kinds that mean it noticed a member misbehave (docs/protocol.md
-# section 14): a strike, a drop, a refused or rejected message, an ignored one.
-NOTICED = ("strike", "drop", "rejection", "ignored")
+# section 14): a strike, a drop, a refused or rejected message, an ignored one, and messages
+# dropped above the per-member rate (a `throttled` line of its own log, not an event row).
+NOTICED = ("strike", "drop", "rejection", "ignored", "throttled")
 
 
 class AdversaryRun(Run):
@@ -89,12 +91,34 @@ class AdversaryRun(Run):
                       f"{at_least}: the attack did not happen, so the test proves nothing")
         return done
 
+    def start_coordinator(self, extra=("--http", "off")):
+        """Run.start_coordinator, its own log (coordinator.log) as JSON lines too."""
+        super().start_coordinator(extra=(*extra, "--log-format", "json"))
+
+    def coordinator_log_events(self):
+        """The coordinator's own log lines (coordinator.log, --log-format json) as dicts, with
+        "kind" set to their "event"; lines that are not JSON are skipped."""
+        rows = []
+        path = os.path.join(self.dir, "coordinator.log")
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    try:
+                        row = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(row, dict) and "event" in row:
+                        rows.append({**row, "kind": row["event"]})
+        return rows
+
     def check_noticed(self, i, kinds=NOTICED):
-        """The coordinator struck, dropped, rejected or ignored adversary i: a row of one of
-        `kinds` about it (`peer`), or a witness's rejection of its payload (`author`)."""
+        """The coordinator struck, dropped, rejected, ignored or throttled adversary i: a row of
+        one of `kinds` about it (`peer`), or a witness's rejection of its payload (`author`).
+        Whether a flooder is also struck depends on timing (flooding, it may miss deadlines or
+        not); that its messages were dropped above the rate does not."""
         short = self.short(i)
-        rows = [r for r in self.log_rows() if r["kind"] in kinds and
-                (r.get("peer") == short or r.get("author") == short)]
+        rows = [r for r in self.log_rows() + self.coordinator_log_events() if
+                r.get("kind") in kinds and (r.get("peer") == short or r.get("author") == short)]
         if not rows:
             self.fail(f"the coordinator recorded no {'/'.join(kinds)} about adversary {i} "
                       f"({short})")
