@@ -64,19 +64,18 @@ void build(PeerContext& peer, const wire::Welcome& welcome) {
   peer.device = resolve_device(config.train.device);
   peer.learner = Learner::create(config, peer.device);
   peer.step = std::make_unique<TrainStep>(config, peer.device);
-  auto& demo = dynamic_cast<DecoupledMomentum&>(*peer.learner.strategy);
-  const PayloadLayout layout = demo.payload_layout();
+  const PayloadLayout layout =
+      dynamic_cast<DecoupledMomentum&>(*peer.learner.strategy).payload_layout();
   LinkSettings settings;
   settings.run_id = peer.run_id;
-  // Decoded into the strategy's store: apply() takes the payloads from there (decode once).
-  settings.validator = [decoded = demo.decoded_payloads()](
-                           std::string_view bytes, uint64_t step) -> std::optional<std::string> {
+  settings.validator = [layout](std::string_view bytes,
+                                uint64_t step) -> std::optional<std::string> {
     try {
-      const uint64_t payload_step = decoded->decode(bytes, step);
+      const Payload payload = decode_payload(bytes, layout);
       // A payload of another step (an old one replayed under a new commitment) has the right
       // layout: refused here, it never becomes final and its author is struck.
-      if (payload_step != step) {
-        return fmt::format("the payload is for step {}, its commitment for step {}", payload_step,
+      if (payload.step != step) {
+        return fmt::format("the payload is for step {}, its commitment for step {}", payload.step,
                            step);
       }
       return std::nullopt;
