@@ -1,7 +1,7 @@
 # The README's two commands:
 #   make demo   set up, build, and run the main job: a decentralized run on this machine
 #   make test   set up, build, and run every test (unit, CLI, parity, short fuzz runs)
-# Other targets: setup, build, data, fuzz-build, demo-local, bench, clean.
+# Other targets: setup, build, data, fuzz-build, demo-local, bench, soak, clean.
 
 BUILD      ?= build
 FUZZ_BUILD ?= build-fuzz
@@ -11,7 +11,7 @@ AGORA      := $(BUILD)/apps/agora/agora
 DATA       := data
 SP_MODEL   := $(DATA)/tokenizer/agora-8k.model
 
-.PHONY: all setup build fuzz-build data demo demo-local test bench clean
+.PHONY: all setup build fuzz-build data demo demo-local test bench soak clean
 
 all: build
 
@@ -76,6 +76,13 @@ bench: build data
 	python3 bench/network/bench_network.py --agora $(AGORA) --data $(DATA)/tokens/sp8k --json out/bench/network.json
 	$(BUILD)/bench/tst/bench_tst --json out/bench/tst.json
 	$(BUILD)/bench/poisoning/bench_poisoning --json out/bench/poisoning.json
+
+# The 30-minute chaos soak (tests/integration/chaos_soak.py; a 3-minute one runs in make test):
+# 8 peers through shaped links, kills, pauses, cuts, joiners and coordinator kills, audited.
+SOAK_MINUTES ?= 30
+soak: build data
+	mkdir -p out
+	python3 tests/integration/chaos_soak.py $(AGORA) $(DATA)/tokens/sp8k --minutes $(SOAK_MINUTES) --json out/soak.json
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

@@ -222,6 +222,8 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
   net.quorum =
       toml.get_double("network.quorum", net.quorum, DoubleRange::between(0, 1, false, true));
   net.checkpointers = toml.get_int("network.checkpointers", net.checkpointers, {0, 1 << 20});
+  net.finish_grace_seconds = toml.get_double("network.finish_grace_seconds",
+                                             net.finish_grace_seconds, DoubleRange::at_least(0));
   // 2048 members of ~300 bytes each (key, endpoint of at most 255 characters, framing) keep a
   // RoundStart's member list well inside the 1 MiB control limit.
   net.max_members = toml.get_int("network.max_members", net.max_members, {1, 2048});
@@ -403,6 +405,7 @@ std::string RunConfig::to_toml() const {
   out += fmt::format("hash_interval = {}\n", net.hash_interval);
   out += fmt::format("quorum = {}\n", toml_float(net.quorum));
   out += fmt::format("checkpointers = {}\n", net.checkpointers);
+  out += fmt::format("finish_grace_seconds = {}\n", toml_float(net.finish_grace_seconds));
   out += fmt::format("max_members = {}\n", net.max_members);
   out += fmt::format("state_db = {}\n", toml_quote(net.state_db));
   return out;

@@ -42,7 +42,8 @@
 //   listen = "tcp://0.0.0.0:7400", allowlist = "", min_peers = 2, warmup_seconds = 2.0,
 //   overlap = 1, deadline_factor = 3.0, min_deadline_seconds = 10.0, witness_seconds = 10.0,
 //   heartbeat_timeout_seconds = 15.0, max_strikes = 3, hash_interval = 10, quorum = 0.5,
-//   checkpointers = 1, max_members = 256, state_db = "coordinator.db"
+//   checkpointers = 1, finish_grace_seconds = 60.0, max_members = 256,
+//   state_db = "coordinator.db"
 //
 // Torch-free: the CLI, tests and the coordinator read configs without libtorch.
 #pragma once
@@ -163,7 +164,12 @@ struct NetworkConfig {
   int64_t max_strikes = 3;                // missed deadlines / undelivered payloads before a drop
   int64_t hash_interval = 10;             // K: peers report their parameter hash every K steps
   double quorum = 0.5;  // in [0, 1): a payload is final when more than quorum x members hold it
-  int64_t checkpointers = 1;  // members asked to write checkpoints (train.checkpoint_interval)
+  // Members holding the checkpointer role (they write every train.checkpoint_interval steps and
+  // at the end); the coordinator hands the role on when a holder leaves, so it stays filled.
+  int64_t checkpointers = 1;
+  // After the last step: how long members keep serving a member still catching up, and the
+  // coordinator waits for the final checkpoint, before everyone is released.
+  double finish_grace_seconds = 60.0;
   // Current (active or syncing) members at most; joiners beyond are refused. Bounds every
   // member list the coordinator sends (each must fit the 1 MiB control limit) and its memory.
   int64_t max_members = 256;

@@ -1,5 +1,7 @@
 #include "agora/coord/assignment.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -74,6 +76,15 @@ uint64_t total_count(const std::vector<SequenceRange>& ranges) {
   uint64_t sum = 0;
   for (const SequenceRange& r : ranges) sum += r.count;
   return sum;
+}
+
+std::string format_ranges(const std::vector<SequenceRange>& ranges) {
+  std::string out;
+  for (const SequenceRange& r : ranges) {
+    if (!out.empty()) out += ',';
+    out += fmt::format("{}+{}", r.first, r.count);
+  }
+  return out;
 }
 
 std::vector<double> throughput_weights(const std::vector<double>& sequences_per_second) {

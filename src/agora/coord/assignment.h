@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "agora/coord/run_state.h"
@@ -30,6 +31,9 @@ void return_sequences(DataQueue& queue, const std::vector<SequenceRange>& ranges
 
 // The sum of the counts.
 uint64_t total_count(const std::vector<SequenceRange>& ranges);
+
+// "first+count,first+count,..." in the given order ("" for none): how logs list a step's data.
+std::string format_ranges(const std::vector<SequenceRange>& ranges);
 
 // Weights for a split from measured throughputs (sequences per second, 0 = unknown): a known
 // value is its own weight; an unknown one counts as the median of the known ones, or 1.0 when

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "agora/coord/monitor.h"
+#include "agora/coord/relay.h"
 #include "agora/coord/state_machine.h"
 #include "agora/coord/store.h"
 #include "agora/core/clock.h"
@@ -84,6 +85,7 @@ class Service {
   StepRow row_of(uint64_t step, double now, double seconds);
   void print_row(const StepRow& row);
   void refuse(const net::Incoming& in, const std::string& reason, bool may_rejoin = false);
+
   void log(const std::string& text) const {
     obs::log_info(
         {machine_ ? std::optional(machine_->state().finalized_steps()) : std::nullopt, ""}, text);
@@ -104,6 +106,7 @@ class Service {
   std::map<net::PublicKey, std::deque<wire::Envelope>> undelivered_;
   std::map<uint64_t, StepCommits> commits_;
   std::map<std::string, Bucket> buckets_;  // by curve key; idle full ones are forgotten
+  std::unique_ptr<Relay> relay_;  // for members nobody can dial (relay.h)
   uint64_t throttled_total_ = 0;
   double throttle_logged_at_ = 0;
   uint64_t printed_ = 0;
@@ -151,10 +154,12 @@ void Service::deliver(Actions actions) {
   store_->save(machine_->state(), /*allow_rollback=*/final_steps < saved_steps_, rows);
   if (final_steps < saved_steps_) monitor_->truncate(final_steps);
   saved_steps_ = final_steps;
+  relay_->store().prune(final_steps);
   monitor_->add_rows(rows);
   for (const LogLine& line : actions.log) {
     if (options_.json_lines) {
       nlohmann::json j = {{"event", "log"},
+                          {"time", now},
                           {"kind", to_string(line.kind)},
                           {"text", line.text},
                           {"step", final_steps}};
@@ -248,6 +253,7 @@ void Service::sweep(double now) {
   std::erase_if(route_of_, [&](const auto& item) { return !members.contains(item.first); });
   std::erase_if(undelivered_, [&](const auto& item) { return !members.contains(item.first); });
   std::erase_if(totals_, [&](const auto& item) { return !members.contains(item.first); });
+  relay_->sweep(machine_->state());
   for (auto it = buckets_.begin(); it != buckets_.end();) {
     Bucket& b = it->second;
     if (b.throttled > 0) {
@@ -384,7 +390,8 @@ void Service::print_row(const StepRow& row) {
         {"sequences", row.sequences},
         {"tokens_per_second", row.tokens_per_second},
         {"payload_bytes", row.payload_bytes},
-        {"allreduce_bytes", allreduce}};
+        {"allreduce_bytes", allreduce},
+        {"relay_bytes", relay_->store().bytes_for_step(row.step)}};
     std::printf("%s\n", line.dump().c_str());
   } else {
     if (!header_printed_) {
@@ -440,6 +447,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
                   n,
                   allowlist};
   options.tst_switch_step = static_cast<uint64_t>(config_.tst_switch_step());
+  options.checkpoint_interval = static_cast<uint64_t>(std::max<int64_t>(0, config_.train.checkpoint_interval));
   machine_ = std::make_unique<StateMachine>(options, std::move(state));
   printed_ = saved_steps_ = machine_->state().finalized_steps();
   // Members of a resumed run reconnect without joining again: their transport keys follow from
@@ -451,6 +459,9 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
   context_ = std::make_unique<net::Context>(admission);
   const net::DecodeLimits control{net::kMaxControlBytes, net::kMaxControlBytes};
   server_ = std::make_unique<net::Server>(*context_, identity_, n.listen, control);
+  // Uploads are kept as long as peers keep payloads (Round::settle).
+  relay_ = std::make_unique<Relay>(*context_, identity_,
+                                   4 * static_cast<uint64_t>(n.hash_interval) + 16);
   log(fmt::format(
       "coordinator {}: run {} {} on {} ({}); state in {}", net::key_to_hex(identity_.public_key()),
       run_id,
@@ -498,6 +509,16 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
         refuse(*in, "join first (this connection has not sent a Join)", /*may_rejoin=*/true);
         continue;
       }
+      // The relay's traffic never reaches the state machine, and a fetch comes on a
+      // connection of its own: neither changes where the member's messages go.
+      if (m.has_get_blob()) {
+        server_->send(in->route, relay_->fetch(machine_->state(), key->second, m.get_blob()));
+        continue;
+      }
+      if (m.has_blob()) {
+        relay_->upload(*machine_, key->second, m.blob());
+        continue;
+      }
       route_of_[key->second] = in->route;
       if (auto pending = undelivered_.find(key->second); pending != undelivered_.end()) {
         // Saved by an earlier batch already: safe to send now.
@@ -527,6 +548,9 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       next_tick = now + 0.1;
       ticked = true;
       sweep(now);
+      Actions probed = relay_->check_reachability(*machine_, now);
+      for (auto& o : probed.send) batch.send.push_back(std::move(o));
+      for (auto& l : probed.log) batch.log.push_back(std::move(l));
     }
     // A tick that changed nothing has nothing to save; messages always may have (last_seen).
     if (handled > 0 || !batch.send.empty() || !batch.log.empty()) {
@@ -534,9 +558,11 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
     } else if (ticked) {
       publish(false);
     }
-    if (machine_->state().phase == Phase::kFinished) {
+    // Finished and released (members caught up, final checkpoint reported, or the grace
+    // passed): a few seconds more so that every peer hears its release.
+    if (machine_->released()) {
       if (finished_at == 0) finished_at = now;
-      if (now - finished_at > 3.0) break;  // long enough for every peer to hear Finished
+      if (now - finished_at > 3.0) break;
     }
   }
   publish(true);

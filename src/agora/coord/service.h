@@ -52,7 +52,8 @@ struct ServiceOptions {
   std::function<void(const std::string& endpoint, int http_port)> on_listening;
 };
 
-// Runs until the run finishes (and a few seconds more, so every peer hears it) or *stop.
+// Runs until the run finishes and its members are released (state_machine.h, "Finishing"), and
+// a few seconds more so that every peer hears it, or until *stop.
 // Returns the number of finalized steps. Throws Error for a bad config, allowlist or database.
 uint64_t run_coordinator(const RunConfig& config, const net::Identity& identity,
                          const ServiceOptions& options, const std::atomic<bool>& stop);

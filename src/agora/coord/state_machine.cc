@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string_view>
 
 #include "agora/coord/assignment.h"
@@ -56,9 +57,14 @@ Actions StateMachine::handle(const net::PublicKey& from, const wire::Envelope& m
                              double now) {
   return collect_actions(now, [&] {
     if (state_.phase == Phase::kFinished) {
-      wire::Envelope reply;
-      reply.mutable_finished()->set_steps(state_.finalized_steps());
-      send(from, std::move(reply));
+      auto it = state_.members.find(from);
+      if (it != state_.members.end() && current(it->second)) {
+        handle_finished(it->second, message, now);
+      } else {
+        wire::Envelope reply;
+        reply.mutable_finished()->set_steps(state_.finalized_steps());
+        send(from, std::move(reply));
+      }
       return;
     }
     if (message.has_join()) {
@@ -114,7 +120,7 @@ Actions StateMachine::handle(const net::PublicKey& from, const wire::Envelope& m
 
 Actions StateMachine::tick(double now) {
   return collect_actions(now, [&] {
-    if (state_.phase == Phase::kFinished) return;
+    if (released_) return;
     const double timeout = options_.network.heartbeat_timeout_seconds;
     for (auto& [key, member] : state_.members) {
       if (current(member) && now - member.last_seen > timeout) {
@@ -122,6 +128,11 @@ Actions StateMachine::tick(double now) {
              fmt::format("silent for {:.1f} s (network.heartbeat_timeout_seconds = {})",
                          now - member.last_seen, timeout));
       }
+    }
+    if (state_.phase == Phase::kFinished) {
+      keep_checkpointers();
+      maybe_release(now);
+      return;
     }
     if (state_.round && now >= state_.round->deadline) close_round(now);
     progress(now);
@@ -131,9 +142,15 @@ Actions StateMachine::tick(double now) {
 
 Actions StateMachine::resume(double now) {
   return collect_actions(now, [&] {
-    if (state_.phase == Phase::kFinished) return;
     for (auto& [key, member] : state_.members) {
       if (current(member)) member.last_seen = now;
+    }
+    if (state_.phase == Phase::kFinished) {
+      // The members may still be lingering for the release this coordinator never sent.
+      finished_at_ = now;
+      for (const MemberRecord* m : active_members(true)) send(m->key, finished_for(*m));
+      maybe_release(now);
+      return;
     }
     log(EventKind::kPhase,
         fmt::format("resumed run {} in phase {}: {} steps final, next round {}", options_.run_id,
@@ -507,7 +524,41 @@ void StateMachine::add_members(google::protobuf::RepeatedPtrField<wire::Member>*
     m->set_key(key);
     auto it = state_.members.find(key);
     if (it != state_.members.end()) m->set_endpoint(it->second.endpoint);
+    m->set_relayed(relayed_.contains(key));
   }
+}
+
+void StateMachine::set_probing(const PublicKey& key) {
+  std::erase_if(strike_free_below_, [&](const auto& item) { return !is_current(item.first); });
+  strike_free_below_[key] = std::numeric_limits<uint64_t>::max();
+}
+
+Actions StateMachine::set_relayed(const PublicKey& key, bool relayed, const std::string& why,
+                                  double now) {
+  return collect_actions(now, [&] {
+    std::erase_if(relayed_, [&](const PublicKey& k) { return !is_current(k); });
+    std::erase_if(strike_free_below_, [&](const auto& item) { return !is_current(item.first); });
+    strike_free_below_.erase(key);
+    if (!is_current(key)) return;
+    if (relayed) {
+      // It hears that it is relayed from the next RoundStart on; what it committed before
+      // reached nobody, through no fault of its own.
+      strike_free_below_[key] = state_.round ? state_.round->step + 1 : state_.next_step;
+    }
+    if (relayed_.contains(key) == relayed) return;
+    if (relayed) {
+      relayed_.insert(key);
+    } else {
+      relayed_.erase(key);
+    }
+    log(EventKind::kJoin,
+        relayed ? fmt::format("{} cannot be dialled ({}): its payloads go through the "
+                              "coordinator's relay",
+                              short_hex(key), printable(why))
+                : fmt::format("{} answers at its endpoint again ({}): no relay", short_hex(key),
+                              printable(why)),
+        &key, {{"reason", relayed ? "unreachable" : "reachable"}});
+  });
 }
 
 void StateMachine::send(const PublicKey& to, wire::Envelope message) {

@@ -29,8 +29,20 @@
 // final; with overlap 1 when round t closed and step t - 1 is final.
 //
 // Strikes. A missed deadline, or a committed payload that a strict majority of the other
-// expected witnesses reported missing, costs its member one strike; a final payload resets the
-// count, so max_strikes means consecutive failures.
+// expected witnesses reported missing (unless the author's reachability is still being probed,
+// or it was found unreachable after that step opened), costs its member one strike; a final payload resets the count, so max_strikes means
+// consecutive failures.
+//
+// Checkpointers. network.checkpointers current members hold the role; when a holder leaves, is
+// dropped or goes silent, it passes to the longest-serving active member without it (RoundStart
+// and Finished say who holds it). A checkpoint report that skips a multiple of
+// train.checkpoint_interval since the run's previous checkpoint is logged as a gap.
+//
+// Finishing. When the last step is final the run is kFinished and every current member hears
+// Finished. Members are released (a Finished without `linger`) only when every current member
+// has applied every step and, with network.checkpointers > 0, a checkpoint of the final state
+// was reported, or network.finish_grace_seconds after finishing: until then members stay and
+// serve payloads to those still catching up, and a checkpointer lost at the end is replaced.
 //
 // Trust. Nothing one member says is believed alone: a state record is handed to joiners or used
 // for a Resync only when more than quorum x the active members reported it; reports no honest
@@ -60,6 +72,7 @@ struct Options {
   NetworkConfig network;
   std::set<net::PublicKey> allowlist;  // empty = open run (anyone may join)
   uint64_t tst_switch_step = 0;        // RunConfig::tst_switch_step(): logged when it opens
+  uint64_t checkpoint_interval = 0;    // train.checkpoint_interval: for gap reports (0 = none)
 };
 
 struct Outgoing {
@@ -105,6 +118,18 @@ class StateMachine {
   Actions resume(double now);
 
   const RunState& state() const { return state_; }
+  // The run finished and its members were released (see Finishing above): the service may exit.
+  bool released() const { return released_; }
+
+  // What the service's probe (reachability.h) found: a current member nobody can dial is
+  // marked relayed in every member list (its payloads come from the coordinator's relay, it is
+  // no source of state); one that answers again is not. Logs the change; runtime only, not
+  // persisted (a restarted coordinator probes again).
+  Actions set_relayed(const PublicKey& key, bool relayed, const std::string& why, double now);
+  bool is_relayed(const PublicKey& key) const { return relayed_.contains(key); }
+  // The service started probing `key`: until set_relayed() gives the answer, a payload of its
+  // that witnesses could not fetch costs it no strike (it may be unreachable, not withholding).
+  void set_probing(const PublicKey& key);
   const Options& options() const { return options_; }
 
  private:
@@ -132,6 +157,16 @@ class StateMachine {
   void finalize_ready(double now);
   void finalize(CollectingStep& step);
   void finish();
+  // In kFinished: the messages a current member may still send (heartbeats, sets it lacks,
+  // checkpoint reports, leave); anything else is answered with Finished.
+  void handle_finished(MemberRecord& member, const wire::Envelope& message, double now);
+  // Releases the members once nobody is behind and the final checkpoint is on record, or the
+  // grace period passed.
+  void maybe_release(double now);
+  wire::Envelope finished_for(const MemberRecord& member) const;
+  // Hands the checkpointer role to active members until network.checkpointers current ones
+  // hold it (a finished run tells a new holder at once, so it writes the final checkpoint).
+  void keep_checkpointers();
 
   void strike(MemberRecord& member, const std::string& why);
   void drop(MemberRecord& member, DropReason reason, const std::string& why);
@@ -183,6 +218,15 @@ class StateMachine {
   // coordinator starts counting afresh).
   std::map<PublicKey, size_t> member_events_;
   uint64_t events_round_ = 0;
+  // Finishing (not persisted: a coordinator restarted after finishing waits for the members'
+  // heartbeats and the grace period afresh).
+  double finished_at_ = 0.0;
+  bool released_ = false;
+  std::set<PublicKey> relayed_;  // current members the probe could not dial
+  // Members whose missing payloads cost no strike in steps below the value: while the probe has
+  // not answered (all steps), and once relayed, until the first round whose RoundStart told
+  // them to upload.
+  std::map<PublicKey, uint64_t> strike_free_below_;
   Actions* out_ = nullptr;  // the Actions of the call in progress
   double now_ = 0.0;        // the `now` of the call in progress (for event times)
 };

@@ -152,6 +152,28 @@ void StateMachine::on_checkpoint_report(MemberRecord& member, const wire::Checkp
   }
   ++state_.counters.checkpoints;
   auto& list = state_.checkpoints;
+  // The run's checkpoint before this one; every multiple of train.checkpoint_interval between
+  // the two was written by nobody (its checkpointer was gone, or jumped over it by fetching a
+  // newer state): the operator hears of it once, here.
+  uint64_t previous = 0;
+  for (const CheckpointRecord& c : list) {
+    if (c.applied_steps < k) previous = std::max(previous, c.applied_steps);
+  }
+  const uint64_t every = options_.checkpoint_interval;
+  if (every > 0 && k > previous) {
+    const uint64_t first = previous / every + 1, last = (k - 1) / every;  // multiples in (prev, k)
+    if (last >= first) {
+      log(EventKind::kCheckpoint,
+          fmt::format("checkpoint gap: no checkpoint after {} steps{}; the run's checkpoints go "
+                      "from {} to {} (train.checkpoint_interval = {})",
+                      first * every,
+                      last > first ? fmt::format(" .. {} ({} missing)", last * every, last - first + 1)
+                                   : std::string(),
+                      previous, k, every),
+          nullptr,
+          {{"reason", "gap"}, {"missing", last - first + 1}, {"from", previous}, {"to", k}});
+    }
+  }
   // A report of the same step by the same member replaces the earlier one.
   std::erase_if(list, [&](const CheckpointRecord& c) {
     return c.reporter == member.key && c.applied_steps == k;

@@ -18,6 +18,7 @@ using namespace detail;
 void StateMachine::progress(double now) {
   // Each pass may enable the next (a close finalizes a step, which opens a round); the loop ends
   // when a pass changes nothing. Every change consumes a round or a step, so it terminates.
+  keep_checkpointers();
   for (int pass = 0; pass < 1000 && state_.phase != Phase::kFinished; ++pass) {
     if (state_.finalized_steps() >= options_.total_steps) {
       finish();
@@ -121,7 +122,7 @@ void StateMachine::open_round(double now) {
   log(EventKind::kRound,
       fmt::format("round {} opened: {} sequences to {} members ({}), deadline {:.1f} s", t,
                   options_.batch_size, members.size(), split, seconds),
-      nullptr, {{"round", t}});
+      nullptr, {{"round", t}, {"deadline_seconds", seconds}});
   if (t == options_.tst_switch_step && t > 0) {
     log(EventKind::kTstSwitch,
         fmt::format("step {}: token superposition ends; next-token training from here on", t),
@@ -231,7 +232,10 @@ void StateMachine::finalize(CollectingStep& step) {
     // A strike needs a strict majority of the other expected witnesses to report the payload
     // missing: one lying witness cannot strike an honest author in a run of three or more, and
     // silent witnesses accuse nobody.
-    if (2 * missing > others && member != state_.members.end() && current(member->second)) {
+    const auto free = strike_free_below_.find(c.author);
+    const bool excused = free != strike_free_below_.end() && step.step < free->second;
+    if (2 * missing > others && member != state_.members.end() && current(member->second) &&
+        !excused) {
       strike(member->second,
              fmt::format("its payload for step {} was missing for {} of the {} other witnesses "
                          "(held by {}; quorum {})",
@@ -254,19 +258,127 @@ void StateMachine::finalize(CollectingStep& step) {
   for (const CommitRecord& c : final_set) to_wire(c, f->add_set());
   state_.finalized.push_back(std::move(final_set));
   for (const MemberRecord* m : active_members(true)) send(m->key, message);
+  // The sequence ids the step trained, for an audit of the data against the queue.
+  std::vector<SequenceRange> trained;
+  for (const CommitRecord& c : state_.finalized.back()) {
+    const auto& r = step.ranges[c.author];
+    trained.insert(trained.end(), r.begin(), r.end());
+  }
   log(EventKind::kRound, fmt::format("step {} final: {} of {} payloads, {} of {} witnesses",
                                      step.step, state_.finalized.back().size(), step.commits.size(),
                                      step.witnessed.size(), expected),
-      nullptr, {{"round", step.step}});
+      nullptr, {{"round", step.step}, {"final", true}, {"trained", format_ranges(trained)}});
 }
 
 void StateMachine::finish() {
   set_phase(Phase::kFinished, now_);
-  wire::Envelope message;
-  message.mutable_finished()->set_steps(state_.finalized_steps());
-  for (const MemberRecord* m : active_members(true)) send(m->key, message);
+  finished_at_ = now_;
+  keep_checkpointers();
   log(EventKind::kPhase,
-      fmt::format("run {} finished: {} steps final", options_.run_id, state_.finalized_steps()));
+      fmt::format("run {} finished: {} steps final", options_.run_id, state_.finalized_steps()),
+      nullptr,
+      {{"finished", true},
+       {"next_fresh", state_.queue.next_fresh},
+       {"pending", format_ranges(state_.queue.pending)}});
+  for (const MemberRecord* m : active_members(true)) send(m->key, finished_for(*m));
+  maybe_release(now_);
+}
+
+wire::Envelope StateMachine::finished_for(const MemberRecord& member) const {
+  wire::Envelope message;
+  wire::Finished* f = message.mutable_finished();
+  f->set_steps(state_.finalized_steps());
+  f->set_checkpointer(member.checkpointer);
+  f->set_linger(!released_);
+  return message;
+}
+
+void StateMachine::handle_finished(MemberRecord& member, const wire::Envelope& message,
+                                   double now) {
+  member.last_seen = now;
+  bool repeat = false;
+  switch (message.body_case()) {
+    case wire::Envelope::kHeartbeat:
+      member.applied_steps = std::min(message.heartbeat().applied_steps(), state_.finalized_steps());
+      mark_caught_up(member);
+      // A member done applying waits for Finished: it hears it again (it may have been lost, or
+      // the role it holds changed), at the pace of its heartbeats.
+      repeat = member.applied_steps >= state_.finalized_steps();
+      break;
+    case wire::Envelope::kGetFinalized:
+      on_get_finalized(member, message.get_finalized());
+      break;
+    case wire::Envelope::kCheckpointReport:
+      on_checkpoint_report(member, message.checkpoint_report(), now);
+      break;
+    case wire::Envelope::kStateReport:
+      on_state_report(member, message.state_report());
+      break;
+    case wire::Envelope::kLeave:
+      on_leave(member);
+      keep_checkpointers();
+      break;
+    default:
+      repeat = true;  // a commit or witness from a member that missed it
+  }
+  const bool was_released = released_;
+  maybe_release(now);
+  // A release just now told every current member already.
+  if (repeat && released_ == was_released && current(member)) {
+    send(member.key, finished_for(member));
+  }
+}
+
+void StateMachine::maybe_release(double now) {
+  if (released_ || state_.phase != Phase::kFinished) return;
+  const uint64_t steps = state_.finalized_steps();
+  std::vector<std::string> behind;
+  for (const MemberRecord* m : active_members(true)) {
+    if (m->applied_steps < steps) behind.push_back(short_hex(m->key));
+  }
+  bool checkpointed = options_.network.checkpointers == 0;
+  for (const CheckpointRecord& c : state_.checkpoints) checkpointed |= c.applied_steps == steps;
+  const bool timed_out = now >= finished_at_ + options_.network.finish_grace_seconds;
+  if (!(behind.empty() && checkpointed) && !timed_out) return;
+  released_ = true;
+  std::string missing;
+  if (!behind.empty()) missing += fmt::format("; still behind: {}", fmt::join(behind, ", "));
+  if (!checkpointed) missing += fmt::format("; NO checkpoint of the final state was reported");
+  log(EventKind::kPhase,
+      fmt::format("members released {:.1f} s after the run finished{}", now - finished_at_,
+                  timed_out ? fmt::format(" (network.finish_grace_seconds = {} passed){}",
+                                          options_.network.finish_grace_seconds, missing)
+                            : std::string()),
+      nullptr,
+      {{"reason", timed_out ? "grace_passed" : "complete"},
+       {"behind", behind.size()},
+       {"checkpointed", checkpointed}});
+  for (const MemberRecord* m : active_members(true)) send(m->key, finished_for(*m));
+}
+
+void StateMachine::keep_checkpointers() {
+  const int64_t wanted = options_.network.checkpointers;
+  int64_t held = 0;
+  for (auto& [key, m] : state_.members) {
+    if (!current(m)) m.checkpointer = false;  // gone: the role is free for someone else
+    held += m.checkpointer ? 1 : 0;
+  }
+  while (held < wanted) {
+    // The longest-serving active member without the role: the most likely to stay.
+    MemberRecord* next = nullptr;
+    for (auto& [key, m] : state_.members) {
+      if (m.state != MemberState::kActive || m.checkpointer) continue;
+      if (!next || m.joined_at < next->joined_at) next = &m;
+    }
+    if (!next) return;
+    next->checkpointer = true;
+    ++held;
+    log(EventKind::kCheckpoint,
+        fmt::format("{} now holds the checkpointer role ({} of network.checkpointers = {})",
+                    short_hex(next->key), held, wanted),
+        &next->key, {{"reason", "handoff"}});
+    if (state_.phase == Phase::kFinished) send(next->key, finished_for(*next));
+  }
 }
 
 // ---- members -----------------------------------------------------------------------------------
@@ -363,6 +475,7 @@ wire::Envelope StateMachine::round_start_for(const PublicKey& key, double now) c
     if (m->state == MemberState::kSyncing) joining.push_back(m->key);
   }
   add_members(start->mutable_joining(), joining);
+  start->set_checkpointer(state_.members.at(key).checkpointer);
   return message;
 }
 

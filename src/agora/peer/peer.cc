@@ -56,16 +56,29 @@ class Peer {
     round_.catch_up(target, deferred_);
   }
   void sync(const wire::StateRecord& state, const std::vector<wire::Member>& holders) {
-    sync_state(peer_, state, holders);
+    const StateSource source = sync_state(peer_, state, holders);
     round_.forget_finalized();  // the run may have gone back: sets are asked for again
     round_.settle(/*force_report=*/true);
+    // The steps this peer jumped over may have had nobody to checkpoint them: a checkpointer
+    // writes the state it fetched, so the run's checkpoints have a gap no wider than the jump
+    // (the coordinator reports the gap).
+    if (peer_.checkpointer && source == StateSource::kMembers &&
+        peer_.config.train.checkpoint_interval > 0) {
+      checkpointer_.write();
+    }
   }
   // Loads the state `welcome` names; returns the finalized steps to catch up to.
   uint64_t join_state(wire::Welcome welcome);
   std::optional<wire::Envelope> next_message();
   void on_round_start(const wire::RoundStart& round);
   void on_refused(const wire::Refused& refused);
+  // The role may be handed to this peer (or away from it) at any RoundStart or Finished.
+  void set_checkpointer(bool holds);
+  void on_finished(const wire::Finished& finished);
   void finish();
+  // After finishing, while the coordinator says `linger`: serve (the I/O thread does) until
+  // released. Takes the checkpointer role if it is handed over now.
+  void linger();
   void leave();
 
   PeerContext peer_;
@@ -117,6 +130,7 @@ void Peer::on_round_start(const wire::RoundStart& round) {
     return;
   }
   if (!peer_.first_round) peer_.first_round = std::chrono::steady_clock::now();
+  set_checkpointer(round.checkpointer());
   catch_up(round.apply_through());
   peer_.next_round = round.step() + 1;
   peer_.link.set_status(peer_.applied, peer_.next_round);
@@ -147,6 +161,45 @@ void Peer::on_refused(const wire::Refused& refused) {
     sync(welcome.state(), {welcome.holders().begin(), welcome.holders().end()});
   }
   catch_up(welcome.finalized_steps());
+}
+
+void Peer::set_checkpointer(bool holds) {
+  if (holds == peer_.checkpointer) return;
+  peer_.checkpointer = holds;
+  peer_.log(holds ? "this peer now holds the checkpointer role" : "checkpointer role handed on",
+            "checkpointer", {{"checkpointer", holds}});
+}
+
+void Peer::on_finished(const wire::Finished& finished) {
+  set_checkpointer(finished.checkpointer());
+  catch_up(finished.steps());
+  finish();
+  if (finished.linger()) linger();
+}
+
+void Peer::linger() {
+  const double grace = peer_.config.network.finish_grace_seconds;
+  // The coordinator releases members by then; the margin covers its heartbeat timeout and a
+  // release lost on the way, and a coordinator gone for good cannot keep a peer forever.
+  const double limit = grace + peer_.config.network.heartbeat_timeout_seconds + 10.0;
+  peer_.log(fmt::format("staying to serve the run's payloads until released (at most {:.0f} s)",
+                        limit),
+            "lingering", {{"limit_seconds", limit}});
+  const auto started = std::chrono::steady_clock::now();
+  while (!peer_.stopping() &&
+         std::chrono::steady_clock::now() - started < std::chrono::duration<double>(limit)) {
+    const std::optional<wire::Envelope> m = peer_.link.next_from_coordinator(0.2);
+    if (!m || !m->has_finished()) continue;  // the run is over: nothing else is acted on
+    if (m->finished().checkpointer() && !peer_.checkpointer) {
+      set_checkpointer(true);
+      checkpointer_.write();  // the final checkpoint, which its holder did not report
+    }
+    if (!m->finished().linger()) {
+      peer_.log("released by the coordinator", "released");
+      return;
+    }
+  }
+  peer_.log("not released within the grace period; exiting", "released", {{"timed_out", true}});
 }
 
 void Peer::finish() {
@@ -198,8 +251,7 @@ PeerSummary Peer::run() {
       peer_.metrics.resynced();
       sync(m->resync().state(), {m->resync().holders().begin(), m->resync().holders().end()});
     } else if (m->has_finished()) {
-      catch_up(m->finished().steps());
-      finish();
+      on_finished(m->finished());
     } else if (m->has_refused()) {
       on_refused(m->refused());
     }
@@ -219,7 +271,8 @@ PeerSummary Peer::run() {
              {"payloads_rejected", c.payloads_rejected},
              {"bytes_received", c.bytes_received},
              {"bytes_sent", c.bytes_sent},
-             {"dropped_messages", c.dropped_messages}});
+             {"dropped_messages", c.dropped_messages},
+             {"relayed_bytes", peer_.summary.relayed_bytes}});
   peer_.summary.applied_steps = peer_.applied;
   return peer_.summary;
 }

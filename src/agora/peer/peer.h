@@ -52,6 +52,7 @@ struct PeerSummary {
   uint64_t applied_steps = 0;
   std::string state_hash;  // hex, after the last applied step
   std::filesystem::path checkpoint;
+  uint64_t relayed_bytes = 0;  // payload bytes uploaded to the coordinator's relay
 };
 
 PeerSummary run_peer(const net::Identity& identity, const PeerOptions& options,

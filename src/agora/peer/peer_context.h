@@ -51,7 +51,9 @@ enum class PeerPhase {
   // request ends the round between micro-batches without a commit.
   kTraining,
   // The coordinator said the run is over: the last steps are applied, a checkpointer writes the
-  // final checkpoint, and the peer exits.
+  // final checkpoint. While the coordinator says `linger` (a member is still catching up, or
+  // the final checkpoint is not on record) the peer stays and serves; released, or after
+  // network.finish_grace_seconds (plus a margin) without a release, it exits.
   kFinished,
   // Stopped by the operator (Ctrl-C): Leave is sent and the peer exits.
   kLeaving,

@@ -46,14 +46,22 @@ std::shared_ptr<PeerNetwork::Job> PeerNetwork::collect_job(uint64_t step,
     want.timeout = std::min(options_.blob_timeout_seconds, kSourceShare * witness_seconds);
     want.retry_refused = !witness;  // ensure(): we may not be listed yet
     want.request.mutable_get_blob()->set_hash(record.payload_hash());
-    // The author first, then everyone else in the members' order.
+    // The author first (the coordinator's relay for one nobody can dial), then everyone else
+    // in the members' order but those nobody can dial, then the relay as a last resort (an
+    // author found unreachable after this list was made).
+    wire::Member relay;
+    relay.set_key(options_.coordinator_key);
+    relay.set_endpoint(options_.coordinator);
     for (const auto& m : members) {
-      if (m.key() == record.author()) want.sources.push_back(m);
+      if (m.key() == record.author()) want.sources.push_back(m.relayed() ? relay : m);
     }
     for (const auto& m : members) {
-      if (m.key() != record.author() && m.key() != identity_.public_key()) {
+      if (m.key() != record.author() && m.key() != identity_.public_key() && !m.relayed()) {
         want.sources.push_back(m);
       }
+    }
+    if (want.sources.empty() || want.sources.front().key() != relay.key()) {
+      want.sources.push_back(relay);
     }
     // Bytes held for another step are not this commitment's payload (they carry their step):
     // they are fetched and validated like any other, and refused.
@@ -108,7 +116,7 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
   }
   std::vector<wire::Member> others;
   for (const auto& h : holders) {
-    if (h.key() != identity_.public_key()) others.push_back(h);
+    if (h.key() != identity_.public_key() && !h.relayed()) others.push_back(h);  // undiallable
   }
   if (others.empty()) fail("no member holds the parameters after step {}", state.applied_steps());
   const double started = now_seconds();

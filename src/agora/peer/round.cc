@@ -156,6 +156,7 @@ void Round::train(const wire::RoundStart& round) {
   if (val_loss) c->set_val_loss(*val_loss);
   peer_.link.send_to_coordinator(commit);
   last_commit_ = commit;
+  upload_if_relayed(hash, own.bytes);
   const auto committed = Clock::now();
   peer_.summary.compute_seconds += std::chrono::duration<double>(committed - started).count();
   peer_.summary.wall_seconds =
@@ -173,6 +174,25 @@ void Round::train(const wire::RoundStart& round) {
              {"seconds", compute},
              {"payload_bytes", static_cast<uint64_t>(own.bytes.size())},
              {"grad_norm", result.grad_norm}});
+}
+
+void Round::upload_if_relayed(const std::string& hash, const std::string& bytes) {
+  const bool relayed = std::any_of(peer_.members.begin(), peer_.members.end(), [&](const auto& m) {
+    return m.key() == peer_.identity.public_key() && m.relayed();
+  });
+  if (relayed != relayed_) {
+    relayed_ = relayed;
+    peer_.log(relayed ? "nobody can dial this peer's endpoint: its payloads go through the "
+                        "coordinator's relay"
+                      : "this peer's endpoint answers again: no relay",
+              "relayed", {{"relayed", relayed}});
+  }
+  if (!relayed) return;
+  wire::Envelope upload;
+  upload.mutable_blob()->set_hash(hash);
+  upload.mutable_blob()->set_data(bytes);
+  peer_.link.send_to_coordinator(upload);
+  peer_.summary.relayed_bytes += bytes.size();
 }
 
 void Round::recommit(uint64_t round) {

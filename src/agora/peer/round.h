@@ -59,6 +59,9 @@ class Round {
 
  private:
   void apply(uint64_t step);
+  // A member nobody can dial (the round's member list says it is relayed) uploads its payload
+  // to the coordinator's relay after committing (docs/protocol.md, "Peers behind NAT").
+  void upload_if_relayed(const std::string& hash, const std::string& bytes);
   // Logs and counts what applying `step` decided about its contributions (left out, bounded).
   void report(uint64_t step, const ApplyReport& report);
 
@@ -66,6 +69,7 @@ class Round {
   Checkpointer& checkpointer_;
   std::map<uint64_t, std::vector<wire::CommitRecord>> finalized_;  // by step, not yet applied
   std::optional<wire::Envelope> last_commit_;
+  bool relayed_ = false;
 };
 
 }  // namespace agora::peer

@@ -48,8 +48,8 @@ fs::path checkpoint_root(const PeerContext& peer) {
                                              : peer.options.checkpoint_dir;
 }
 
-void sync_state(PeerContext& peer, const wire::StateRecord& state,
-                const std::vector<wire::Member>& holders) {
+StateSource sync_state(PeerContext& peer, const wire::StateRecord& state,
+                       const std::vector<wire::Member>& holders) {
   peer.phase = PeerPhase::kSyncing;
   PeerMetrics::Timer timer(peer.metrics, PeerMetrics::Activity::kFetchingState);
   const auto started = Clock::now();
@@ -84,6 +84,9 @@ void sync_state(PeerContext& peer, const wire::StateRecord& state,
          state_hash_hex(mine), state_hash_hex(state));
   }
   peer.learner.reset_strategy(peer.config);  // a cold momentum, as a joiner's must be
+  return source == "seed"         ? StateSource::kSeed
+         : source == "checkpoint" ? StateSource::kCheckpoint
+                                  : StateSource::kMembers;
 }
 
 void report_state(PeerContext& peer) {

@@ -19,8 +19,10 @@ namespace agora::peer {
 // restarted from a checkpoint after every member left), the checkpoint in its checkpoint root.
 // Checks the result against the record's state hash and starts a cold strategy. The caller then
 // reports the state (Round::settle), so that this peer can serve what it loaded.
-void sync_state(PeerContext& peer, const wire::StateRecord& state,
-                const std::vector<wire::Member>& holders);
+// Returns where the parameters came from.
+enum class StateSource { kSeed, kCheckpoint, kMembers };
+StateSource sync_state(PeerContext& peer, const wire::StateRecord& state,
+                       const std::vector<wire::Member>& holders);
 
 // Sends the coordinator this peer's state record after `peer.applied` steps, and publishes a
 // snapshot of the parameters for joiners to fetch.
