@@ -49,6 +49,7 @@ from network_run import Run
 # finalization point once per finalized step, mid_send once per extra message of a batch.
 COORDINATOR_POINTS = {
     "service.before_save": 12,
+    "service.final_unsaved": 3,
     "store.save.begin": 12,
     "store.save.after_begin": 12,
     "store.save.after_state": 12,

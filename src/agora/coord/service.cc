@@ -151,6 +151,7 @@ void Service::deliver(Actions actions) {
   // Persist first: a peer must never hear of a state a crash could forget. The crash points
   // (core/crash_point.h) let tests kill the process on either side of the save.
   crash_point("service.before_save");
+  if (final_steps > saved_steps_) crash_point("service.final_unsaved");
   store_->save(machine_->state(), /*allow_rollback=*/final_steps < saved_steps_, rows);
   crash_point("service.after_save");
   if (final_steps > saved_steps_) crash_point("service.final_saved");

@@ -16,8 +16,8 @@ namespace agora {
 namespace {
 
 // Kept in the order of the header's list, which documents each.
-constexpr std::array<std::string_view, 23> kCrashPoints = {
-    "service.before_save",       "store.save.begin",          "store.save.after_begin",
+constexpr std::array<std::string_view, 24> kCrashPoints = {
+    "service.before_save",       "service.final_unsaved",     "store.save.begin",          "store.save.after_begin",
     "store.save.after_state",    "store.save.after_ledger",   "store.save.after_members",
     "store.save.after_reports",  "store.save.before_commit",  "store.save.after_commit",
     "service.after_save",        "service.final_saved",       "service.mid_send",

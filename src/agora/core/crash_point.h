@@ -21,6 +21,8 @@
 //
 // The coordinator's save path (coord/store.cc, coord/service.cc), hit once per save unless said:
 //   service.before_save     a batch changed the state in memory; nothing of it saved or sent
+//   service.final_unsaved   the same, for a batch that made new steps final (hit only then):
+//                           no peer may have heard of them
 //   store.save.begin        Store::save entered, before BEGIN
 //   store.save.after_begin  the write transaction is open, nothing written
 //   store.save.after_state  the `run` row (phase, open round, queue) written
