@@ -107,7 +107,8 @@ def draw_coordinator_kills(seed):
 
 
 def ledger(db):
-    """step -> the final set's author keys (hex), from the coordinator's database."""
+    """The coordinator's database: SQLite's integrity check, the finalized steps, and step -> the
+    final set's author keys (hex)."""
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         integrity = con.execute("PRAGMA integrity_check").fetchone()[0]
@@ -344,7 +345,8 @@ def scenario_checkpoint(agora, data, seed):
     old_states = consensus(earlier, range(2))
     old = {step: old_states[step] for step in range(interval, earlier.steps + 1, interval)}
 
-    run = Run(agora, data, "crash-checkpoint", peers=3, steps=80, sets=sets)
+    # Long enough that the run is still going when the last kill comes (about step 50 here).
+    run = Run(agora, data, "crash-checkpoint", peers=3, steps=100, sets=sets)
     root = os.path.join(run.dir, "ckpt-0")
     shutil.copytree(os.path.join(earlier.dir, "ckpt-0"), root, symlinks=True)
     earlier.cleanup()

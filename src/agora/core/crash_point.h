@@ -26,7 +26,7 @@
 //   store.save.begin        Store::save entered, before BEGIN
 //   store.save.after_begin  the write transaction is open, nothing written
 //   store.save.after_state  the `run` row (phase, open round, queue) written
-//   store.save.after_ledger the new finalized steps and their ledger rows written
+//   store.save.after_ledger the new finalized steps, their ledger rows and step rows written
 //   store.save.after_members the members table rewritten
 //   store.save.after_reports the state reports and records rewritten
 //   store.save.before_commit everything written (checkpoints, events), COMMIT not run
