@@ -4,11 +4,13 @@
 #include <exception>
 
 #include "agora/core/allocator.h"
+#include "agora/core/crash_point.h"
 #include "agora/core/error.h"
 #include "commands.h"
 
 int main(int argc, char** argv) {
   try {
+    agora::check_crash_at();  // a test's malformed AGORA_CRASH_AT stops here, not mid-run
     agora::tune_allocator_for_tensors();
   } catch (const agora::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

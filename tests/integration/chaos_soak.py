@@ -53,7 +53,8 @@ from network_run import Run, free_port, parse_json_lines
 LINK = "delay=5ms,jitter=5ms,loss=0.2%"
 # Points in the coordinator's save path (src/agora/core/crash_point.h) a restart may be armed
 # with: AGORA_CRASH_AT=POINT:N makes it SIGKILL itself the N-th time it passes POINT.
-CRASH_POINTS = ["store.before_commit", "store.after_commit"]
+CRASH_POINTS = ["store.save.after_ledger", "store.save.before_commit", "store.save.after_commit",
+                "service.final_unsaved", "service.mid_send"]
 
 
 def rss_mib(pid):

@@ -119,23 +119,30 @@ class Run:
                              check=True, capture_output=True, text=True)
         return out.stdout.strip()
 
-    def start_coordinator(self, extra=("--http", "off")):
+    @staticmethod
+    def environment(env):
+        """The child's environment: this process's plus `env` (e.g. {"AGORA_CRASH_AT": ...})."""
+        return {**os.environ, **env} if env else None
+
+    def start_coordinator(self, extra=("--http", "off"), env=None):
         args = [self.agora, "coordinator", "--config", CONFIG, "--key",
                 os.path.join(self.dir, "coordinator.key"), "--json", *extra]
         for s in self.sets:
             args += ["--set", s]
         out = open(os.path.join(self.dir, "coordinator.jsonl"), "a")
         err = open(os.path.join(self.dir, "coordinator.log"), "a")
-        self.coordinator = subprocess.Popen(args, stdout=out, stderr=err)
+        self.coordinator = subprocess.Popen(args, stdout=out, stderr=err,
+                                            env=self.environment(env))
 
-    def start_peer(self, i, key=None, extra=()):
+    def start_peer(self, i, key=None, extra=(), env=None):
         key = key or os.path.join(self.dir, f"peer-{i}.key")
         args = [self.agora, "peer", "--coordinator", f"tcp://127.0.0.1:{self.port}",
                 "--coordinator-key", self.coordinator_key, "--key", key, "--data", self.data,
                 "--listen", "tcp://127.0.0.1:*", "--threads", "1", "--log-format", "json",
                 "--checkpoint-dir", os.path.join(self.dir, f"ckpt-{i}"), *extra]
         log = open(os.path.join(self.dir, f"peer-{i}.log"), "a")
-        self.peers[i] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        self.peers[i] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                         env=self.environment(env))
         return self.peers[i]
 
     def kill_peer(self, i):

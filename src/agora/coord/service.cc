@@ -16,6 +16,7 @@
 #include "agora/coord/state_machine.h"
 #include "agora/coord/store.h"
 #include "agora/core/clock.h"
+#include "agora/core/crash_point.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/net/curve_socket.h"
@@ -150,8 +151,13 @@ void Service::deliver(Actions actions) {
     last_final_at_ = now;
     for (uint64_t t = printed_; t < final_steps; ++t) rows.push_back(row_of(t, now, seconds));
   }
-  // Persist first: a peer must never hear of a state a crash could forget.
+  // Persist first: a peer must never hear of a state a crash could forget. The crash points
+  // (core/crash_point.h) let tests kill the process on either side of the save.
+  crash_point("service.before_save");
+  if (final_steps > saved_steps_) crash_point("service.final_unsaved");
   store_->save(machine_->state(), /*allow_rollback=*/final_steps < saved_steps_, rows);
+  crash_point("service.after_save");
+  if (final_steps > saved_steps_) crash_point("service.final_saved");
   if (final_steps < saved_steps_) monitor_->truncate(final_steps);
   saved_steps_ = final_steps;
   relay_->store().prune(final_steps);
@@ -195,7 +201,10 @@ void Service::deliver(Actions actions) {
       shares_[key] = total > 0 ? static_cast<double>(mine) / static_cast<double>(total) : 0.0;
     }
   }
+  bool sent = false;
   for (Outgoing& out : actions.send) {
+    if (sent) crash_point("service.mid_send");
+    sent = true;
     const auto route = route_of_.find(out.to);
     if (route != route_of_.end()) {
       server_->send(route->second, out.message);

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "agora/coord/run_state_json.h"
+#include "agora/core/crash_point.h"
 #include "agora/core/error.h"
 #include "agora/core/hex.h"
 
@@ -264,6 +265,7 @@ void Store::bind(const std::string& run_id, const std::string& run_config_toml) 
   Statement put(db_, path_, "INSERT INTO meta (key, value) VALUES (?, ?)");
   put.bind_text(1, "run_id").bind_text(2, run_id).run();
   put.bind_text(1, "run_config_toml").bind_text(2, run_config_toml).run();
+  crash_point("store.bind.before_commit");
   transaction.commit();
 }
 
@@ -393,11 +395,16 @@ void Store::save(const RunState& s, bool allow_rollback, const std::vector<StepR
   if (!run()) {
     fail("coordinator database {}: bind it to a run before saving a state", path_.string());
   }
+  // The crash points (core/crash_point.h) let tests kill the process between any two parts of
+  // the transaction: a restart must find the previous state or this one, whole.
+  crash_point("store.save.begin");
   Transaction transaction(db_, path_, "BEGIN IMMEDIATE");
+  crash_point("store.save.after_begin");
   {
     Statement put(db_, path_, "INSERT OR REPLACE INTO run (key, value) VALUES ('state', ?)");
     put.bind_text(1, volatile_json(s).dump()).run();
   }
+  crash_point("store.save.after_state");
   {
     // The ledger only grows: insert the steps the file does not hold yet.
     Statement count(db_, path_, "SELECT COUNT(*) FROM finalized_steps");
@@ -455,6 +462,7 @@ void Store::save(const RunState& s, bool allow_rollback, const std::vector<StepR
           .run();
     }
   }
+  crash_point("store.save.after_ledger");
   exec("DELETE FROM members");
   {
     Statement row(db_, path_,
@@ -476,6 +484,7 @@ void Store::save(const RunState& s, bool allow_rollback, const std::vector<StepR
           .run();
     }
   }
+  crash_point("store.save.after_members");
   exec("DELETE FROM state_reports");
   exec("DELETE FROM state_records");
   {
@@ -510,6 +519,7 @@ void Store::save(const RunState& s, bool allow_rollback, const std::vector<StepR
       }
     }
   }
+  crash_point("store.save.after_reports");
   exec("DELETE FROM checkpoints");
   {
     Statement row(db_, path_,
@@ -538,7 +548,9 @@ void Store::save(const RunState& s, bool allow_rollback, const std::vector<StepR
       }
     }
   }
+  crash_point("store.save.before_commit");
   transaction.commit();
+  crash_point("store.save.after_commit");
 }
 
 }  // namespace agora::coord

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <utility>
 
+#include "agora/core/crash_point.h"
 #include "agora/core/error.h"
 
 namespace agora {
@@ -114,11 +115,13 @@ void AtomicFile::commit() {
     ::unlink(temporary_.c_str());
     fail("cannot close {}: {}", temporary_.string(), std::strerror(error));
   }
+  crash_point("file.before_rename");
   if (::rename(temporary_.c_str(), path_.c_str()) != 0) {
     const int error = errno;
     ::unlink(temporary_.c_str());
     fail("cannot rename {} to {}: {}", temporary_.string(), path_.string(), std::strerror(error));
   }
+  crash_point("file.after_rename");
   sync_parent_folder(path_);
 }
 
@@ -159,11 +162,13 @@ void replace_symlink(const fs::path& link, const fs::path& target) {
     fail("cannot create the symlink {} -> {}: {}", temporary.string(), target.string(),
          std::strerror(errno));
   }
+  crash_point("symlink.before_rename");
   if (::rename(temporary.c_str(), link.c_str()) != 0) {
     const int error = errno;
     ::unlink(temporary.c_str());
     fail("cannot rename {} to {}: {}", temporary.string(), link.string(), std::strerror(error));
   }
+  crash_point("symlink.after_rename");
   sync_parent_folder(link);
 }
 

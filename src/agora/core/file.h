@@ -7,7 +7,10 @@
 // the target, and then the folder is fsynced so that the rename survives a crash too.
 //
 // Promises: a reader sees the old file or the new one, never a torn one; of two writers the last
-// rename wins, whole. A temporary that is abandoned, or whose writing fails, is removed.
+// rename wins, whole. A temporary that is abandoned, or whose writing fails, is removed; one
+// whose process is killed stays ("<name>.tmp.<pid>.<n>"; in a checkpoint folder the next
+// checkpoint removes it, train/checkpoint.h). Tests kill at file.before_rename, file.after_rename,
+// symlink.before_rename and symlink.after_rename (core/crash_point.h).
 #pragma once
 
 #include <sys/types.h>

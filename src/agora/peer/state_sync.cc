@@ -27,6 +27,7 @@ void load_initialisation(PeerContext& peer) {
 // Nobody else holds these parameters: the run restarted from a checkpoint after every member
 // left, and this peer must bring it.
 void load_local_checkpoint(PeerContext& peer, uint64_t applied_steps) {
+  recover_checkpoints(checkpoint_root(peer));  // a kill between the two renames of a replace
   const fs::path dir = checkpoint_root(peer) / fmt::format("checkpoint_{:06}", applied_steps);
   if (!fs::exists(dir)) {
     fail(

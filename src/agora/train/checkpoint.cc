@@ -6,6 +6,7 @@
 #include <set>
 
 #include "agora/config/hf_config.h"
+#include "agora/core/crash_point.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/train/torch_safetensors.h"
@@ -13,23 +14,112 @@
 namespace agora {
 namespace fs = std::filesystem;
 
+namespace {
+
+// Where a checkpoint is built before it is renamed into place, and where the checkpoint it
+// replaces waits until the new one is durable.
+fs::path tmp_of(const fs::path& dir) {
+  return dir.string() + ".tmp";
+}
+fs::path aside_of(const fs::path& dir) {
+  return dir.string() + ".replaced";
+}
+
+// Renames `from` to `to`; Error naming both.
+void rename_folder(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (ec) fail("cannot rename {} to {}: {}", from.string(), to.string(), ec.message());
+}
+
+// The folder name `name` less `suffix`, when it ends with it and names a checkpoint folder.
+std::optional<std::string> checkpoint_base(const std::string& name, std::string_view suffix) {
+  if (name.size() <= suffix.size() || !name.ends_with(suffix)) return std::nullopt;
+  std::string base = name.substr(0, name.size() - suffix.size());
+  if (!base.starts_with("checkpoint_")) return std::nullopt;
+  return base;
+}
+
+// Whether `name` is a temporary of replace_symlink or AtomicFile: "<name>.tmp.<pid>.<n>".
+bool is_file_temporary(const std::string& name) {
+  const auto digits = [](std::string_view s) {
+    return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  const size_t last = name.rfind('.');
+  if (last == std::string::npos || !digits(std::string_view(name).substr(last + 1))) return false;
+  const size_t middle = name.rfind('.', last - 1);
+  if (middle == std::string::npos || middle == 0 ||
+      !digits(std::string_view(name).substr(middle + 1, last - middle - 1))) {
+    return false;
+  }
+  return std::string_view(name).substr(0, middle).ends_with(".tmp");
+}
+
+}  // namespace
+
+void recover_checkpoint(const fs::path& dir) {
+  const fs::path aside = aside_of(dir);
+  if (fs::is_directory(aside)) {
+    if (fs::exists(dir)) {
+      // The new one is in place (renamed, maybe not yet synced: syncing it now is harmless).
+      sync_parent_folder(dir);
+      fs::remove_all(aside);
+    } else {
+      // Interrupted between moving the old one aside and renaming the new one in: the old one
+      // is the checkpoint of that name.
+      rename_folder(aside, dir);
+      sync_parent_folder(dir);
+    }
+  }
+  fs::remove_all(tmp_of(dir));  // never renamed in, so never reported: half written or not
+}
+
+void recover_checkpoints(const fs::path& root) {
+  std::error_code ec;
+  std::vector<fs::path> dirs;
+  std::vector<fs::path> links;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    // A link temporary of replace_symlink ("latest.tmp.<pid>.<n>") that a crash left behind.
+    if (it->is_symlink()) {
+      if (is_file_temporary(name)) links.push_back(it->path());
+      continue;
+    }
+    if (!it->is_directory()) continue;
+    for (std::string_view suffix : {std::string_view(".tmp"), std::string_view(".replaced")}) {
+      if (auto base = checkpoint_base(name, suffix)) dirs.push_back(root / *base);
+    }
+  }
+  for (const fs::path& dir : dirs) recover_checkpoint(dir);
+  for (const fs::path& link : links) fs::remove(link, ec);
+}
+
 void save_checkpoint(const fs::path& dir, Llama& model, const CheckpointMeta& meta,
                      const std::string& tokenizer_spec, const std::string& run_config_toml,
                      const std::optional<TrainingState>& state) {
-  const fs::path tmp = dir.string() + ".tmp";
-  fs::remove_all(tmp);
+  // What a crash left behind in this folder of checkpoints goes first: an interrupted
+  // replacement is undone or finished, and half-written folders are removed.
+  if (dir.has_parent_path()) recover_checkpoints(dir.parent_path());
+  recover_checkpoint(dir);
+  crash_point("checkpoint.begin");
+  const fs::path tmp = tmp_of(dir);
+  const fs::path aside = aside_of(dir);
   fs::create_directories(tmp);
 
+  // Every file is written with write_file_atomic or AtomicFile: fsynced, and the tmp folder
+  // fsynced after each rename into it, so the folder is whole on disk before it is renamed.
   write_file_atomic(tmp / "config.json", to_hf_config_json(model->config(), meta.eot_id));
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (const auto& item : model->named_parameters()) params.emplace_back(item.key(), item.value());
   save_tensors(tmp / "model.safetensors", params, {{"format", "pt"}});
+  crash_point("checkpoint.after_weights");
 
   CheckpointMeta written = meta;
   if (tokenizer_spec == "gpt2") {
     written.tokenizer = "gpt2";
   } else {
-    fs::copy_file(tokenizer_spec, tmp / "tokenizer.model");
+    // Not fs::copy_file: the copy would not be fsynced before the folder is renamed.
+    write_file_atomic(tmp / "tokenizer.model", read_file(tokenizer_spec));
     written.tokenizer = "tokenizer.model";
   }
   nlohmann::ordered_json j = {{"step", written.step},
@@ -48,10 +138,21 @@ void save_checkpoint(const fs::path& dir, Llama& model, const CheckpointMeta& me
     save_tensors(tmp / "training_state.safetensors", tensors,
                  {{"step", std::to_string(written.step)}});
   }
-  // Replace the folder whole: a reader sees the old checkpoint or the new one.
-  if (fs::exists(dir)) fs::remove_all(dir);
-  fs::rename(tmp, dir);
-  sync_parent_folder(dir);  // the rename survives a power cut, like every other file we write
+  crash_point("checkpoint.after_tmp");
+  // Replace the folder whole, never deleting the old one before the new one is in place: the
+  // old one is renamed aside, the new one renamed in, the parent folder fsynced, and only then
+  // is the old one removed. A crash in between leaves DIR.replaced, which recover_checkpoint
+  // (the next save into this folder) renames back or removes.
+  const bool replacing = fs::exists(dir);
+  if (replacing) {
+    rename_folder(dir, aside);
+    crash_point("checkpoint.after_aside");
+  }
+  rename_folder(tmp, dir);
+  crash_point("checkpoint.after_rename");
+  sync_parent_folder(dir);  // both renames survive a power cut, like every other file we write
+  crash_point("checkpoint.after_sync");
+  if (replacing) fs::remove_all(aside);
 }
 
 void copy_parameters(Llama& model, const std::map<std::string, torch::Tensor>& source,
@@ -83,7 +184,16 @@ void copy_parameters(Llama& model, const std::map<std::string, torch::Tensor>& s
 }
 
 LoadedCheckpoint load_checkpoint(const fs::path& dir, torch::Device device) {
-  if (!fs::is_directory(dir)) fail("checkpoint {}: no such folder", dir.string());
+  if (!fs::is_directory(dir)) {
+    // Loading never reads DIR.tmp (maybe half written) nor DIR.replaced; it only says so.
+    if (fs::is_directory(aside_of(dir))) {
+      fail(
+          "checkpoint {}: no such folder, but {} holds the checkpoint a crash interrupted "
+          "replacing; the next checkpoint written into {} puts it back (or rename it yourself)",
+          dir.string(), aside_of(dir).string(), dir.parent_path().string());
+    }
+    fail("checkpoint {}: no such folder", dir.string());
+  }
   LoadedCheckpoint out;
   const fs::path config_path = dir / "config.json";
   const ModelConfig config = from_hf_config_json(read_file(config_path), config_path.string());
