@@ -35,8 +35,9 @@ loss. Afterwards it asserts, from the processes' JSON rows and events:
   every few seconds; growth after the first third at most 25% or 40 MiB);
 - the final checkpoint's validation loss (agora eval) is within 2% of the clean run's.
 
-It prints a table of the faults and figures and writes them as JSON. `make test` runs a 3-minute
-soak (ctest chaos_soak); the 30-minute one is `make soak` (docs/results.md has its figures).
+It prints a table of the faults and figures and writes them as JSON. `make test` runs a short
+soak (ctest chaos_soak, 2 minutes of faults); the 30-minute one is `make soak` (docs/results.md has
+its figures).
 """
 import argparse
 import json
@@ -161,7 +162,7 @@ def final_val_loss(run, peers):
                                      capture_output=True, text=True, timeout=300)
                 if out.returncode != 0:
                     run.fail(f"agora eval of {e['path']} failed: {out.stderr[-500:]}")
-                return json.loads(out.stdout.strip().splitlines()[-1])["loss"]
+                return json.loads(out.stdout.strip().splitlines()[-1])["val_loss"]
     run.fail("no peer wrote a checkpoint of the final state")
 
 
