@@ -1,7 +1,7 @@
 # The README's two commands:
 #   make demo   set up, build, and run the main job: a decentralized run on this machine
 #   make test   set up, build, and run every test (unit, CLI, parity, short fuzz runs)
-# Other targets: setup, build, data, fuzz-build, demo-local, bench, soak, clean.
+# Other targets: setup, build, data, fuzz-build, fuzz-campaign, demo-local, bench, soak, clean.
 
 BUILD      ?= build
 FUZZ_BUILD ?= build-fuzz
@@ -11,7 +11,7 @@ AGORA      := $(BUILD)/apps/agora/agora
 DATA       := data
 SP_MODEL   := $(DATA)/tokenizer/agora-8k.model
 
-.PHONY: all setup build fuzz-build data demo demo-local test bench soak clean
+.PHONY: all setup build fuzz-build fuzz-campaign data demo demo-local test bench soak clean
 
 all: build
 
@@ -30,6 +30,15 @@ $(FUZZ_BUILD)/build.ninja:
 
 fuzz-build: setup $(FUZZ_BUILD)/build.ninja
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+# A long fuzzing campaign (not part of make test): every fuzz target for FUZZ_SECONDS seconds, one
+# after another (9 targets: 90 minutes at the default), seeded from tests/fuzz/corpus/; a table of
+# executions, coverage and crashes, and out/fuzz-campaign/fuzz_campaign.json. Exits nonzero on a
+# crash. FUZZ_CAMPAIGN_ARGS adds options, e.g. "--add-seeds" or "--runs 10000000".
+FUZZ_SECONDS       ?= 600
+FUZZ_CAMPAIGN_ARGS ?=
+fuzz-campaign: fuzz-build
+	scripts/fuzz_campaign.py --build $(FUZZ_BUILD) --seconds $(FUZZ_SECONDS) --out out/fuzz-campaign $(FUZZ_CAMPAIGN_ARGS)
 
 # The demo data: a SentencePiece vocabulary of 8192 trained on the bundled corpus, and the
 # corpus tokenized with it and with GPT-2.
