@@ -114,6 +114,7 @@ class FakeRun : public PeerLink {
     range->set_first(step * batch_);
     range->set_count(batch_);
     *r->add_members() = member_;
+    r->set_checkpointer(checkpointer);  // as a coordinator says who holds the role each round
     return e;
   }
   // Step `record.step()` is final with this one payload; the next round, or the end.
@@ -127,6 +128,7 @@ class FakeRun : public PeerLink {
     } else {
       wire::Envelope done;
       done.mutable_finished()->set_steps(steps_);
+      done.mutable_finished()->set_checkpointer(checkpointer);
       push(done);
     }
   }
@@ -143,7 +145,7 @@ class FakeRun : public PeerLink {
   // When set: after the inbox empties, this many messages without a pause, the last Finished.
   int busy_messages = 0;
   uint64_t finish_steps = 0;
-  bool checkpointer = false;  // what the Welcome makes the peer
+  bool checkpointer = false;  // what the Welcome, RoundStart and Finished make the peer
   std::optional<uint64_t> applied_when_finished;
   uint64_t status_applied = 0;
   std::string run_id_;

@@ -229,6 +229,17 @@ TEST(PayloadRoundTrip, CommittedFuzzSeedsStayValid) {
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     SCOPED_TRACE(entry.path().string());
     const std::string bytes = read_file(entry.path());
+    const std::string name = entry.path().filename().string();
+    // Inputs a fuzz campaign kept (scripts/fuzz_campaign.py names them by their SHA-1) are any
+    // bytes: each is refused with an Error or round-trips. The hand-made ones must stay valid.
+    if (name.size() == 40 && name.find_first_not_of("0123456789abcdef") == std::string::npos) {
+      try {
+        const Payload decoded = decode_payload(bytes);
+        EXPECT_EQ(encode_payload(decoded), bytes);
+      } catch (const Error&) {
+      }
+      continue;
+    }
     EXPECT_EQ(encode_payload(decode_payload(bytes)), bytes);
     ++seeds;
   }

@@ -46,11 +46,14 @@ TEST(RelayStoreTest, SizeAndTotalAreBoundedAndOldStepsForgotten) {
   EXPECT_NE(put(1, std::string(11, 'x')), "");  // larger than a blob may be
   EXPECT_EQ(put(1, std::string(10, 'a')), "");
   EXPECT_EQ(put(2, std::string(10, 'b')), "");
-  EXPECT_NE(put(3, std::string(10, 'c')), "");  // 30 > 25 in all
+  EXPECT_EQ(put(3, std::string(10, 'c')), "");  // 30 > 25: step 1's blob makes room
+  EXPECT_FALSE(store.holds(blake2b256_bytes(std::string(10, 'a'))));
   EXPECT_EQ(store.bytes_held(), 20u);
-  store.prune(6);  // keeps steps >= 2
+  EXPECT_NE(put(2, std::string(10, 'd')), "");  // only its own step and newer ones are left
+  EXPECT_EQ(store.bytes_held(), 20u);
+  store.prune(7);  // keeps steps >= 3
   EXPECT_EQ(store.blobs(), 1u);
-  EXPECT_EQ(put(3, std::string(10, 'c')), "");
+  EXPECT_EQ(store.bytes_held(), 10u);
   store.prune(100);
   EXPECT_EQ(store.blobs(), 0u);
   EXPECT_EQ(store.bytes_held(), 0u);
