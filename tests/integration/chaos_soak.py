@@ -33,7 +33,8 @@ loss. Afterwards it asserts, from the processes' JSON rows and events:
   than a margin (the coordinator's own downtime excepted);
 - the memory of every process stays flat after warm-up (RSS sampled every 3 s; over the second
   half of each process's life, growth at most 50% or 100 MiB);
-- the final checkpoint's validation loss (agora eval) is within 2% of the clean run's.
+- the final checkpoint's validation loss (agora eval) is within --loss-tolerance (2%) of the
+  clean run's.
 
 It prints a table of the faults and figures and writes them as JSON. `make test` runs a short
 soak (ctest chaos_soak, 2 minutes of faults); the 30-minute one is `make soak` (docs/results.md has
@@ -328,7 +329,7 @@ def soak(agora, data, args, sets):
     return run, faults, downtime, rss, elapsed
 
 
-def audit(run, faults, downtime, rss, elapsed, clean_loss, clean_seconds):
+def audit(run, faults, downtime, rss, elapsed, clean_loss, clean_seconds, tolerance):
     rows = run.rows()
     # Steps undone by a restart from a checkpoint are trained again after it.
     restarts = [n for n, r in enumerate(rows) if r.get("event") == "log" and
@@ -415,9 +416,9 @@ def audit(run, faults, downtime, rss, elapsed, clean_loss, clean_seconds):
             run.fail(f"{label}'s memory grew from {base:.0f} MiB to {end:.0f} MiB over the second "
                      f"half of its life")
     loss = final_val_loss(run, alive)
-    if not loss <= clean_loss * 1.02:
-        run.fail(f"the soak's final validation loss {loss:.4f} is more than 2% above the clean "
-                 f"run's {clean_loss:.4f}")
+    if not loss <= clean_loss * (1 + tolerance):
+        run.fail(f"the soak's final validation loss {loss:.4f} is more than {tolerance:.0%} above "
+                 f"the clean run's {clean_loss:.4f}")
     return {
         "faults": faults,
         "steps": run.steps,
@@ -446,6 +447,11 @@ def main():
     ap.add_argument("--steps", type=int, default=0,
                     help="train.steps (default: about 1.3 steps per second of --minutes)")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--loss-tolerance", type=float, default=0.02,
+                    help="how far the soak's final loss may be above the clean run's (0.02: 2%%). "
+                         "Networked runs split batches by measured speed, so two clean runs "
+                         "differ too (1.2%% at 234 steps); short soaks, still on the steep part "
+                         "of the curve, need more room")
     args = ap.parse_args()
     if args.peers < 6:
         sys.exit("--peers must be at least 6: the schedule keeps 4 training while it hurts others")
@@ -458,7 +464,8 @@ def main():
     clean_loss, clean_seconds = clean_run(args.agora, args.data, args, sets)
     print(f"clean run: {clean_seconds:.0f} s, final val loss {clean_loss:.4f}", flush=True)
     run, faults, downtime, rss, elapsed = soak(args.agora, args.data, args, sets)
-    figures = audit(run, faults, downtime, rss, elapsed, clean_loss, clean_seconds)
+    figures = audit(run, faults, downtime, rss, elapsed, clean_loss, clean_seconds,
+                    args.loss_tolerance)
     print(f"{'fault':<22}{'count':>8}")
     for k, v in faults.items():
         print(f"{k:<22}{v:>8}")
