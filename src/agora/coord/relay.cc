@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "agora/core/hash.h"
 #include "agora/obs/log.h"
 
@@ -31,10 +33,20 @@ std::string RelayStore::put(const net::PublicKey& author, uint64_t step, const s
     return fmt::format("the payload has {} bytes; the relay carries at most {}", data.size(),
                        limits_.max_blob_bytes);
   }
-  if (held_ + data.size() > limits_.max_bytes) {
-    return fmt::format("the relay holds {} bytes, its limit is {}", held_, limits_.max_bytes);
-  }
   if (blake2b256_bytes(data) != hash) return "the bytes do not hash to the commitment";
+  // Full: the oldest steps' blobs make room for a newer step's (only a member far behind still
+  // wants those); a step's own blobs never push each other out.
+  while (held_ + data.size() > limits_.max_bytes) {
+    auto oldest = std::min_element(blobs_.begin(), blobs_.end(), [](const auto& a, const auto& b) {
+      return a.second.step < b.second.step;
+    });
+    if (oldest == blobs_.end() || oldest->second.step >= step) {
+      return fmt::format("the relay holds {} bytes of this step and newer ones, its limit is {}",
+                         held_, limits_.max_bytes);
+    }
+    held_ -= oldest->second.data->size();
+    blobs_.erase(oldest);
+  }
   held_ += data.size();
   in_ += data.size();
   bytes_by_step_[step] += data.size();

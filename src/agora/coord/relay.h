@@ -9,8 +9,9 @@
 //
 // Bounds, whatever members send: a blob is kept only from a member marked relayed, only for a
 // commit of that member in a step not yet final, at most Limits::max_blob_bytes each; the store
-// holds at most Limits::max_bytes in all (an upload past that is refused) and forgets steps more
-// than Limits::keep_steps below the newest final one; each member may fetch each blob at most
+// holds at most Limits::max_bytes in all (full, it forgets the oldest steps' blobs for a newer
+// step's, and refuses an upload when only the same step's or newer ones are left) and forgets
+// steps more than Limits::keep_steps below the newest final one; each member may fetch each blob at most
 // Limits::fetches_per_member times (a witness and an ensure() need two). Torch-free; one thread.
 #pragma once
 
@@ -45,8 +46,8 @@ class RelayStore {
   explicit RelayStore(Limits limits) : limits_(limits) {}
 
   // Keeps `data` as `author`'s payload for `step`, whose commitment is `hash`. Returns "" when
-  // kept, else why not (for a log line): too large, the store full, or the bytes do not hash to
-  // `hash`.
+  // kept, else why not (for a log line): too large, the store full of this step and newer ones,
+  // or the bytes do not hash to `hash`.
   std::string put(const net::PublicKey& author, uint64_t step, const std::string& hash,
                   std::string data);
   // The bytes of `hash` for member `who`; nullptr when not held or `who` used its fetches of it.
