@@ -299,44 +299,6 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
       &from);
 }
 
-void StateMachine::restart_from_checkpoint() {
-  const uint64_t final_steps = state_.finalized_steps();
-  const CheckpointRecord* best = nullptr;
-  for (const CheckpointRecord& c : state_.checkpoints) {
-    if (c.applied_steps <= final_steps && (!best || c.applied_steps > best->applied_steps))
-      best = &c;
-  }
-  const uint64_t to = best ? best->applied_steps : 0;
-  if (state_.round) {
-    for (const auto& [key, ranges] : state_.round->assignments)
-      return_sequences(state_.queue, ranges);
-    state_.round.reset();
-  }
-  for (const auto& [step, collecting] : state_.collecting) {
-    for (const auto& [key, ranges] : collecting.ranges) return_sequences(state_.queue, ranges);
-  }
-  state_.collecting.clear();
-  state_.finalized.resize(to);
-  state_.next_step = to;
-  std::erase_if(state_.state_reports, [&](const auto& item) { return item.first >= to; });
-  if (best) {
-    // The checkpoint's writer stands for its hash until someone loads it and reports.
-    HashReports& reports = state_.state_reports[to];
-    reports.records[best->state_hash] = StateRecord{to, best->state_hash, {}, {}};
-    reports.reported[best->reporter] = best->state_hash;
-  }
-  if (state_.phase == Phase::kTraining) set_phase(Phase::kPaused, state_.phase_since);
-  ++state_.counters.restarts;
-  log(EventKind::kRestart, fmt::format("no member holds the parameters: the run restarts from {} "
-                                       "after step {} (steps {}..{} are "
-                                       "undone; their data is not trained again)",
-                                       best ? fmt::format("the checkpoint {} wrote to {}",
-                                                          short_hex(best->reporter), best->path)
-                                            : std::string("the initialisation"),
-                                       to, to, final_steps - 1),
-      nullptr, {{"to_step", to}});
-}
-
 void StateMachine::on_heartbeat(MemberRecord& member, const wire::Heartbeat& heartbeat,
                                 double now) {
   // Self-reported (Known limits); never past the ledger, which no honest peer can be.
@@ -526,11 +488,6 @@ void StateMachine::add_members(google::protobuf::RepeatedPtrField<wire::Member>*
     if (it != state_.members.end()) m->set_endpoint(it->second.endpoint);
     m->set_relayed(relayed_.contains(key));
   }
-}
-
-void StateMachine::set_probing(const PublicKey& key) {
-  std::erase_if(strike_free_below_, [&](const auto& item) { return !is_current(item.first); });
-  strike_free_below_[key] = std::numeric_limits<uint64_t>::max();
 }
 
 Actions StateMachine::set_relayed(const PublicKey& key, bool relayed, const std::string& why,

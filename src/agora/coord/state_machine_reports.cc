@@ -1,5 +1,7 @@
 // The state machine's hash reports and checkpoints: what a member says its parameters are, what
-// a joiner is handed, and who is told to resync. (Entry points are in state_machine.cc.)
+// a joiner is handed, and who is told to resync; and what the service found out about members
+// (their reachability, coord/relay.h), and going back to a checkpoint when nobody holds the
+// parameters. (Entry points are in state_machine.cc.)
 //
 // A state report is evidence, never trusted alone: it is refused unless it could have come from
 // an honest peer (its step final, on the report schedule, a consistent tensor list), and a
@@ -8,8 +10,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
+#include "agora/coord/assignment.h"
 #include "agora/coord/state_machine.h"
 #include "agora/coord/state_machine_detail.h"
 #include "agora/core/hash.h"
@@ -254,6 +258,51 @@ void StateMachine::check_hashes(uint64_t applied_steps) {
                     short_hex(majority.state_hash)),
         &key);
   }
+}
+
+void StateMachine::restart_from_checkpoint() {
+  const uint64_t final_steps = state_.finalized_steps();
+  const CheckpointRecord* best = nullptr;
+  for (const CheckpointRecord& c : state_.checkpoints) {
+    if (c.applied_steps <= final_steps && (!best || c.applied_steps > best->applied_steps))
+      best = &c;
+  }
+  const uint64_t to = best ? best->applied_steps : 0;
+  if (state_.round) {
+    for (const auto& [key, ranges] : state_.round->assignments)
+      return_sequences(state_.queue, ranges);
+    state_.round.reset();
+  }
+  for (const auto& [step, collecting] : state_.collecting) {
+    for (const auto& [key, ranges] : collecting.ranges) return_sequences(state_.queue, ranges);
+  }
+  state_.collecting.clear();
+  state_.finalized.resize(to);
+  state_.next_step = to;
+  std::erase_if(state_.state_reports, [&](const auto& item) { return item.first >= to; });
+  if (best) {
+    // The checkpoint's writer stands for its hash until someone loads it and reports.
+    HashReports& reports = state_.state_reports[to];
+    reports.records[best->state_hash] = StateRecord{to, best->state_hash, {}, {}};
+    reports.reported[best->reporter] = best->state_hash;
+  }
+  if (state_.phase == Phase::kTraining) set_phase(Phase::kPaused, state_.phase_since);
+  ++state_.counters.restarts;
+  log(EventKind::kRestart, fmt::format("no member holds the parameters: the run restarts from {} "
+                                       "after step {} (steps {}..{} are "
+                                       "undone; their data is not trained again)",
+                                       best ? fmt::format("the checkpoint {} wrote to {}",
+                                                          short_hex(best->reporter), best->path)
+                                            : std::string("the initialisation"),
+                                       to, to, final_steps - 1),
+      nullptr, {{"to_step", to}});
+}
+
+// ---- what the service found out about members --------------------------------------------------
+
+void StateMachine::set_probing(const PublicKey& key) {
+  std::erase_if(strike_free_below_, [&](const auto& item) { return !is_current(item.first); });
+  strike_free_below_[key] = std::numeric_limits<uint64_t>::max();
 }
 
 }  // namespace agora::coord
