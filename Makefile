@@ -91,7 +91,7 @@ bench: build data
 SOAK_MINUTES ?= 30
 soak: build data
 	mkdir -p out
-	python3 tests/integration/chaos_soak.py $(AGORA) $(DATA)/tokens/sp8k --minutes $(SOAK_MINUTES) --json out/soak.json
+	python3 tests/integration/chaos_soak.py $(AGORA) $(DATA)/tokens/sp8k --minutes $(SOAK_MINUTES) --clean-runs 2 --json out/soak.json
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

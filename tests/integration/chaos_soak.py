@@ -52,6 +52,9 @@ import time
 
 from network_run import Run, free_port, parse_json_lines
 
+# The final checkpoint is evaluated on this many validation windows (the sp8k split has about
+# 1,000 of 64 tokens): more windows, less of the measurement noise in the loss comparison.
+EVAL_WINDOWS = 1024
 LINK = "delay=5ms,jitter=5ms,loss=0.2%"
 # Points in the coordinator's save path (src/agora/core/crash_point.h) a restart may be armed
 # with: AGORA_CRASH_AT=POINT:N makes it SIGKILL itself the N-th time it passes POINT.
@@ -159,7 +162,7 @@ def final_val_loss(run, peers):
             if e["applied_steps"] == run.steps and os.path.isdir(e["path"]):
                 val = os.path.join(run.data, "val_000000.bin")
                 out = subprocess.run([run.agora, "eval", "--checkpoint", e["path"], "--data", val,
-                                      "--max-windows", "64", "--json", "--device", "cpu"],
+                                      "--max-windows", str(EVAL_WINDOWS), "--json", "--device", "cpu"],
                                      capture_output=True, text=True, timeout=300)
                 if out.returncode != 0:
                     run.fail(f"agora eval of {e['path']} failed: {out.stderr[-500:]}")
@@ -418,7 +421,7 @@ def audit(run, faults, downtime, rss, elapsed, clean_loss, clean_seconds, tolera
     loss = final_val_loss(run, alive)
     if not loss <= clean_loss * (1 + tolerance):
         run.fail(f"the soak's final validation loss {loss:.4f} is more than {tolerance:.0%} above "
-                 f"the clean run's {clean_loss:.4f}")
+                 f"the clean runs' {clean_loss:.4f}")
     return {
         "faults": faults,
         "steps": run.steps,
@@ -452,7 +455,12 @@ def main():
                          "Networked runs split batches by measured speed, so two clean runs "
                          "differ too (1.2%% at 234 steps); short soaks, still on the steep part "
                          "of the curve, need more room")
+    ap.add_argument("--clean-runs", type=int, default=1,
+                    help="clean runs before the soak; the soak's loss is compared with their mean, "
+                         "and their spread (how far apart two clean runs land) is reported")
     args = ap.parse_args()
+    if args.clean_runs < 1:
+        sys.exit("--clean-runs must be at least 1")
     if args.peers < 6:
         sys.exit("--peers must be at least 6: the schedule keeps 4 training while it hurts others")
     if args.steps <= 0:
@@ -460,18 +468,25 @@ def main():
     sets = ["network.min_peers=3", "network.checkpointers=2", "network.max_strikes=4",
             "network.heartbeat_timeout_seconds=6", "network.hash_interval=5",
             f"train.checkpoint_interval={max(10, args.steps // 10)}"]
-    print(f"clean run: {args.peers} peers, {args.steps} steps, links {LINK}", flush=True)
-    clean_loss, clean_seconds = clean_run(args.agora, args.data, args, sets)
-    print(f"clean run: {clean_seconds:.0f} s, final val loss {clean_loss:.4f}", flush=True)
+    clean_losses = []
+    for n in range(args.clean_runs):
+        print(f"clean run {n + 1}/{args.clean_runs}: {args.peers} peers, {args.steps} steps, "
+              f"links {LINK}", flush=True)
+        loss, clean_seconds = clean_run(args.agora, args.data, args, sets)
+        clean_losses.append(loss)
+        print(f"clean run {n + 1}: {clean_seconds:.0f} s, final val loss {loss:.4f}", flush=True)
+    clean_loss = sum(clean_losses) / len(clean_losses)
     run, faults, downtime, rss, elapsed = soak(args.agora, args.data, args, sets)
     figures = audit(run, faults, downtime, rss, elapsed, clean_loss, clean_seconds,
                     args.loss_tolerance)
+    figures["clean_val_losses"] = [round(x, 4) for x in clean_losses]
+    figures["clean_spread"] = round(max(clean_losses) / min(clean_losses) - 1, 4)
     print(f"{'fault':<22}{'count':>8}")
     for k, v in faults.items():
         print(f"{k:<22}{v:>8}")
     for k in ("steps", "steps_lost", "rows_lost_to_coordinator_kills", "sequences_trained",
               "max_seconds_between_steps", "val_loss", "clean_val_loss", "loss_ratio", "seconds",
-              "clean_seconds", "peers_finished"):
+              "clean_seconds", "clean_val_losses", "clean_spread", "peers_finished"):
         print(f"{k:<32}{figures[k]}")
     if args.json:
         with open(args.json, "w") as f:

@@ -1,0 +1,62 @@
+// Payload agreement: how close a contribution a peer sent is to the one a verifier recomputed
+// from the same committed inputs (the run's parameters at the step, the author's strategy state
+// before it, the author's assigned sequences).
+//
+// Recomputation is bit-exact when the two machines sum floats in the same order; with another
+// thread count or BLAS the gradient differs in its last bits, and DeMo's top-k can then pick a
+// different coefficient where two are nearly tied, and a one-bit value can flip where a
+// coefficient is nearly zero. So a spot check compares in coefficient space, by two numbers that
+// an honest recomputation keeps near 1 and a peer that did not do the work cannot:
+//
+//   overlap         the share of the claimed selections (chunk, position) that the recomputation
+//                   selected too, over every tensor;
+//   sign agreement  among the shared selections, the share whose values have the same sign.
+//
+// Dense payloads (all-reduce gradients, DiLoCo pseudo-gradients, int8 rows dequantized) have no
+// selections: every element is shared, and the relative error ||claimed - recomputed|| /
+// ||recomputed|| is reported instead (overlap 1, sign agreement over all elements).
+//
+// Where the thresholds come from (measured across thread counts, and against lazy peers) is
+// docs/verification.md; bench/verify measures them. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "agora/optim/payload.h"
+
+namespace agora {
+
+struct PayloadAgreement {
+  bool identical = false;      // equal contents (so equal bytes: the encoding is canonical)
+  bool dense = false;          // no tensor had selections: judged by relative_error
+  int64_t selections = 0;      // the claimed payload's selections (dense: its elements)
+  int64_t shared = 0;          // of those, also in the recomputation
+  int64_t same_sign = 0;       // of the shared, with the same sign (0 counts as positive)
+  double worst_overlap = 1.0;  // the lowest overlap of any one tensor
+  double relative_error = 0.0;  // ||claimed - recomputed|| / ||recomputed|| over shared values
+
+  double overlap() const;         // shared / selections (1 when there is nothing to select)
+  double sign_agreement() const;  // same_sign / shared (1 when nothing is shared)
+};
+
+// What a verifier accepts: identical payloads; top-k payloads with overlap() >= min_overlap and
+// sign_agreement() >= min_sign_agreement; dense ones with relative_error <= max_relative_error.
+struct AgreementTolerance {
+  double min_overlap = 0.9;
+  double min_sign_agreement = 0.9;
+  double max_relative_error = 0.05;
+};
+
+// Compares a claimed payload with the recomputed one. Throws Error, naming the tensor and field,
+// when they cannot be compared: another kind, step, tensor count or tensor layout. A claimed
+// payload that does not even have the run's layout never reaches here (decoding with the
+// expected layout refuses it first).
+PayloadAgreement compare_payloads(const Payload& claimed, const Payload& recomputed);
+
+bool agrees(const PayloadAgreement& agreement, const AgreementTolerance& tolerance);
+
+// "overlap 0.998, signs 1.000" (and the relative error for dense payloads): for logs and evidence.
+std::string describe(const PayloadAgreement& agreement);
+
+}  // namespace agora
