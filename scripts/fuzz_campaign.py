@@ -126,6 +126,9 @@ class Target:
         self.returncode = None
         self.crashes = []
         self.slow_units = []
+        # timeout-* artifacts that ran within -timeout when run again alone: the machine was
+        # too loaded (a niced fuzzer beside a busy one), not the input too slow.
+        self.unconfirmed_timeouts = []
         self.seeds_added = []
         self.error = None
         self.merge_error = None
@@ -219,6 +222,7 @@ class Target:
             "interrupted": self.interrupted,
             "crashes": len(self.crashes) or (1 if self.crashed() and self.returncode else 0),
             "crash_artifacts": self.crashes,
+            "unconfirmed_timeouts": self.unconfirmed_timeouts,
             "slow_units": self.slow_units,
             "seeds_added": self.seeds_added,
             "seed_edges": self.seed_edges,
@@ -228,6 +232,8 @@ class Target:
         }
 
     def crashed(self):
+        if self.crashes == [] and self.unconfirmed_timeouts and self.returncode == 70:
+            return False  # libFuzzer's timeout exit, for a unit that ran in time alone
         # 72 is libFuzzer's exit status when stopped by SIGINT (-interrupted_exitcode).
         ok_codes = (None, 0, 72) if self.interrupted else (None, 0)
         return bool(self.crashes) or (self.returncode not in ok_codes) or self.error is not None
@@ -382,6 +388,7 @@ class Campaign:
         target.finished = time.monotonic()
         target.crashes = sorted(f for f in os.listdir(target.dir) if f.startswith(CRASH_PREFIXES))
         target.slow_units = sorted(f for f in os.listdir(target.dir) if f.startswith(SLOW_PREFIX))
+        self.confirm_timeouts(target)
         if args.add_seeds and not target.crashed() and not self.interrupted:
             self.merge_seeds(target)
         r = target.result()
@@ -402,6 +409,24 @@ class Campaign:
                     f"{target.seed_edges['new_edges']} new edges)" if target.seed_edges else "")
                  + (f", {target.merge_error}" if target.merge_error else "")
                  + f"  ({self.eta_text()})")
+
+    def confirm_timeouts(self, target):
+        """Runs each timeout-* artifact again, alone and not niced: one that finishes within
+        -timeout is reported as unconfirmed (a loaded machine starved the fuzzer), not a crash."""
+        for name in [f for f in target.crashes if f.startswith("timeout-")]:
+            path = os.path.join(target.dir, name)
+            try:
+                rerun = subprocess.run([target.binary, f"-timeout={self.args.timeout}",
+                                        f"-rss_limit_mb={self.args.rss_limit_mb}", path],
+                                       capture_output=True, timeout=self.args.timeout * 3 + 30)
+                ok = rerun.returncode == 0
+            except subprocess.TimeoutExpired:
+                ok = False
+            if ok:
+                target.crashes.remove(name)
+                target.unconfirmed_timeouts.append(name)
+                self.log(f"{target.name}: {name} ran within {self.args.timeout} s alone: the "
+                         f"timeout was the machine's load, not the input (kept, not a crash)")
 
     def merge_seeds(self, target):
         """Adds to the repository corpus the few work-corpus inputs that bring new coverage."""

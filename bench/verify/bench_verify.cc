@@ -18,17 +18,23 @@
 //   replay          its previous step's payload, renumbered (its momentum left as it was)
 //   noise           random positions and signs (its momentum left as it was)
 //
+// A verifier on another machine runs other BLAS kernels. The honest claims are also recomputed in
+// child processes with OPENBLAS_CORETYPE forcing older kernels (--blas-coretypes; this machine's
+// own are AVX-512 ones): each check step's committed inputs and the honest claim go to --work as
+// safetensors, and the child (bench_verify --recompute-dir) reports its agreement as JSON lines.
+//
 // The table gives, per claim, the lowest and highest overlap and sign agreement and the momentum
 // error over every check and verifier thread count; the margin between the lowest honest figure
 // and the highest lazy one is what a tolerance can be set in. Writes --json.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -43,6 +49,7 @@
 #include "agora/optim/payload_agreement.h"
 #include "agora/train/recompute.h"
 #include "agora/train/step.h"
+#include "agora/train/torch_safetensors.h"
 
 namespace fs = std::filesystem;
 using agora::Payload;
@@ -50,11 +57,9 @@ using State = std::map<std::string, torch::Tensor>;
 
 namespace {
 
-const std::vector<std::string> kClaims = {"honest_same_threads", "honest_other_threads",
-                                          "momentum_only",       "half_batch",
-                                          "other_data",          "stale_params",
-                                          "perturbed_model",     "replay",
-                                          "noise"};
+const std::vector<std::string> kClaims = {
+    "honest_same_threads", "honest_other_threads", "momentum_only", "half_batch", "other_data",
+    "stale_params",        "perturbed_model",      "replay",        "noise"};
 
 struct Figures {
   std::vector<double> overlap, signs, state_error;
@@ -109,6 +114,62 @@ std::string noise_payload(const Payload& shape, uint64_t step, std::mt19937& rng
   return agora::encode_payload(p);
 }
 
+// The committed inputs of check step `s` and the author's honest claim, for a child verifier.
+void save_check(const fs::path& dir, int64_t s, const agora::StepContext& context,
+                const agora::SequenceRange& range, const std::vector<torch::Tensor>& params,
+                const State& state, const agora::Recomputed& honest) {
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (size_t i = 0; i < params.size(); ++i)
+    tensors.emplace_back(fmt::format("param.{}", i), params[i]);
+  for (const auto& [k, v] : state) tensors.emplace_back("state." + k, v);
+  for (const auto& [k, v] : honest.state_after) tensors.emplace_back("after." + k, v);
+  agora::save_tensors(dir / fmt::format("step_{}.safetensors", s), tensors, {});
+  agora::write_file_atomic(dir / fmt::format("step_{}.agp", s), honest.result.contribution.bytes);
+  const nlohmann::json j = {{"step", s},
+                            {"lr", context.lr},
+                            {"peers", context.num_peers},
+                            {"first", range.first},
+                            {"count", range.count}};
+  agora::write_file_atomic(dir / fmt::format("step_{}.json", s), j.dump());
+}
+
+// The child: recomputes every saved check step and prints its agreement with the honest claim.
+void recompute_saved(const agora::RunConfig& config, const fs::path& dir, int threads,
+                     int64_t first, int64_t last) {
+  torch::set_num_threads(threads);
+  const torch::Device cpu(torch::kCPU);
+  agora::Learner scratch = agora::Learner::create(config, cpu);
+  const agora::TrainStep train_step(config, cpu);
+  for (int64_t s = first; s < last; ++s) {
+    const fs::path meta = dir / fmt::format("step_{}.json", s);
+    const nlohmann::json j = nlohmann::json::parse(agora::read_file(meta));
+    const auto tensors = agora::load_tensors(dir / fmt::format("step_{}.safetensors", s));
+    std::vector<torch::Tensor> params(scratch.params.size());
+    State state, after;
+    for (const auto& [name, t] : tensors) {
+      if (name.rfind("param.", 0) == 0) params[std::stoul(name.substr(6))] = t;
+      if (name.rfind("state.", 0) == 0) state[name.substr(6)] = t;
+      if (name.rfind("after.", 0) == 0) after[name.substr(6)] = t;
+    }
+    const agora::StepContext context{s, j["lr"].get<double>(), j["peers"].get<int64_t>()};
+    const std::vector<agora::SequenceRange> ranges = {
+        {j["first"].get<uint64_t>(), j["count"].get<uint64_t>()}};
+    const agora::Recomputed check =
+        agora::recompute(train_step, scratch, {params, &state, context, ranges});
+    const agora::PayloadAgreement a = agora::compare_payloads(
+        agora::decode_payload(agora::read_file(dir / fmt::format("step_{}.agp", s))),
+        agora::decode_payload(check.result.contribution.bytes));
+    const nlohmann::json out = {
+        {"step", s},
+        {"identical", a.identical},
+        {"overlap", a.overlap()},
+        {"signs", a.sign_agreement()},
+        {"state_error", agora::relative_state_error(after, check.state_after)}};
+    std::printf("%s\n", out.dump().c_str());
+    std::fflush(stdout);
+  }
+}
+
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
@@ -120,7 +181,8 @@ double quantile(std::vector<double> v, double q) {
 int main(int argc, char** argv) {
   CLI::App app{"bench_verify: honest and lazy DeMo contributions against a recomputation"};
   std::string data = "data/tokens/sp8k", preset = "tiny", json;
-  int64_t vocab = 8192, seq_len = 64, batch = 24, peers = 8, micro = 8, warmup = 60, checks = 30, topk = 8;
+  int64_t vocab = 8192, seq_len = 64, batch = 24, peers = 8, micro = 8, warmup = 60, checks = 30,
+          topk = 8;
   double lr = 1e-2;
   bool one_bit = true;
   app.add_option("--data", data, "Token folder (agora tokenize)");
@@ -136,6 +198,14 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "DeMo's learning rate (constant)");
   app.add_option("--one-bit", one_bit, "demo.one_bit");
   app.add_option("--json", json, "Write the results as JSON");
+  std::string coretypes = "Haswell,Sandybridge", work = "/tmp/agora-bench-verify", recompute_dir;
+  int child_threads = 1;
+  app.add_option("--blas-coretypes", coretypes,
+                 "OPENBLAS_CORETYPE values the honest claims are also recomputed under, each in a "
+                 "child process (comma-separated; empty for none)");
+  app.add_option("--work", work, "Folder for the committed inputs the children read");
+  app.add_option("--recompute-dir", recompute_dir, "Child mode: recompute the steps saved here");
+  app.add_option("--child-threads", child_threads, "Child mode: threads");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -155,6 +225,15 @@ int main(int argc, char** argv) {
         fmt::format("demo.one_bit={}", one_bit ? "true" : "false"),
     };
     const agora::RunConfig config = agora::RunConfig::parse("", "bench_verify", overrides);
+    if (!recompute_dir.empty()) {
+      recompute_saved(config, recompute_dir, child_threads, warmup, warmup + checks);
+      return 0;
+    }
+    const bool children = !coretypes.empty();
+    if (children) {
+      fs::remove_all(work);
+      fs::create_directories(work);
+    }
     const torch::Device cpu(torch::kCPU);
     agora::Learner author = agora::Learner::create(config, cpu);
     agora::Learner scratch = agora::Learner::create(config, cpu);
@@ -169,8 +248,7 @@ int main(int argc, char** argv) {
     int64_t state_bytes = 0;
     for (int64_t s = 0; s < warmup + checks; ++s) {
       const agora::StepContext context{s, config.learning_rate(s), peers};
-      const std::vector<agora::SequenceRange> ranges = {
-          {static_cast<uint64_t>(s * batch), share}};
+      const std::vector<agora::SequenceRange> ranges = {{static_cast<uint64_t>(s * batch), share}};
       const std::vector<torch::Tensor> params = clone_all(author.params);
       const State state = clone_state(author.strategy->state());
       history.push_back(params);
@@ -189,7 +267,7 @@ int main(int argc, char** argv) {
         std::map<std::string, agora::Recomputed> claims;
         torch::set_num_threads(author_threads);
         claims["momentum_only"] = momentum_only(scratch, params, state, context);
-        const std::vector<agora::SequenceRange> half = {{ranges[0].first, share / 2 + 0}};
+        const std::vector<agora::SequenceRange> half = {{ranges[0].first, share / 2}};
         if (share >= 2) {
           claims["half_batch"] =
               agora::recompute(train_step, scratch, {params, &state, context, half});
@@ -231,34 +309,67 @@ int main(int argc, char** argv) {
             Figures& f = figures[name];
             f.overlap.push_back(a.overlap());
             f.signs.push_back(a.sign_agreement());
-            f.state_error.push_back(agora::relative_state_error(claim.state_after,
-                                                                check.state_after));
+            f.state_error.push_back(
+                agora::relative_state_error(claim.state_after, check.state_after));
           };
-          record(verifier_threads == author_threads ? "honest_same_threads"
-                                                    : "honest_other_threads",
-                 honest);
+          record(
+              verifier_threads == author_threads ? "honest_same_threads" : "honest_other_threads",
+              honest);
           for (const auto& [name, claim] : claims) record(name, claim);
         }
+        if (children) save_check(work, s, context, ranges[0], params, state, honest);
         state_bytes = 0;
         for (const auto& [k, v] : state) state_bytes += v.numel() * v.element_size();
       }
       previous_payload = honest.result.contribution.bytes;
       // The run moves on with the honest contribution.
       author.strategy->load_state(honest.state_after);
-      author.strategy->apply(context, std::vector<agora::Contribution>{
-                                          {"author", honest.result.contribution.bytes}});
+      author.strategy->apply(
+          context, std::vector<agora::Contribution>{{"author", honest.result.contribution.bytes}});
     }
     std::fprintf(stderr, "\n");
+    std::vector<std::string> claim_names = kClaims;
+    std::string rest = coretypes;
+    size_t insert_at = 2;  // after the in-process honest rows
+    while (children && !rest.empty()) {
+      const size_t comma = rest.find(',');
+      const std::string coretype = rest.substr(0, comma);
+      rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+      for (const int threads : {1, 2}) {
+        const std::string name = fmt::format("honest_blas_{}_{}t", coretype, threads);
+        const std::string command = fmt::format(
+            "OPENBLAS_CORETYPE={} OPENBLAS_VERBOSE=0 '{}' --recompute-dir '{}' --child-threads {} "
+            "--preset {} --data '{}' --vocab {} --seq-len {} --batch {} --micro-batch {} --topk {} "
+            "--one-bit {} --lr {} --warmup {} --checks {}",
+            coretype, argv[0], work, threads, preset, data, vocab, seq_len, batch, micro, topk,
+            one_bit ? "true" : "false", lr, warmup, checks);
+        std::fprintf(stderr, "recomputing under OPENBLAS_CORETYPE=%s, %d thread(s)\n",
+                     coretype.c_str(), threads);
+        FILE* pipe = popen(command.c_str(), "r");
+        if (!pipe) throw agora::Error("could not start " + command);
+        char line[4096];
+        while (std::fgets(line, sizeof line, pipe)) {
+          const nlohmann::json j = nlohmann::json::parse(line);
+          Figures& f = figures[name];
+          f.overlap.push_back(j["overlap"].get<double>());
+          f.signs.push_back(j["signs"].get<double>());
+          f.state_error.push_back(j["state_error"].get<double>());
+        }
+        if (pclose(pipe) != 0) throw agora::Error("the child verifier failed: " + command);
+        claim_names.insert(claim_names.begin() + static_cast<std::ptrdiff_t>(insert_at++), name);
+      }
+    }
 
-    std::printf("\nverify: %s, %lld of %lld sequences per step, top-k %lld%s, %lld checks after "
-                "%lld steps;\nverifier threads 1 and 2, author threads alternating 1 and 2\n\n",
-                preset.c_str(), static_cast<long long>(share), static_cast<long long>(batch),
-                static_cast<long long>(topk), one_bit ? " one-bit" : "",
-                static_cast<long long>(checks), static_cast<long long>(warmup));
-    std::printf("%-22s %21s %21s %25s\n", "claim", "overlap min / max", "signs min / max",
+    std::printf(
+        "\nverify: %s, %lld of %lld sequences per step, top-k %lld%s, %lld checks after "
+        "%lld steps;\nverifier threads 1 and 2, author threads alternating 1 and 2\n\n",
+        preset.c_str(), static_cast<long long>(share), static_cast<long long>(batch),
+        static_cast<long long>(topk), one_bit ? " one-bit" : "", static_cast<long long>(checks),
+        static_cast<long long>(warmup));
+    std::printf("%-28s %21s %21s %25s\n", "claim", "overlap min / max", "signs min / max",
                 "momentum error min / max");
     nlohmann::json rows = nlohmann::json::array();
-    for (const std::string& name : kClaims) {
+    for (const std::string& name : claim_names) {
       const auto it = figures.find(name);
       if (it == figures.end()) continue;
       const Figures& f = it->second;
@@ -269,7 +380,7 @@ int main(int argc, char** argv) {
       const auto [o0, o1] = mm(f.overlap);
       const auto [g0, g1] = mm(f.signs);
       const auto [e0, e1] = mm(f.state_error);
-      std::printf("%-22s %10.4f / %-8.4f %10.4f / %-8.4f %12.3g / %-10.3g\n", name.c_str(), o0, o1,
+      std::printf("%-28s %10.4f / %-8.4f %10.4f / %-8.4f %12.3g / %-10.3g\n", name.c_str(), o0, o1,
                   g0, g1, e0, e1);
       rows.push_back({{"claim", name},
                       {"comparisons", f.overlap.size()},
@@ -285,16 +396,22 @@ int main(int argc, char** argv) {
     }
     const double per_step = step_seconds / static_cast<double>(warmup + checks);
     const double per_check = verify_seconds / static_cast<double>(2 * checks);
-    std::printf("\none step %.1f ms, one recomputation %.1f ms (%.2fx); the momentum a verifier "
-                "fetches: %.2f MB\n",
-                1e3 * per_step, 1e3 * per_check, per_check / per_step, state_bytes / 1e6);
+    std::printf(
+        "\none step %.1f ms, one recomputation %.1f ms (%.2fx); the momentum a verifier "
+        "fetches: %.2f MB\n",
+        1e3 * per_step, 1e3 * per_check, per_check / per_step, state_bytes / 1e6);
     if (!json.empty()) {
-      const nlohmann::json j = {{"preset", preset},       {"sequences_per_step", share},
-                                {"batch", batch},         {"topk", topk},
-                                {"one_bit", one_bit},     {"warmup", warmup},
-                                {"checks", checks},       {"step_seconds", per_step},
+      const nlohmann::json j = {{"preset", preset},
+                                {"sequences_per_step", share},
+                                {"batch", batch},
+                                {"topk", topk},
+                                {"one_bit", one_bit},
+                                {"warmup", warmup},
+                                {"checks", checks},
+                                {"step_seconds", per_step},
                                 {"recompute_seconds", per_check},
-                                {"state_bytes", state_bytes}, {"rows", rows}};
+                                {"state_bytes", state_bytes},
+                                {"rows", rows}};
       const fs::path parent = fs::path(json).parent_path();
       if (!parent.empty()) fs::create_directories(parent);
       agora::write_file_atomic(json, j.dump(2));

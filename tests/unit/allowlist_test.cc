@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "agora/coord/service.h"
+#include "agora/coord/allowlist.h"
 #include "agora/core/error.h"
 
 namespace agora::coord {

@@ -78,11 +78,13 @@ TEST(PayloadAgreement, APositionInAnotherChunkIsNotShared) {
 }
 
 TEST(PayloadAgreement, DenseByRelativeError) {
-  const PayloadAgreement close = compare_payloads(dense({1.0f, 2.0f, -2.0f}), dense({1.0f, 2.0f, -2.1f}));
+  const PayloadAgreement close =
+      compare_payloads(dense({1.0f, 2.0f, -2.0f}), dense({1.0f, 2.0f, -2.1f}));
   EXPECT_TRUE(close.dense);
   EXPECT_NEAR(close.relative_error, 0.1 / std::sqrt(1 + 4 + 2.1 * 2.1), 1e-6);
   EXPECT_TRUE(agrees(close, {.max_relative_error = 0.05}));
-  const PayloadAgreement far = compare_payloads(dense({1.0f, 2.0f, 2.0f}), dense({1.0f, 2.0f, -2.0f}));
+  const PayloadAgreement far =
+      compare_payloads(dense({1.0f, 2.0f, 2.0f}), dense({1.0f, 2.0f, -2.0f}));
   EXPECT_EQ(far.same_sign, 2);
   EXPECT_FALSE(agrees(far, {.max_relative_error = 0.05}));
   // Against an all-zero recomputation, anything but zeros is infinitely far.

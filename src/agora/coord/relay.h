@@ -25,6 +25,7 @@
 #include "agora/coord/reachability.h"
 #include "agora/coord/run_state.h"
 #include "agora/coord/state_machine.h"
+#include "agora/net/envelope.h"
 #include "agora/net/identity.h"
 
 namespace agora::coord {
@@ -37,7 +38,7 @@ std::optional<uint64_t> committed_step(const RunState& state, const net::PublicK
 class RelayStore {
  public:
   struct Limits {
-    size_t max_blob_bytes = (size_t{1} << 20) - 4096;  // inside the 1 MiB control limit
+    size_t max_blob_bytes = net::kMaxRelayedBlobBytes;
     uint64_t max_bytes = uint64_t{256} << 20;
     uint64_t keep_steps = 32;
     int fetches_per_member = 4;

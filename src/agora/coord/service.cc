@@ -9,8 +9,8 @@
 #include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "agora/coord/allowlist.h"
 #include "agora/coord/monitor.h"
 #include "agora/coord/relay.h"
 #include "agora/coord/state_machine.h"
@@ -579,28 +579,6 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
 }
 
 }  // namespace
-
-std::set<net::PublicKey> read_allowlist(const fs::path& path) {
-  std::istringstream in(read_file(path));
-  std::set<net::PublicKey> keys;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    const auto hash = line.find('#');
-    if (hash != std::string::npos) line.resize(hash);
-    const auto first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos) continue;
-    const auto last = line.find_last_not_of(" \t\r");
-    keys.insert(net::key_from_hex(line.substr(first, last - first + 1),
-                                  fmt::format("{} line {}", path.string(), number)));
-  }
-  if (keys.empty()) {
-    fail(
-        "allowlist {} holds no key; list one 64-hex public key per line (agora keygen prints "
-        "them), or set network.allowlist = \"\" for an open run",
-        path.string());
-  }
-  return keys;
-}
 
 uint64_t run_coordinator(const RunConfig& config, const net::Identity& identity,
                          const ServiceOptions& options, const std::atomic<bool>& stop) {

@@ -58,8 +58,4 @@ struct ServiceOptions {
 uint64_t run_coordinator(const RunConfig& config, const net::Identity& identity,
                          const ServiceOptions& options, const std::atomic<bool>& stop);
 
-// Reads an allowlist file: one 64-hex public key per line; '#' starts a comment. Throws Error
-// naming the file and line of a bad key.
-std::set<net::PublicKey> read_allowlist(const std::filesystem::path& path);
-
 }  // namespace agora::coord

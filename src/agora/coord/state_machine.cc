@@ -301,9 +301,7 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
 
 void StateMachine::on_heartbeat(MemberRecord& member, const wire::Heartbeat& heartbeat,
                                 double now) {
-  // Self-reported (Known limits); never past the ledger, which no honest peer can be.
-  member.applied_steps = std::min(heartbeat.applied_steps(), state_.finalized_steps());
-  mark_caught_up(member);
+  record_applied(member, heartbeat.applied_steps());
   // Heals a RoundStart lost while the connection was down: the peer says which round it waits
   // for, and the open round is that one or newer.
   const auto& round = state_.round;
@@ -311,6 +309,12 @@ void StateMachine::on_heartbeat(MemberRecord& member, const wire::Heartbeat& hea
       !round->commits.contains(member.key)) {
     send(member.key, round_start_for(member.key, now));
   }
+}
+
+void StateMachine::record_applied(MemberRecord& member, uint64_t applied_steps) {
+  // Self-reported (Known limits); never past the ledger, which no honest peer can be.
+  member.applied_steps = std::min(applied_steps, state_.finalized_steps());
+  mark_caught_up(member);
 }
 
 void StateMachine::on_leave(MemberRecord& member) {

@@ -171,6 +171,9 @@ class StateMachine {
   void strike(MemberRecord& member, const std::string& why);
   void drop(MemberRecord& member, DropReason reason, const std::string& why);
   void mark_caught_up(MemberRecord& member);
+  // What a heartbeat says the member applied (self-reported, never past the ledger), and the
+  // caught-up check it allows.
+  void record_applied(MemberRecord& member, uint64_t applied_steps);
   void check_hashes(uint64_t applied_steps);
 
   // Runs an entry point's `body`; what it sends and logs is collected in the Actions returned.

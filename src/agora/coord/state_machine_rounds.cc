@@ -299,8 +299,7 @@ void StateMachine::handle_finished(MemberRecord& member, const wire::Envelope& m
   bool repeat = false;
   switch (message.body_case()) {
     case wire::Envelope::kHeartbeat:
-      member.applied_steps = std::min(message.heartbeat().applied_steps(), state_.finalized_steps());
-      mark_caught_up(member);
+      record_applied(member, message.heartbeat().applied_steps());
       // A member done applying waits for Finished: it hears it again (it may have been lost, or
       // the role it holds changed), at the pace of its heartbeats.
       repeat = member.applied_steps >= state_.finalized_steps();

@@ -20,6 +20,9 @@ namespace agora::net {
 // The largest control message (everything but Blob and TensorData): membership lists of a few
 // thousand peers fit with room to spare.
 inline constexpr size_t kMaxControlBytes = 1 << 20;
+// The largest payload the coordinator relays for a member nobody can dial (coord/relay.h): its
+// upload travels on the control connection, so it must fit a control message with its envelope.
+inline constexpr size_t kMaxRelayedBlobBytes = kMaxControlBytes - 4096;
 
 struct DecodeLimits {
   size_t max_control = kMaxControlBytes;

@@ -10,7 +10,9 @@
 namespace agora {
 namespace {
 
-bool negative(float v) { return v < 0.0f; }  // as the one-bit encoding decides
+bool negative(float v) {
+  return v < 0.0f;
+}  // as the one-bit encoding decides
 
 // Element i of a dense or int8_rows entry, as a float.
 float dense_value(const TensorPayload& t, int64_t i) {
@@ -85,9 +87,10 @@ PayloadAgreement compare_payloads(const Payload& claimed, const Payload& recompu
                             to_string(claimed.kind), to_string(recomputed.kind)));
   }
   if (claimed.step != recomputed.step) {
-    throw Error(fmt::format("cannot compare payloads: the claimed one is for step {}, the "
-                            "recomputed one for step {}",
-                            claimed.step, recomputed.step));
+    throw Error(
+        fmt::format("cannot compare payloads: the claimed one is for step {}, the "
+                    "recomputed one for step {}",
+                    claimed.step, recomputed.step));
   }
   if (claimed.tensors.size() != recomputed.tensors.size()) {
     throw Error(fmt::format("cannot compare payloads: {} tensors claimed, {} recomputed",
@@ -101,22 +104,23 @@ PayloadAgreement compare_payloads(const Payload& claimed, const Payload& recompu
     const TensorPayload& a = claimed.tensors[t];
     const TensorPayload& b = recomputed.tensors[t];
     if (!(a.layout == b.layout)) {
-      throw Error(fmt::format("cannot compare payloads: tensor {} has another layout (encoding "
-                              "{} against {}, {} values against {})",
-                              t, to_string(a.layout.encoding), to_string(b.layout.encoding),
-                              a.layout.value_count(), b.layout.value_count()));
+      throw Error(
+          fmt::format("cannot compare payloads: tensor {} has another layout (encoding "
+                      "{} against {}, {} values against {})",
+                      t, to_string(a.layout.encoding), to_string(b.layout.encoding),
+                      a.layout.value_count(), b.layout.value_count()));
     }
     out.dense = out.dense && a.layout.encoding != TensorEncoding::kDctTopK;
-    const Sums s = a.layout.encoding == TensorEncoding::kDctTopK ? compare_topk(a, b)
-                                                                 : compare_dense(a, b);
+    const Sums s =
+        a.layout.encoding == TensorEncoding::kDctTopK ? compare_topk(a, b) : compare_dense(a, b);
     out.selections += s.selections;
     out.shared += s.shared;
     out.same_sign += s.same_sign;
     diff2 += s.diff2;
     norm2 += s.norm2;
     if (s.selections > 0) {
-      out.worst_overlap = std::min(out.worst_overlap, static_cast<double>(s.shared) /
-                                                          static_cast<double>(s.selections));
+      out.worst_overlap = std::min(
+          out.worst_overlap, static_cast<double>(s.shared) / static_cast<double>(s.selections));
     }
   }
   // Nothing to measure against (all shared values zero): equal is exact, anything else is all off.

@@ -7,6 +7,8 @@
 
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
+#include "agora/net/envelope.h"
+#include "agora/obs/log.h"
 #include "agora/peer/state_sync.h"
 
 namespace agora::peer {
@@ -188,6 +190,20 @@ void Round::upload_if_relayed(const std::string& hash, const std::string& bytes)
               "relayed", {{"relayed", relayed}});
   }
   if (!relayed) return;
+  if (bytes.size() > net::kMaxRelayedBlobBytes) {
+    // The relay refuses it: nobody will hold this payload, so the step goes on without it.
+    if (!warned_relay_size_) {
+      warned_relay_size_ = true;
+      obs::log_warn({peer_.applied, peer_.who, "relay_too_large",
+                     {{"payload_bytes", static_cast<uint64_t>(bytes.size())},
+                      {"limit_bytes", static_cast<uint64_t>(net::kMaxRelayedBlobBytes)}}},
+                    fmt::format("this peer's payloads ({} bytes) are larger than the coordinator "
+                                "relays ({} bytes): they reach nobody while nobody can dial "
+                                "this peer; make its --advertise endpoint reachable",
+                                bytes.size(), net::kMaxRelayedBlobBytes));
+    }
+    return;
+  }
   wire::Envelope upload;
   upload.mutable_blob()->set_hash(hash);
   upload.mutable_blob()->set_data(bytes);

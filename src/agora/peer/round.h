@@ -70,6 +70,7 @@ class Round {
   std::map<uint64_t, std::vector<wire::CommitRecord>> finalized_;  // by step, not yet applied
   std::optional<wire::Envelope> last_commit_;
   bool relayed_ = false;
+  bool warned_relay_size_ = false;  // the payload is too large for the relay: said once
 };
 
 }  // namespace agora::peer

@@ -31,23 +31,24 @@ Recomputed recompute(const TrainStep& step, Learner& scratch, const CommittedSte
   scratch.strategy->load_state(*committed.strategy_state);
   Recomputed out;
   out.result = step.run(scratch, committed.context, committed.ranges);
-  for (const auto& [name, tensor] : scratch.strategy->state()) out.state_after[name] = tensor.clone();
+  for (const auto& [name, tensor] : scratch.strategy->state())
+    out.state_after[name] = tensor.clone();
   return out;
 }
 
 double relative_state_error(const std::map<std::string, torch::Tensor>& a,
                             const std::map<std::string, torch::Tensor>& b) {
   if (a.size() != b.size()) {
-    throw Error(fmt::format("cannot compare strategy states of {} and {} tensors", a.size(),
-                            b.size()));
+    throw Error(
+        fmt::format("cannot compare strategy states of {} and {} tensors", a.size(), b.size()));
   }
   double diff2 = 0, norm2 = 0;
   for (const auto& [name, x] : a) {
     const auto y = b.find(name);
     if (y == b.end()) throw Error(fmt::format("strategy state {} is missing on one side", name));
     if (!x.sizes().equals(y->second.sizes())) {
-      throw Error(fmt::format("strategy state {} has shapes {} and {}", name,
-                              c10::str(x.sizes()), c10::str(y->second.sizes())));
+      throw Error(fmt::format("strategy state {} has shapes {} and {}", name, c10::str(x.sizes()),
+                              c10::str(y->second.sizes())));
     }
     const torch::Tensor xd = x.to(torch::kFloat64), yd = y->second.to(torch::kFloat64);
     diff2 += (xd - yd).pow(2).sum().item<double>();
