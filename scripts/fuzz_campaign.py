@@ -15,7 +15,10 @@ it prints a line at each target's start and finish with the campaign's ETA, and 
 <out>/fuzz_campaign.json.
 
 A crash is a crash-*, leak-*, timeout-* or oom-* artifact, or a nonzero exit of the fuzzer
-(slow-unit-* artifacts are counted apart); the artifacts stay in <out>/<name>/ (minimize one with
+(slow-unit-* artifacts are counted apart). A timeout-* input is first run again alone: one that
+finishes within --timeout was the machine's load (a niced fuzzer starved by busy neighbours), and
+is reported as an unconfirmed timeout, not a crash (the target still stopped there, short of its
+budget: "stopped_early" in the JSON). The artifacts stay in <out>/<name>/ (minimize one with
 `<binary> -minimize_crash=1 -runs=100000 <artifact>`), and the script exits with status 1 when
 any target crashed.
 
@@ -223,6 +226,8 @@ class Target:
             "crashes": len(self.crashes) or (1 if self.crashed() and self.returncode else 0),
             "crash_artifacts": self.crashes,
             "unconfirmed_timeouts": self.unconfirmed_timeouts,
+            # libFuzzer stops at a timeout: the target ran short of its budget.
+            "stopped_early": bool(self.unconfirmed_timeouts),
             "slow_units": self.slow_units,
             "seeds_added": self.seeds_added,
             "seed_edges": self.seed_edges,
@@ -232,7 +237,8 @@ class Target:
         }
 
     def crashed(self):
-        if self.crashes == [] and self.unconfirmed_timeouts and self.returncode == 70:
+        if (self.crashes == [] and self.unconfirmed_timeouts and self.returncode == 70
+                and self.error is None):
             return False  # libFuzzer's timeout exit, for a unit that ran in time alone
         # 72 is libFuzzer's exit status when stopped by SIGINT (-interrupted_exitcode).
         ok_codes = (None, 0, 72) if self.interrupted else (None, 0)
@@ -426,7 +432,8 @@ class Campaign:
                 target.crashes.remove(name)
                 target.unconfirmed_timeouts.append(name)
                 self.log(f"{target.name}: {name} ran within {self.args.timeout} s alone: the "
-                         f"timeout was the machine's load, not the input (kept, not a crash)")
+                         f"timeout was the machine's load, not the input (kept, not a crash; "
+                         f"the target stopped there, short of its budget)")
 
     def merge_seeds(self, target):
         """Adds to the repository corpus the few work-corpus inputs that bring new coverage."""

@@ -503,14 +503,16 @@ def main():
         print(f"calibration: {rate:.2f} steps/s clean, so {args.steps} steps for "
               f"{args.minutes:g} minutes", flush=True)
     sets.append(f"train.checkpoint_interval={max(10, args.steps // 10)}")
-    clean_losses = []
+    clean_losses, clean_times = [], []
     for n in range(args.clean_runs):
         print(f"clean run {n + 1}/{args.clean_runs}: {args.peers} peers, {args.steps} steps, "
               f"links {LINK}", flush=True)
         loss, clean_seconds = clean_run(args.agora, args.data, args, sets)
         clean_losses.append(loss)
+        clean_times.append(clean_seconds)
         print(f"clean run {n + 1}: {clean_seconds:.0f} s, final val loss {loss:.4f}", flush=True)
     clean_loss = sum(clean_losses) / len(clean_losses)
+    clean_seconds = sum(clean_times) / len(clean_times)
     run, faults, downtime, rss, elapsed = soak(args.agora, args.data, args, sets)
     figures = audit(run, faults, downtime, rss, elapsed, clean_loss, clean_seconds,
                     args.loss_tolerance)

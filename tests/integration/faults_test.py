@@ -297,6 +297,15 @@ def scenario_nat_oversized(agora, data):
     for i in range(natted):
         if run.events(i, "relay_too_large"):
             run.fail(f"peer {i}, which anyone can dial, warned about the relay")
+    marked = [r for r in run.log_rows("join", run.short(natted)) if r.get("reason") == "unreachable"]
+    if not marked:
+        run.fail("the coordinator never marked the peer nobody can dial as unreachable")
+    # From the round after it learned it is relayed, nobody could hold its payloads.
+    first = marked[0]["step"] + int(run.cfg("network.overlap")) + 2
+    held = [r["step"] for r in run.steps_final()
+            if r["step"] >= first and run.short(natted) in r["authors"]]
+    if held:
+        run.fail(f"steps {held} are final with a payload the relay refused")
     run.check_identical(range(peers), throughout=range(natted))
     run.check_finished(range(peers))
     print(f"peer {natted}'s payloads of {warned[0]['payload_bytes']} bytes are over the relay's "

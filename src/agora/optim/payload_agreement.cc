@@ -26,11 +26,13 @@ float dense_value(const TensorPayload& t, int64_t i) {
 
 struct Sums {
   int64_t selections = 0, shared = 0, same_sign = 0;
-  double diff2 = 0, norm2 = 0;
+  double diff2 = 0, norm2 = 0;  // over values that are numbers (not one-bit)
+  bool has_values = false;
 };
 
 Sums compare_topk(const TensorPayload& a, const TensorPayload& b) {
   Sums s;
+  s.has_values = a.layout.value_type != ValueType::kOneBit;
   const size_t k = static_cast<size_t>(a.layout.topk);
   const size_t chunks = static_cast<size_t>(a.layout.num_chunks());
   for (size_t c = 0; c < chunks; ++c) {
@@ -45,9 +47,11 @@ Sums compare_topk(const TensorPayload& a, const TensorPayload& b) {
       } else {
         ++s.shared;
         s.same_sign += negative(a.values[i]) == negative(b.values[j]);
-        const double d = static_cast<double>(a.values[i]) - b.values[j];
-        s.diff2 += d * d;
-        s.norm2 += static_cast<double>(b.values[j]) * b.values[j];
+        if (s.has_values) {
+          const double d = static_cast<double>(a.values[i]) - b.values[j];
+          s.diff2 += d * d;
+          s.norm2 += static_cast<double>(b.values[j]) * b.values[j];
+        }
         ++i;
         ++j;
       }
@@ -59,6 +63,7 @@ Sums compare_topk(const TensorPayload& a, const TensorPayload& b) {
 
 Sums compare_dense(const TensorPayload& a, const TensorPayload& b) {
   Sums s;
+  s.has_values = true;
   const int64_t n = a.layout.value_count();
   for (int64_t i = 0; i < n; ++i) {
     const float x = dense_value(a, i), y = dense_value(b, i);
@@ -118,6 +123,7 @@ PayloadAgreement compare_payloads(const Payload& claimed, const Payload& recompu
     out.same_sign += s.same_sign;
     diff2 += s.diff2;
     norm2 += s.norm2;
+    out.has_values = out.has_values || s.has_values;
     if (s.selections > 0) {
       out.worst_overlap = std::min(
           out.worst_overlap, static_cast<double>(s.shared) / static_cast<double>(s.selections));
@@ -130,8 +136,14 @@ PayloadAgreement compare_payloads(const Payload& claimed, const Payload& recompu
 
 bool agrees(const PayloadAgreement& a, const AgreementTolerance& tolerance) {
   if (a.identical) return true;
-  if (a.dense) return a.relative_error <= tolerance.max_relative_error;
-  return a.overlap() >= tolerance.min_overlap && a.sign_agreement() >= tolerance.min_sign_agreement;
+  if (a.has_values && !(a.relative_error <= tolerance.max_relative_error)) return false;
+  if (a.dense) return true;
+  return a.overlap() >= tolerance.min_overlap && a.worst_overlap >= tolerance.min_overlap &&
+         a.sign_agreement() >= tolerance.min_sign_agreement;
+}
+
+bool momentum_agrees(double relative_state_error, const AgreementTolerance& tolerance) {
+  return relative_state_error <= tolerance.max_state_error;  // false for NaN
 }
 
 std::string describe(const PayloadAgreement& a) {
