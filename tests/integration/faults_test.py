@@ -13,7 +13,6 @@
 - checkpointer_rejoin: a checkpointer that rejoins by fetching the state jumped over
   checkpoint steps; it writes a checkpoint of the state it loaded.
 - nat_peer: a peer nobody can dial contributes through the coordinator's relay, unstruck.
-- nat_oversized: a relayed peer whose payloads exceed the relay's limit says so, once.
 
 The harness is network_run.Run (real processes on loopback; JSON rows and events); every bound
 is derived from the launched config.
@@ -270,56 +269,12 @@ def scenario_nat_peer(agora, data):
     run.cleanup()
 
 
-def scenario_nat_oversized(agora, data):
-    """A relayed peer whose payloads are larger than the relay takes says so once (a
-    relay_too_large event with both sizes), instead of failing silently; the run goes on without
-    its payloads, and the others finish identical."""
-    peers = 3
-    # Every coefficient in float32: about 2.5 MB per payload for the tiny model, over the relay's
-    # limit of 1 MiB less an envelope.
-    run = Run(agora, data, "nat-oversized", peers=peers, steps=12,
-              sets=["network.min_peers=2", "demo.topk=64", "demo.one_bit=false",
-                    "network.max_strikes=1000"])
-    run.start_coordinator(extra=("--http", "off", "--log-format", "json"))
-    natted = peers - 1
-    for i in range(natted):
-        run.start_peer(i)
-    dead = free_port()
-    run.start_peer(natted, extra=("--advertise", f"tcp://127.0.0.1:{dead}"))
-    run.wait_finished(timeout=180)
-    run.check_all_steps_final()
-    warned = run.events(natted, "relay_too_large")
-    if len(warned) != 1:
-        run.fail(f"the relayed peer said relay_too_large {len(warned)} times, expected once")
-    if not warned[0]["payload_bytes"] > warned[0]["limit_bytes"]:
-        run.fail(f"relay_too_large names a payload of {warned[0]['payload_bytes']} bytes, not "
-                 f"above the limit {warned[0]['limit_bytes']}")
-    for i in range(natted):
-        if run.events(i, "relay_too_large"):
-            run.fail(f"peer {i}, which anyone can dial, warned about the relay")
-    marked = [r for r in run.log_rows("join", run.short(natted)) if r.get("reason") == "unreachable"]
-    if not marked:
-        run.fail("the coordinator never marked the peer nobody can dial as unreachable")
-    # From the round after it learned it is relayed, nobody could hold its payloads.
-    first = marked[0]["step"] + int(run.cfg("network.overlap")) + 2
-    held = [r["step"] for r in run.steps_final()
-            if r["step"] >= first and run.short(natted) in r["authors"]]
-    if held:
-        run.fail(f"steps {held} are final with a payload the relay refused")
-    run.check_identical(range(peers), throughout=range(natted))
-    run.check_finished(range(peers))
-    print(f"peer {natted}'s payloads of {warned[0]['payload_bytes']} bytes are over the relay's "
-          f"{warned[0]['limit_bytes']}: said once, the run finished without them")
-    run.cleanup()
-
-
 SCENARIOS = {
     "dead_author": scenario_dead_author,
     "checkpointer_handoff": scenario_checkpointer_handoff,
     "late_peer": scenario_late_peer,
     "checkpointer_rejoin": scenario_checkpointer_rejoin,
     "nat_peer": scenario_nat_peer,
-    "nat_oversized": scenario_nat_oversized,
 }
 
 if __name__ == "__main__":

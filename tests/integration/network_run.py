@@ -7,6 +7,7 @@ import math
 import os
 import shutil
 import signal
+import random
 import socket
 import subprocess
 import sys
@@ -19,6 +20,22 @@ CONFIG = os.path.join(HERE, "network.toml")
 
 
 def free_port():
+    """A port nobody listens on, taken below the kernel's ephemeral range: a port the kernel
+    hands out (bind to 0) may be given again as the source port of an outgoing connection before
+    the process meant to listen on it binds it ("Address already in use")."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = random.randint(max(1024, low // 2), low - 1)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
