@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   app.add_option("--state-mode", o.state_mode, "forged-state: huge | evict | empty | fake");
   app.add_option("--flood-kind", o.flood_kind,
                  "flood: heartbeat | get-finalized | join | witness | state-report | commit | "
-                 "get-blob | get-tensor");
+                 "verdict | get-blob | get-tensor | get-strategy");
   app.add_option("--rate", o.rate, "flood: messages per second (0: as fast as it can)");
   app.add_option("--flood-seconds", o.flood_seconds, "flood, oversized: how long");
   app.add_option("--flood-after", o.flood_after, "flood, oversized: seconds after joining");

@@ -46,7 +46,8 @@ void Adversary::flood_tick() {
     return;
   }
   const uint64_t due = o_.rate > 0 ? static_cast<uint64_t>((t - flood_start_) * o_.rate) : ~0ull;
-  const bool to_peers = o_.flood_kind == "get-blob" || o_.flood_kind == "get-tensor";
+  const bool to_peers = o_.flood_kind == "get-blob" || o_.flood_kind == "get-tensor" ||
+                        o_.flood_kind == "get-strategy";
   if (to_peers && members_.empty()) return;
   std::vector<std::pair<std::string, std::string>> targets(members_.begin(), members_.end());
   for (int burst = 0; burst < 200 && flood_sent_ < due; ++burst) {
@@ -85,6 +86,10 @@ void Adversary::flood_tick() {
       c->mutable_record()->set_payload_hash(hash);
       c->mutable_record()->set_signature(
           identity_.sign(net::commit_signing_bytes(run_id_, step, hash)));
+      c->set_strategy_before(random_hash(rng_));
+      c->set_strategy_after(random_hash(rng_));
+      c->set_strategy_signature(identity_.sign(net::strategy_signing_bytes(
+          run_id_, step, hash, c->strategy_before(), c->strategy_after())));
       c->set_sequences(1);
       c->set_compute_seconds(1);
     } else if (kind == "get-blob") {
@@ -94,10 +99,20 @@ void Adversary::flood_tick() {
       const auto k = static_cast<uint64_t>(std::max<int64_t>(1, config_->network.hash_interval));
       e.mutable_get_tensor()->set_applied_steps(finalized_ / k * k);
       e.mutable_get_tensor()->set_name(parameter_shapes(config_->model).front().name);
+    } else if (kind == "get-strategy") {
+      // Strategy states nobody committed to: each answered NotFound, within the rate limits.
+      e.mutable_get_tensor()->set_strategy_hash(random_hash(rng_));
+      e.mutable_get_tensor()->set_name("delta." + parameter_shapes(config_->model).front().name);
+    } else if (kind == "verdict") {
+      // Verdicts nobody asked for, each accusing another member of a recent step.
+      auto* v = e.mutable_verdict();
+      v->set_step(next_round_ > 0 ? next_round_ - 1 : 0);
+      v->set_author(honest_.empty() ? random_hash(rng_) : honest_.back().author);
+      v->set_outcome(wire::Verdict::DISAGREES);
     } else {
       fail(
           "--flood-kind {}: expected heartbeat, get-finalized, join, witness, state-report, "
-          "commit, get-blob or get-tensor",
+          "commit, verdict, get-blob, get-tensor or get-strategy",
           kind);
     }
     const std::string bytes = net::encode_envelope(e);

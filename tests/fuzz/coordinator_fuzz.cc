@@ -57,6 +57,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.network.hash_interval = 2;
   options.network.overlap = data && size > 0 ? data[0] % 2 : 1;
   options.allowlist = {ids[0].public_key(), ids[1].public_key(), ids[2].public_key()};
+  // Spot checks on half the runs, with seeds the input cannot see (a count), so verdicts meet
+  // open checks.
+  options.verify.rate = data && size > 1 ? (data[1] % 2) * 0.5 : 0.0;
+  options.verify.seconds = 5;
+  options.verify.window = 3;
+  options.random_seed = [n = 0]() mutable { return std::string(32, static_cast<char>(++n)); };
   StateMachine machine(options, {});
   Input in{data, size};
   double now = 1'000'000.0;
@@ -67,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto& id = ids[in.byte() % ids.size()];
     const uint64_t step = in.byte() % 8;
     agora::wire::Envelope e;
-    switch (op % 9) {
+    switch (op % 10) {
       case 0:
         e.mutable_join()->set_key(id.public_key());
         // Each identity its own port (a shared endpoint is refused), now and then another's.
@@ -89,6 +95,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         r->set_signature(id.sign(agora::net::commit_signing_bytes("fuzz", step, hash)));
         e.mutable_commit()->set_sequences(in.byte());
         e.mutable_commit()->set_compute_seconds(in.byte() / 16.0);
+        if (in.byte() % 4 != 0) {  // with a signed strategy commitment, mostly
+          const std::string before(32, static_cast<char>(in.byte())), after(32, 'z');
+          e.mutable_commit()->set_strategy_before(before);
+          e.mutable_commit()->set_strategy_after(after);
+          e.mutable_commit()->set_strategy_signature(id.sign(
+              agora::net::strategy_signing_bytes("fuzz", step, hash, before, after)));
+        }
         break;
       }
       case 3:
@@ -112,6 +125,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const agora::net::Decoded d = agora::net::decode_envelope(in.bytes(in.byte()));
         if (!std::holds_alternative<agora::wire::Envelope>(d)) continue;
         e = std::get<agora::wire::Envelope>(d);
+        break;
+      }
+      case 8: {  // a verdict on any author, asked for or not
+        auto* v = e.mutable_verdict();
+        v->set_step(step);
+        v->set_author(ids[in.byte() % ids.size()].public_key());
+        v->set_outcome(static_cast<agora::wire::Verdict::Outcome>(in.byte() % 4));
         break;
       }
       default:

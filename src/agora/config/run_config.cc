@@ -228,6 +228,13 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
   // RoundStart's member list well inside the 1 MiB control limit.
   net.max_members = toml.get_int("network.max_members", net.max_members, {1, 2048});
   net.state_db = toml.get_string("network.state_db", net.state_db, /*allow_empty=*/false);
+
+  VerifyConfig& verify = config.verify;
+  verify.rate = toml.get_double("verify.rate", verify.rate, DoubleRange::between(0, 1));
+  verify.seconds =
+      toml.get_double("verify.seconds", verify.seconds, DoubleRange::greater_than(0));
+  verify.max_failures = toml.get_int("verify.max_failures", verify.max_failures, {1, 1000});
+  verify.window = toml.get_int("verify.window", verify.window, {2, 1024});
 }
 
 // The rules that span keys; each single key was range-checked as it was read.
@@ -408,6 +415,12 @@ std::string RunConfig::to_toml() const {
   out += fmt::format("finish_grace_seconds = {}\n", toml_float(net.finish_grace_seconds));
   out += fmt::format("max_members = {}\n", net.max_members);
   out += fmt::format("state_db = {}\n", toml_quote(net.state_db));
+
+  out += "\n[verify]\n";
+  out += fmt::format("rate = {}\n", toml_float(verify.rate));
+  out += fmt::format("seconds = {}\n", toml_float(verify.seconds));
+  out += fmt::format("max_failures = {}\n", verify.max_failures);
+  out += fmt::format("window = {}\n", verify.window);
   return out;
 }
 
@@ -469,7 +482,7 @@ bool RunConfig::operator==(const RunConfig& other) const {
   return seed == other.seed && models_equal(model, other.model) &&
          model_overrides == other.model_overrides && data == other.data && train == other.train &&
          optimizer == other.optimizer && demo == other.demo && adamw == other.adamw &&
-         diloco == other.diloco && schedule == other.schedule && tst == other.tst &&
+         diloco == other.diloco && schedule == other.schedule && tst == other.tst && verify == other.verify &&
          network == other.network;
 }
 

@@ -178,6 +178,20 @@ struct NetworkConfig {
   bool operator==(const NetworkConfig&) const = default;
 };
 
+// Spot checks by recomputation (docs/verification.md): each round a random `rate` of the
+// contributions is redone by another member and compared with what its author sent.
+struct VerifyConfig {
+  double rate = 0.05;  // in [0, 1]: the share of contributions checked; 0 = none
+  // A verifier that has not answered this long after it was asked is replaced.
+  double seconds = 60.0;
+  // Confirmed failures (a wrong contribution, or a false accusation) before a member is dropped.
+  int64_t max_failures = 2;
+  // Rounds an author keeps its strategy states, and a member the parameters of, for verifiers.
+  int64_t window = 8;
+
+  bool operator==(const VerifyConfig&) const = default;
+};
+
 struct RunConfig {
   uint64_t seed = 1234;
   // The preset's shape with the [model] overrides applied; max_seq_len = data.seq_len and
@@ -195,6 +209,7 @@ struct RunConfig {
   ScheduleConfig schedule;
   TstConfig tst;
   NetworkConfig network;
+  VerifyConfig verify;
 
   // Reads `path`, applies each "key=value" override in order, validates. Throws Error.
   static RunConfig load(const std::filesystem::path& path,

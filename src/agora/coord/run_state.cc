@@ -42,6 +42,8 @@ std::string to_string(DropReason reason) {
       return "strikes";
     case DropReason::kHeartbeatTimeout:
       return "heartbeat_timeout";
+    case DropReason::kFailedVerification:
+      return "failed_verification";
   }
   return "unknown";
 }
@@ -63,6 +65,7 @@ constexpr std::pair<EventKind, std::string_view> kEventKinds[] = {
     {EventKind::kPhase, "phase"},
     {EventKind::kRound, "round"},
     {EventKind::kTstSwitch, "tst_switch"},
+    {EventKind::kVerify, "verify"},
     {EventKind::kOther, "other"},
 };
 

@@ -64,7 +64,15 @@ enum class DropReason {
   kNone,              // not dropped
   kStrikes,           // reached network.max_strikes consecutive strikes
   kHeartbeatTimeout,  // silent for network.heartbeat_timeout_seconds
+  // verify.max_failures confirmed failures in spot checks (spot_checks.h): a contribution that
+  // was not the work assigned, or a verdict that accused an honest author. Barred, like kStrikes.
+  kFailedVerification,
 };
+
+// Dropped for what it did (not for silence): refused for the rest of the run.
+inline bool barred(DropReason reason) {
+  return reason == DropReason::kStrikes || reason == DropReason::kFailedVerification;
+}
 
 std::string to_string(Phase phase);
 std::string to_string(MemberState state);
@@ -176,6 +184,7 @@ enum class EventKind {
   kPhase,       // the run's phase changed, it resumed after a coordinator restart, or finished
   kRound,       // a round opened or closed, or a step became final (one of each per step)
   kTstSwitch,   // token superposition ended
+  kVerify,      // a spot check was drawn, assigned, answered or resolved (spot_checks.h)
   kOther,       // rows of databases written before events had a kind
 };
 

@@ -457,6 +457,9 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
                   allowlist};
   options.tst_switch_step = static_cast<uint64_t>(config_.tst_switch_step());
   options.checkpoint_interval = static_cast<uint64_t>(std::max<int64_t>(0, config_.train.checkpoint_interval));
+  // Only DeMo's contributions are recomputed and compared (docs/verification.md).
+  options.verify = config_.verify;
+  if (config_.optimizer.name != "demo") options.verify.rate = 0;
   machine_ = std::make_unique<StateMachine>(options, std::move(state));
   printed_ = saved_steps_ = machine_->state().finalized_steps();
   // Members of a resumed run reconnect without joining again: their transport keys follow from

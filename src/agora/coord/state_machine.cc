@@ -16,7 +16,10 @@ namespace agora::coord {
 using namespace detail;
 
 StateMachine::StateMachine(Options options, RunState state)
-    : options_(std::move(options)), state_(std::move(state)) {
+    : options_(std::move(options)),
+      state_(std::move(state)),
+      spot_checks_(options_.verify, options_.random_seed ? options_.random_seed
+                                                         : [] { return net::random_bytes(32); }) {
   const NetworkConfig& n = options_.network;
   if (options_.batch_size == 0) fail("coordinator: train.batch_size is 0; it must be at least 1");
   if (n.min_peers < 1)
@@ -106,6 +109,9 @@ Actions StateMachine::handle(const net::PublicKey& from, const wire::Envelope& m
           case wire::Envelope::kCheckpointReport:
             on_checkpoint_report(member, message.checkpoint_report(), now);
             break;
+          case wire::Envelope::kVerdict:
+            on_verdict(member, message.verdict(), now);
+            break;
           default:
             log(EventKind::kIgnored,
                 fmt::format("ignored a message of kind {} from {}: not one a peer sends the "
@@ -135,6 +141,8 @@ Actions StateMachine::tick(double now) {
       return;
     }
     if (state_.round && now >= state_.round->deadline) close_round(now);
+    act_on(spot_checks_.tick(
+        state_.next_step, [&](const PublicKey& k) { return is_current(k); }, now));
     progress(now);
     prune_members();
   });
@@ -191,9 +199,10 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   auto existing = state_.members.find(from);
   const bool rejoin = existing != state_.members.end();
   if (rejoin && existing->second.state == MemberState::kDropped &&
-      existing->second.drop_reason == DropReason::kStrikes) {
+      barred(existing->second.drop_reason)) {
     refuse(from, fmt::format("{} was dropped from run {} for {}; it may not rejoin",
-                             short_hex(from), options_.run_id, drop_text(DropReason::kStrikes)));
+                             short_hex(from), options_.run_id,
+                             drop_text(existing->second.drop_reason)));
     return;
   }
   if (!valid_endpoint(join.endpoint())) {
@@ -365,6 +374,7 @@ void StateMachine::on_commit(MemberRecord& member, const wire::Commit& commit) {
           record.signature())) {
     return reject("the signature does not verify against the author's key");
   }
+  if (const auto why = check_strategy_commitment(member, commit)) return reject(*why);
   auto existing = round.commits.find(member.key);
   if (existing != round.commits.end()) {
     if (existing->second.payload_hash != record.payload_hash()) {
@@ -375,6 +385,10 @@ void StateMachine::on_commit(MemberRecord& member, const wire::Commit& commit) {
   }
   round.commits[member.key] =
       CommitRecord{member.key, record.step(), record.payload_hash(), record.signature()};
+  if (spot_checks_.enabled()) {
+    spot_checks_.remember(record.step(), member.key,
+                          {record.payload_hash(), commit.strategy_before(), commit.strategy_after()});
+  }
   ++state_.counters.commits_accepted;
   // Throughput EMA, from what the member measured itself.
   const double seconds = commit.compute_seconds();

@@ -51,6 +51,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -58,6 +59,7 @@
 
 #include "agora/config/run_config.h"
 #include "agora/coord/run_state.h"
+#include "agora/coord/spot_checks.h"
 #include "agora/obs/log.h"
 #include "agora/wire/agora.pb.h"
 
@@ -73,6 +75,11 @@ struct Options {
   std::set<net::PublicKey> allowlist;  // empty = open run (anyone may join)
   uint64_t tst_switch_step = 0;        // RunConfig::tst_switch_step(): logged when it opens
   uint64_t checkpoint_interval = 0;    // train.checkpoint_interval: for gap reports (0 = none)
+  // Spot checks (spot_checks.h); rate 0 = none. Commits must carry a strategy commitment when
+  // rate > 0.
+  VerifyConfig verify{.rate = 0};
+  // 32 unpredictable bytes per draw; empty = libsodium's generator (tests pass a script).
+  std::function<std::string()> random_seed = {};
 };
 
 struct Outgoing {
@@ -144,6 +151,13 @@ class StateMachine {
   void on_state_report(MemberRecord& member, const wire::StateReport& report);
   void on_checkpoint_report(MemberRecord& member, const wire::CheckpointReport& report, double now);
   void on_get_finalized(MemberRecord& member, const wire::GetFinalized& request);
+  // Spot checks (state_machine_verify.cc): a commit's strategy commitment (nullopt when it is
+  // acceptable; else why not), the draw at a close, a verdict, and acting on what they decided.
+  std::optional<std::string> check_strategy_commitment(const MemberRecord& member,
+                                                        const wire::Commit& commit) const;
+  void draw_spot_checks(const OpenRound& round, const CollectingStep& step, double now);
+  void on_verdict(MemberRecord& member, const wire::Verdict& verdict, double now);
+  void act_on(SpotChecks::Output output);
 
   // Everything that follows from the state without the passage of time (plus warmup expiry):
   // phase changes by member count, closing a round everyone committed to, finalizing steps,
@@ -230,6 +244,7 @@ class StateMachine {
   // not answered (all steps), and once relayed, until the first round whose RoundStart told
   // them to upload.
   std::map<PublicKey, uint64_t> strike_free_below_;
+  SpotChecks spot_checks_;  // runtime only, like relayed_
   Actions* out_ = nullptr;  // the Actions of the call in progress
   double now_ = 0.0;        // the `now` of the call in progress (for event times)
 };

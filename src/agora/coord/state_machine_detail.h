@@ -83,6 +83,8 @@ inline std::string drop_text(DropReason reason) {
       return "too many strikes (missed deadlines or undelivered payloads)";
     case DropReason::kHeartbeatTimeout:
       return "silent past the heartbeat timeout";
+    case DropReason::kFailedVerification:
+      return "failed spot checks (verify.max_failures)";
     case DropReason::kNone:
       break;
   }

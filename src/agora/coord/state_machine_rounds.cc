@@ -168,6 +168,7 @@ void StateMachine::close_round(double now) {
     const wire::Envelope collect = collect_for(step);
     for (const PublicKey& key : step.expected) send(key, collect);
   }
+  draw_spot_checks(round, step, now);
   state_.collecting[step.step] = std::move(step);
 }
 
@@ -427,10 +428,9 @@ void StateMachine::prune_members() {
   }
   const size_t keep = static_cast<size_t>(options_.network.max_members);
   if (gone.size() <= keep) return;
-  // Members dropped for strikes are forgotten last: forgetting one lets its key rejoin.
+  // Members dropped for what they did are forgotten last: forgetting one lets its key rejoin.
   std::sort(gone.begin(), gone.end(), [](const MemberRecord* a, const MemberRecord* b) {
-    const bool sa = a->drop_reason == DropReason::kStrikes,
-               sb = b->drop_reason == DropReason::kStrikes;
+    const bool sa = barred(a->drop_reason), sb = barred(b->drop_reason);
     if (sa != sb) return !sa;
     if (a->last_seen != b->last_seen) return a->last_seen < b->last_seen;
     return a->key < b->key;

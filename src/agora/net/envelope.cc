@@ -51,6 +51,7 @@ std::string kind_name(const wire::Envelope& envelope) {
     case E::kStateReport: return "state_report";
     case E::kGetFinalized: return "get_finalized";
     case E::kCheckpointReport: return "checkpoint_report";
+    case E::kVerdict: return "verdict";
     case E::kWelcome: return "welcome";
     case E::kRefused: return "refused";
     case E::kRoundStart: return "round_start";
@@ -59,6 +60,7 @@ std::string kind_name(const wire::Envelope& envelope) {
     case E::kResync: return "resync";
     case E::kFinished: return "finished";
     case E::kAdmit: return "admit";
+    case E::kSpotCheck: return "spot_check";
     case E::kGetBlob: return "get_blob";
     case E::kBlob: return "blob";
     case E::kGetTensor: return "get_tensor";

@@ -159,4 +159,24 @@ std::string commit_signing_bytes(std::string_view run_id, uint64_t step,
   return out;
 }
 
+std::string random_bytes(size_t n) {
+  initialise_sodium();
+  std::string out(n, '\0');
+  randombytes_buf(out.data(), n);
+  return out;
+}
+
+std::string strategy_signing_bytes(std::string_view run_id, uint64_t step,
+                                   std::string_view payload_hash, std::string_view before,
+                                   std::string_view after) {
+  std::string out = "agora/strategy/v1";
+  append_le(out, run_id.size(), 2);
+  out.append(run_id);
+  append_le(out, step, 8);
+  out.append(payload_hash);
+  out.append(before);
+  out.append(after);
+  return out;
+}
+
 }  // namespace agora::net

@@ -66,8 +66,16 @@ PublicKey key_from_hex(std::string_view hex, std::string_view what = "public key
 // The first 8 hex characters: enough to tell members apart in logs.
 std::string short_key(const PublicKey& key);
 
+// `n` bytes from libsodium's generator (unpredictable: seeds of spot checks).
+std::string random_bytes(size_t n);
+
 // What a commitment signs: "agora/commit/v1" | u16 len(run_id) | run_id | u64 step (LE) | hash.
 std::string commit_signing_bytes(std::string_view run_id, uint64_t step,
                                  std::string_view payload_hash);
+// What a strategy commitment signs (Commit.strategy_signature): "agora/strategy/v1" | u16
+// len(run_id) | run_id | u64 step (LE) | payload hash | state hash before | state hash after.
+std::string strategy_signing_bytes(std::string_view run_id, uint64_t step,
+                                   std::string_view payload_hash, std::string_view before,
+                                   std::string_view after);
 
 }  // namespace agora::net

@@ -45,7 +45,8 @@ class Peer {
        PeerMetrics& metrics, const std::atomic<bool>& stop)
       : peer_(identity, options, stop, link, metrics),
         checkpointer_(peer_),
-        round_(peer_, checkpointer_) {}
+        verification_(peer_),
+        round_(peer_, checkpointer_, verification_) {}
 
   PeerSummary run();
   PeerPhase phase() const { return peer_.phase; }
@@ -83,6 +84,7 @@ class Peer {
 
   PeerContext peer_;
   Checkpointer checkpointer_;
+  Verification verification_;
   Round round_;
   std::deque<wire::Envelope> deferred_;  // arrived while catching up; handled next
 };

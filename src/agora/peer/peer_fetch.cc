@@ -71,11 +71,13 @@ std::shared_ptr<PeerNetwork::Job> PeerNetwork::collect_job(uint64_t step,
   return job;
 }
 
-bool PeerNetwork::wait_for(Job& job, double timeout_seconds) {
+bool PeerNetwork::wait_for(Job& job, double timeout_seconds, const std::atomic<bool>* cancel) {
   const auto deadline = deadline_after(timeout_seconds);
   MutexLock lock(mutex_);
-  while (!job.finished) {
-    if (arrived_.wait_until(mutex_, deadline) == std::cv_status::timeout) break;
+  while (!job.finished && !(cancel != nullptr && cancel->load())) {
+    // With a cancel flag, look at it every 0.2 s.
+    const auto until = cancel == nullptr ? deadline : std::min(deadline, deadline_after(0.2));
+    if (arrived_.wait_until(mutex_, until) == std::cv_status::timeout && until == deadline) break;
   }
   job.cancelled = !job.finished;
   return job.finished;
@@ -105,6 +107,34 @@ std::vector<std::string> PeerNetwork::ensure(uint64_t step,
     }
   }
   return still;
+}
+
+Snapshot PeerNetwork::fetch_strategy_state(const std::string& hash,
+                                           const std::vector<std::string>& names,
+                                           const wire::Member& author, double timeout_seconds,
+                                           const std::atomic<bool>* cancel) {
+  auto job = std::make_shared<Job>();
+  for (const std::string& name : names) {
+    Want want;
+    want.key = name;
+    want.timeout = std::min(options_.tensor_timeout_seconds, timeout_seconds);
+    auto* get = want.request.mutable_get_tensor();
+    get->set_strategy_hash(hash);
+    get->set_name(name);
+    want.sources.push_back(author);  // nobody else holds it
+    job->wants.push_back(std::move(want));
+  }
+  submit(job);
+  if (!wait_for(*job, timeout_seconds, cancel)) {
+    if (cancel != nullptr && cancel->load()) fail("the fetch was cancelled");
+    fail("the author did not serve its strategy state within {} s", timeout_seconds);
+  }
+  Snapshot out;
+  for (Want& want : job->wants) {
+    if (!want.ok) fail("strategy tensor {}: {}", printable(want.key), want.reason);
+    out[want.key] = std::move(want.tensor);
+  }
+  return out;
 }
 
 Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
@@ -299,9 +329,11 @@ void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
       }
       if (reply.has_tensor_data() && want.request.has_get_tensor() &&
           reply.tensor_data().name() == want.key &&
-          reply.tensor_data().applied_steps() == want.request.get_tensor().applied_steps()) {
+          reply.tensor_data().applied_steps() == want.request.get_tensor().applied_steps() &&
+          reply.tensor_data().strategy_hash() == want.request.get_tensor().strategy_hash()) {
         auto& t = *reply.mutable_tensor_data();
-        if (blake2b256_bytes(t.data()) != want.expected_hash) {
+        // A strategy state is checked whole, by the caller (fetch_strategy_state).
+        if (!want.expected_hash.empty() && blake2b256_bytes(t.data()) != want.expected_hash) {
           want.reason = fmt::format("{} served a tensor that does not match the majority's hash",
                                     printable(endpoint));
           if (want.asked == source) advance(want, now);

@@ -10,11 +10,13 @@
 // Torch-free.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -92,6 +94,24 @@ class PeerLink {
   virtual Snapshot fetch_state(const wire::StateRecord& state,
                                const std::vector<wire::Member>& holders,
                                double timeout_seconds) = 0;
+
+  // Verification (docs/verification.md). Keeps `state` (this peer's strategy state, hashing to
+  // `hash`) for verifiers to fetch, with the newest `keep` published. Thread-safe.
+  virtual void publish_strategy_state(const std::string& hash,
+                                      std::shared_ptr<const Snapshot> state, size_t keep) {
+    (void)hash, (void)state, (void)keep;
+  }
+  // Fetches the tensors `names` of the strategy state `hash` from `author`, unchecked (the
+  // caller hashes the whole state against the author's commitment). Throws Error when a tensor
+  // cannot be had within the timeout, or *cancel became true. Thread-safe: a verifier thread
+  // calls it.
+  virtual Snapshot fetch_strategy_state(const std::string& hash,
+                                        const std::vector<std::string>& names,
+                                        const wire::Member& author, double timeout_seconds,
+                                        const std::atomic<bool>* cancel) {
+    (void)hash, (void)names, (void)author, (void)timeout_seconds, (void)cancel;
+    throw std::runtime_error("this link cannot fetch strategy states");
+  }
 
   // Thread-safe.
   virtual NetworkCounters counters() const = 0;

@@ -22,9 +22,13 @@ PeerNetwork::PeerNetwork(const net::Identity& identity, PeerNetworkOptions optio
     : identity_(identity), options_(std::move(options)) {
   server_ = std::make_unique<PeerServer>(
       context_, identity_, options_.listen, options_.server,
-      [this](uint64_t applied_steps) -> std::shared_ptr<const Snapshot> {
+      [this](const wire::GetTensor& get) -> std::shared_ptr<const Snapshot> {
         MutexLock lock(mutex_);
-        const auto it = snapshots_.find(applied_steps);
+        if (!get.strategy_hash().empty()) {
+          const auto it = strategy_states_.find(get.strategy_hash());
+          return it == strategy_states_.end() ? nullptr : it->second;
+        }
+        const auto it = snapshots_.find(get.applied_steps());
         return it == snapshots_.end() ? nullptr : it->second;
       },
       [this](Traffic kind, bool sent, uint64_t bytes) { count(kind, sent, bytes); });
@@ -99,6 +103,16 @@ void PeerNetwork::publish_snapshot(uint64_t applied_steps,
   MutexLock lock(mutex_);
   snapshots_[applied_steps] = std::move(snapshot);
   while (snapshots_.size() > 2) snapshots_.erase(snapshots_.begin());
+}
+
+void PeerNetwork::publish_strategy_state(const std::string& hash,
+                                         std::shared_ptr<const Snapshot> state, size_t keep) {
+  MutexLock lock(mutex_);
+  if (strategy_states_.emplace(hash, std::move(state)).second) strategy_order_.push_back(hash);
+  while (strategy_order_.size() > keep) {
+    strategy_states_.erase(strategy_order_.front());
+    strategy_order_.pop_front();
+  }
 }
 
 NetworkCounters PeerNetwork::counters() const {

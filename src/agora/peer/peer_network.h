@@ -102,6 +102,11 @@ class PeerNetwork final : public PeerLink {
   void publish_snapshot(uint64_t applied_steps, std::shared_ptr<const Snapshot> snapshot) override;
   Snapshot fetch_state(const wire::StateRecord& state, const std::vector<wire::Member>& holders,
                        double timeout_seconds) override;
+  void publish_strategy_state(const std::string& hash, std::shared_ptr<const Snapshot> state,
+                              size_t keep) override;
+  Snapshot fetch_strategy_state(const std::string& hash, const std::vector<std::string>& names,
+                                const wire::Member& author, double timeout_seconds,
+                                const std::atomic<bool>* cancel) override;
   // The metrics' collector reads them from an HTTP thread.
   NetworkCounters counters() const override;
 
@@ -159,7 +164,9 @@ class PeerNetwork final : public PeerLink {
 
   // Blocks until the I/O thread finished `job` or `timeout_seconds` pass; a job given up on is
   // cancelled (the I/O thread drops it). True when it finished.
-  bool wait_for(Job& job, double timeout_seconds) EXCLUDES(mutex_);
+  // With `cancel`, it gives up as soon as *cancel is true.
+  bool wait_for(Job& job, double timeout_seconds, const std::atomic<bool>* cancel = nullptr)
+      EXCLUDES(mutex_);
 
   // Set at construction, then read-only.
   const net::Identity& identity_;
@@ -195,6 +202,9 @@ class PeerNetwork final : public PeerLink {
   std::deque<wire::Envelope> to_coordinator_ GUARDED_BY(mutex_);
   std::deque<std::shared_ptr<Job>> new_jobs_ GUARDED_BY(mutex_);
   std::map<uint64_t, std::shared_ptr<const Snapshot>> snapshots_ GUARDED_BY(mutex_);
+  // This peer's strategy states for verifiers, by hash; the newest last in strategy_order_.
+  std::map<std::string, std::shared_ptr<const Snapshot>> strategy_states_ GUARDED_BY(mutex_);
+  std::deque<std::string> strategy_order_ GUARDED_BY(mutex_);
   LinkSettings settings_ GUARDED_BY(mutex_);
   net::DecodeLimits reply_limits_ GUARDED_BY(mutex_);
   uint64_t applied_steps_ GUARDED_BY(mutex_) = 0;

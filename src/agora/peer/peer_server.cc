@@ -107,11 +107,11 @@ void PeerServer::reply(const std::string& route, std::shared_ptr<const std::stri
 }
 
 std::shared_ptr<const std::string> PeerServer::tensor_reply(const wire::GetTensor& get) {
-  const std::shared_ptr<const Snapshot> snapshot = snapshots_(get.applied_steps());
+  const std::shared_ptr<const Snapshot> snapshot = snapshots_(get);
   if (!snapshot) return nullptr;
   const auto t = snapshot->find(get.name());
   if (t == snapshot->end()) return nullptr;
-  const auto key = std::make_pair(get.applied_steps(), get.name());
+  const auto key = std::make_tuple(get.applied_steps(), get.strategy_hash(), get.name());
   if (const auto it = cache_.find(key); it != cache_.end()) {
     if (it->second.snapshot.lock() == snapshot) return it->second.bytes;
     cache_bytes_ -= static_cast<int64_t>(it->second.bytes->size());
@@ -120,6 +120,7 @@ std::shared_ptr<const std::string> PeerServer::tensor_reply(const wire::GetTenso
   wire::Envelope e;
   auto* data = e.mutable_tensor_data();
   data->set_applied_steps(get.applied_steps());
+  data->set_strategy_hash(get.strategy_hash());
   data->set_name(t->first);
   data->set_dtype(t->second.dtype);
   for (int64_t d : t->second.shape) data->add_shape(d);

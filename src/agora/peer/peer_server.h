@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "agora/net/blob_store.h"
@@ -62,7 +63,9 @@ struct PeerServerLimits {
 
 class PeerServer {
  public:
-  using SnapshotLookup = std::function<std::shared_ptr<const Snapshot>(uint64_t applied_steps)>;
+  // The snapshot a GetTensor asks for: the parameters after its applied_steps, or the strategy
+  // state with its strategy_hash.
+  using SnapshotLookup = std::function<std::shared_ptr<const Snapshot>(const wire::GetTensor&)>;
   // Traffic, sent?, bytes: for the peer's byte counters.
   using Count = std::function<void(Traffic, bool, uint64_t)>;
 
@@ -112,7 +115,7 @@ class PeerServer {
     std::weak_ptr<const Snapshot> snapshot;  // the entry is stale once this snapshot is gone
     std::shared_ptr<const std::string> bytes;
   };
-  std::map<std::pair<uint64_t, std::string>, Cached> cache_;
+  std::map<std::tuple<uint64_t, std::string, std::string>, Cached> cache_;
   int64_t cache_bytes_ = 0;
   std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
   std::array<std::atomic<uint64_t>, kRefusals> refused_{};

@@ -21,6 +21,10 @@ bool Round::handle_passive(const wire::Envelope& m) {
     finalized_[f.step()] = {f.set().begin(), f.set().end()};
     return true;
   }
+  if (m.has_spot_check()) {
+    verification_.submit(m.spot_check());
+    return true;
+  }
   if (m.has_collect()) {
     const auto& c = m.collect();
     peer_.members.assign(c.members().begin(), c.members().end());
@@ -132,7 +136,9 @@ void Round::train(const wire::RoundStart& round) {
         fmt::format("step {:>5}  token superposition ends: next-token training from here on", step),
         "tst_switch", {{"round", step}});
   }
-  StepResult result = peer_.step->run(peer_.learner, context, share, &peer_.stop);
+  const bool verified = verification_.enabled();
+  if (verified) verification_.before_step();
+  StepResult result = peer_.step->run(peer_.learner, context, cheat_share(share), &peer_.stop);
   if (!result.completed) return;
   double compute = result.compute_seconds;
   // --slowdown stands for slower hardware: the sleep counts as compute.
@@ -156,6 +162,7 @@ void Round::train(const wire::RoundStart& round) {
   c->set_loss(result.loss);
   c->set_payload_bytes(own.bytes.size());
   if (val_loss) c->set_val_loss(*val_loss);
+  if (verified) verification_.after_step(*c);
   peer_.link.send_to_coordinator(commit);
   last_commit_ = commit;
   upload_if_relayed(hash, own.bytes);

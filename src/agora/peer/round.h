@@ -12,6 +12,7 @@
 //   Finalized(s):   the set is remembered until it is applied.
 //   Collect(s):     the link fetches and verifies step s's payloads in the background and
 //                   witnesses what it holds.
+//   SpotCheck:      queued for this peer's verifier (verification.h), which answers later.
 //
 // Every network.hash_interval applied steps the peer reports its state (state_sync.h), and a
 // checkpointer checkpoints every train.checkpoint_interval steps (checkpointer.h).
@@ -25,14 +26,16 @@
 
 #include "agora/peer/checkpointer.h"
 #include "agora/peer/peer_context.h"
+#include "agora/peer/verification.h"
 
 namespace agora::peer {
 
 class Round {
  public:
-  Round(PeerContext& peer, Checkpointer& checkpointer) : peer_(peer), checkpointer_(checkpointer) {}
+  Round(PeerContext& peer, Checkpointer& checkpointer, Verification& verification)
+      : peer_(peer), checkpointer_(checkpointer), verification_(verification) {}
 
-  // Handles a message that never waits (Finalized, Collect); false for any other.
+  // Handles a message that never waits (Finalized, Collect, SpotCheck); false for any other.
   bool handle_passive(const wire::Envelope& m);
 
   // Applies finalized steps until `target` steps are applied, asking the coordinator for sets it
@@ -67,6 +70,7 @@ class Round {
 
   PeerContext& peer_;
   Checkpointer& checkpointer_;
+  Verification& verification_;
   std::map<uint64_t, std::vector<wire::CommitRecord>> finalized_;  // by step, not yet applied
   std::optional<wire::Envelope> last_commit_;
   bool relayed_ = false;

@@ -1,0 +1,318 @@
+#include "agora/peer/verification.h"
+
+#include <fmt/format.h>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "agora/core/error.h"
+#include "agora/core/hash.h"
+#include "agora/core/hex.h"
+#include "agora/optim/payload_agreement.h"
+#include "agora/train/parameter_hash.h"
+#include "agora/train/recompute.h"
+
+namespace agora::peer {
+
+namespace {
+
+constexpr size_t kMaxQueued = 8;
+// The states a verifier fetches: DeMo's momentum, one tensor per parameter.
+constexpr std::string_view kMomentumPrefix = "delta.";
+constexpr double kFetchSeconds = 20;
+
+bool false_verdicts() {
+  static const bool on = [] {
+    const char* v = std::getenv("AGORA_TEST_FALSE_VERDICTS");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return on;
+}
+
+std::map<std::string, torch::Tensor> tensors_of(const Snapshot& snapshot,
+                                                const std::map<std::string, torch::Tensor>& like) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& [name, model] : like) {
+    const auto it = snapshot.find(name);
+    if (it == snapshot.end()) fail("the served state has no tensor {}", name);
+    const TensorBytes& t = it->second;
+    if (t.data.size() != static_cast<size_t>(model.numel()) * sizeof(float)) {
+      fail("the served tensor {} has {} bytes; this model's has {}", name, t.data.size(),
+           static_cast<size_t>(model.numel()) * sizeof(float));
+    }
+    out[name] =
+        torch::from_blob(const_cast<char*>(t.data.data()), model.sizes(), torch::kFloat32).clone();
+  }
+  return out;
+}
+
+// BLAKE2b over the tensors' hashes in name order, as a state record's hash is formed.
+std::string hash_of(const Snapshot& snapshot) {
+  std::string hashes;
+  for (const auto& [name, t] : snapshot) hashes += blake2b256_bytes(t.data);
+  return blake2b256_bytes(hashes);
+}
+
+}  // namespace
+
+const std::string& test_cheat() {
+  static const std::string cheat = [] {
+    const char* v = std::getenv("AGORA_TEST_CHEAT");
+    return std::string(v == nullptr ? "" : v);
+  }();
+  return cheat;
+}
+
+std::vector<SequenceRange> cheat_share(const std::vector<SequenceRange>& share) {
+  if (test_cheat() == "half_batch") {
+    uint64_t total = 0;
+    for (const SequenceRange& r : share) total += r.count;
+    uint64_t left = std::max<uint64_t>(1, total / 2);
+    std::vector<SequenceRange> half;
+    for (const SequenceRange& r : share) {
+      if (left == 0) break;
+      half.push_back({r.first, std::min(left, r.count)});
+      left -= half.back().count;
+    }
+    return half;
+  }
+  if (test_cheat() == "other_data") {
+    std::vector<SequenceRange> other;
+    for (const SequenceRange& r : share) other.push_back({r.first + 7919, r.count});
+    return other;
+  }
+  return share;
+}
+
+Verification::~Verification() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+bool Verification::enabled() const {
+  const RunConfig& c = peer_.config;
+  return c.verify.rate > 0 && c.optimizer.name == "demo" && !c.demo.lookahead;
+}
+
+Verification::State Verification::snapshot_strategy() const {
+  auto tensors = std::make_shared<Snapshot>();
+  for (const auto& [name, t] : peer_.learner.strategy->state()) {
+    if (!name.starts_with(kMomentumPrefix)) continue;
+    TensorBytes& out = (*tensors)[name];
+    out.dtype = "F32";
+    out.shape.assign(t.sizes().begin(), t.sizes().end());
+    out.data = parameter_bytes(t);
+  }
+  return {hash_of(*tensors), std::move(tensors)};
+}
+
+void Verification::before_step() {
+  const auto window = static_cast<size_t>(peer_.config.verify.window);
+  {
+    std::vector<torch::Tensor> copy;
+    for (const torch::Tensor& p : peer_.learner.params) copy.push_back(p.detach().clone());
+    std::lock_guard lock(mutex_);
+    parameters_[peer_.applied] = std::move(copy);
+    while (parameters_.size() > window) parameters_.erase(parameters_.begin());
+  }
+  before_ = snapshot_strategy();
+  peer_.link.publish_strategy_state(before_.hash, before_.tensors, 2 * window + 2);
+}
+
+void Verification::after_step(wire::Commit& commit) {
+  const State after = snapshot_strategy();
+  peer_.link.publish_strategy_state(after.hash, after.tensors,
+                                    2 * static_cast<size_t>(peer_.config.verify.window) + 2);
+  const wire::CommitRecord& r = commit.record();
+  commit.set_strategy_before(before_.hash);
+  commit.set_strategy_after(after.hash);
+  commit.set_strategy_signature(peer_.identity.sign(net::strategy_signing_bytes(
+      peer_.run_id, r.step(), r.payload_hash(), before_.hash, after.hash)));
+}
+
+void Verification::submit(const wire::SpotCheck& check) {
+  std::string refusal;
+  {
+    std::lock_guard lock(mutex_);
+    if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+    const auto params = parameters_.find(check.apply_through());
+    if (params == parameters_.end()) {
+      refusal = fmt::format("no parameters after {} steps kept here", check.apply_through());
+    } else if (queue_.size() >= kMaxQueued) {
+      refusal = fmt::format("this verifier has {} checks waiting", kMaxQueued);
+    } else if (check.attempt() > 1) {
+      queue_.push_front({check, params->second});
+    } else {
+      queue_.push_back({check, params->second});
+    }
+  }
+  if (!refusal.empty()) {
+    wire::Verdict v;
+    v.set_outcome(wire::Verdict::ABSTAINS);
+    v.set_reason(refusal);
+    answer(check, std::move(v));
+    return;
+  }
+  wake_.notify_one();
+}
+
+void Verification::work() {
+  // Training has deadlines, checks have verify.seconds: on a busy machine the round goes first.
+  // Linux's nice is per thread, and the threads this one starts for torch inherit it.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
+  while (true) {
+    Queued next;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    wire::Verdict verdict;
+    try {
+      verdict = check(next);
+    } catch (const std::exception& e) {
+      if (stopping_) return;
+      verdict.set_outcome(wire::Verdict::ABSTAINS);
+      verdict.set_reason(fmt::format("this verifier failed to recompute: {}", e.what()));
+    }
+    answer(next.check, std::move(verdict));
+  }
+}
+
+wire::Verdict Verification::check(const Queued& queued) {
+  const wire::SpotCheck& c = queued.check;
+  wire::Verdict v;
+  const auto abstain = [&](std::string why) {
+    v.set_outcome(wire::Verdict::ABSTAINS);
+    v.set_reason(std::move(why));
+    return v;
+  };
+  const auto disagree = [&](std::string why) {
+    v.set_outcome(wire::Verdict::DISAGREES);
+    v.set_reason(std::move(why));
+    return v;
+  };
+  // The check comes with the step's Collect: the payload may still be on its way here.
+  std::optional<std::string> payload = peer_.link.blobs().get(c.payload_hash());
+  const auto wait_until = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(peer_.config.network.witness_seconds);
+  while (!payload && !stopping_ && std::chrono::steady_clock::now() < wait_until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    payload = peer_.link.blobs().get(c.payload_hash());
+  }
+  if (!payload) return abstain("this verifier does not hold the payload");
+  if (c.author().relayed()) return abstain("nobody can dial the author to fetch its state");
+  if (!scratch_) {
+    scratch_ = std::make_unique<Learner>(Learner::create(peer_.config, peer_.device));
+    step_ = std::make_unique<TrainStep>(peer_.config, peer_.device);
+  }
+  std::map<std::string, torch::Tensor> like;
+  for (const auto& [name, t] : scratch_->strategy->state()) {
+    if (name.starts_with(kMomentumPrefix)) like[name] = t;
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, t] : like) names.push_back(name);
+  std::map<std::string, torch::Tensor> states[2];
+  const std::string* hashes[2] = {&c.strategy_before(), &c.strategy_after()};
+  for (int i = 0; i < 2; ++i) {
+    Snapshot served;
+    try {
+      served =
+          peer_.link.fetch_strategy_state(*hashes[i], names, c.author(), kFetchSeconds, &stopping_);
+    } catch (const std::exception& e) {
+      if (stopping_) throw;  // this peer is leaving: no verdict
+      return disagree(
+          fmt::format("the author did not serve the strategy state {} it committed "
+                      "to: {}",
+                      short_hex(*hashes[i]), e.what()));
+    }
+    if (hash_of(served) != *hashes[i]) {
+      return disagree(
+          fmt::format("the strategy state the author served does not hash to its "
+                      "commitment {}",
+                      short_hex(*hashes[i])));
+    }
+    try {
+      states[i] = tensors_of(served, like);
+    } catch (const std::exception& e) {
+      return disagree(e.what());
+    }
+  }
+  std::vector<SequenceRange> ranges;
+  for (const auto& r : c.ranges()) ranges.push_back({r.first(), r.count()});
+  const auto index = static_cast<int64_t>(c.step());
+  const StepContext context{index, peer_.config.learning_rate(index), 1};
+  const auto started = std::chrono::steady_clock::now();
+  const Recomputed redo = recompute(*step_, *scratch_, {queued.params, &states[0], context, ranges});
+  v.set_recompute_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  PayloadAgreement agreement;
+  try {
+    agreement =
+        compare_payloads(decode_payload(*payload), decode_payload(redo.result.contribution.bytes));
+  } catch (const std::exception& e) {
+    return disagree(
+        fmt::format("the payload does not compare with the recomputation: {}", e.what()));
+  }
+  std::map<std::string, torch::Tensor> recomputed_after;
+  for (const auto& [name, t] : redo.state_after) {
+    if (name.starts_with(kMomentumPrefix)) recomputed_after[name] = t;
+  }
+  const double state_error = relative_state_error(states[1], recomputed_after);
+  v.set_overlap(agreement.overlap());
+  v.set_worst_overlap(agreement.worst_overlap);
+  v.set_sign_agreement(agreement.sign_agreement());
+  v.set_state_error(state_error);
+  const AgreementTolerance tolerance;
+  if (!agrees(agreement, tolerance)) return disagree("payload: " + describe(agreement));
+  if (!momentum_agrees(state_error, tolerance)) {
+    return disagree(fmt::format("the momentum after the step is off by {:.3g} (at most {:.3g})",
+                                state_error, tolerance.max_state_error));
+  }
+  v.set_outcome(wire::Verdict::AGREES);
+  return v;
+}
+
+void Verification::answer(const wire::SpotCheck& c, wire::Verdict verdict) {
+  verdict.set_step(c.step());
+  verdict.set_author(c.author().key());
+  if (false_verdicts()) {
+    verdict.set_outcome(wire::Verdict::DISAGREES);
+    verdict.set_reason("AGORA_TEST_FALSE_VERDICTS: a false accusation");
+  }
+  const char* outcome = verdict.outcome() == wire::Verdict::AGREES      ? "agrees"
+                        : verdict.outcome() == wire::Verdict::DISAGREES ? "disagrees"
+                                                                        : "abstains";
+  if (peer_.options.progress) {
+    obs::log_info(
+        {c.step(),
+         peer_.who,
+         "verdict",
+         {{"round", c.step()},
+          {"author", hex_encode(c.author().key())},
+          {"outcome", std::string(outcome)},
+          {"reason", verdict.reason()},
+          {"overlap", verdict.overlap()},
+          {"worst_overlap", verdict.worst_overlap()},
+          {"sign_agreement", verdict.sign_agreement()},
+          {"state_error", verdict.state_error()},
+          {"seconds", verdict.recompute_seconds()}}},
+        fmt::format("step {}: {}'s contribution: {}{}{}", c.step(),
+                    net::short_key(c.author().key()), outcome, verdict.reason().empty() ? "" : " (",
+                    verdict.reason() + (verdict.reason().empty() ? "" : ")")));
+  }
+  wire::Envelope e;
+  *e.mutable_verdict() = std::move(verdict);
+  peer_.link.send_to_coordinator(std::move(e));
+}
+
+}  // namespace agora::peer

@@ -1,0 +1,96 @@
+// A peer's part in verification by recomputation (docs/verification.md), both roles:
+//
+//   As an author. Each commit carries the hashes of the peer's strategy state (DeMo's momentum)
+//   before and after the step, signed; both states are kept (by hash) for the verifiers the
+//   coordinator names, for the last verify.window rounds. A peer also keeps the parameters each
+//   of those rounds trained from: when it is asked to verify, it holds what the author held.
+//
+//   As a verifier. A SpotCheck goes to a queue; one worker thread per peer takes it, fetches the
+//   author's two states (each checked against the author's commitment), recomputes the author's
+//   step on a scratch model of its own (train/recompute.h) from the parameters kept for that
+//   round, compares the result with the author's payload and state (optim/payload_agreement.h)
+//   and sends a Verdict. Outcomes:
+//     AGREES     payload and state within AgreementTolerance;
+//     DISAGREES  outside it, or the author did not serve a state it committed to in time, or
+//                served one that does not hash to the commitment;
+//     ABSTAINS   this peer cannot check it: no parameters kept for that round, payload not held,
+//                the author is relayed (nobody can dial it), or the queue is full.
+//   The worker shares the machine with training; it holds no lock while it computes.
+//
+// Test hooks (environment, read once; for integration tests of a cheating member):
+//   AGORA_TEST_CHEAT=half_batch|other_data   train half the share, or other sequences, and
+//                                            commit as if the share was trained;
+//   AGORA_TEST_FALSE_VERDICTS=1              every verdict says DISAGREES.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agora/data/sequence_range.h"
+#include "agora/peer/peer_context.h"
+
+namespace agora::peer {
+
+// The test hook AGORA_TEST_CHEAT: "" when honest.
+const std::string& test_cheat();
+// What a cheating author trains instead of `share` (the share itself when honest).
+std::vector<SequenceRange> cheat_share(const std::vector<SequenceRange>& share);
+
+class Verification {
+ public:
+  explicit Verification(PeerContext& peer) : peer_(peer) {}
+  ~Verification();
+  Verification(const Verification&) = delete;
+  Verification& operator=(const Verification&) = delete;
+
+  // True when the run checks contributions (verify.rate > 0, DeMo).
+  bool enabled() const;
+
+  // Author, on the training thread. Before the step: keeps the parameters the round trains
+  // from, and the strategy state before it. After: commits to both states in `commit`.
+  void before_step();
+  void after_step(wire::Commit& commit);
+
+  // Verifier, on the training thread: queues a check with the parameters it needs (answered
+  // ABSTAINS at once when they are not kept here or the queue is full). A second or third
+  // opinion goes first: a dispute holds a check open, and its states are kept only so long.
+  void submit(const wire::SpotCheck& check);
+
+ private:
+  struct State {
+    std::string hash;  // BLAKE2b over the tensors' hashes in name order
+    std::shared_ptr<const Snapshot> tensors;
+  };
+  State snapshot_strategy() const;
+  void work();
+  struct Queued {
+    wire::SpotCheck check;
+    std::vector<torch::Tensor> params;  // the round's copy; never written
+  };
+  wire::Verdict check(const Queued& queued);
+  void answer(const wire::SpotCheck& check, wire::Verdict verdict);
+
+  PeerContext& peer_;
+  State before_;  // of the step being trained
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Queued> queue_;
+  // applied steps -> the parameters rounds trained from after that many steps
+  std::map<uint64_t, std::vector<torch::Tensor>> parameters_;
+  std::atomic<bool> stopping_ = false;  // also cancels a fetch in flight
+  std::thread worker_;
+  // The worker's own.
+  std::unique_ptr<Learner> scratch_;
+  std::unique_ptr<TrainStep> step_;
+};
+
+}  // namespace agora::peer
