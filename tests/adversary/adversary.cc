@@ -262,8 +262,9 @@ void Adversary::commit(uint64_t round, const std::string& bytes, const std::stri
   // It commits to strategy states it never had (a spot check of it fails: nobody serves them).
   c->set_strategy_before(random_bytes(rng_, 32));
   c->set_strategy_after(random_bytes(rng_, 32));
+  c->set_trained_from(finalized_);
   c->set_strategy_signature(identity_.sign(net::strategy_signing_bytes(
-      run_id_, round, hash, c->strategy_before(), c->strategy_after())));
+      run_id_, round, hash, finalized_, c->strategy_before(), c->strategy_after())));
   c->set_sequences(seqs);
   c->set_compute_seconds(static_cast<double>(seqs) / o_.claim_throughput);
   c->set_loss(std::log(static_cast<double>(config_->model.vocab_size)));

@@ -89,7 +89,7 @@ void Adversary::flood_tick() {
       c->set_strategy_before(random_hash(rng_));
       c->set_strategy_after(random_hash(rng_));
       c->set_strategy_signature(identity_.sign(net::strategy_signing_bytes(
-          run_id_, step, hash, c->strategy_before(), c->strategy_after())));
+          run_id_, step, hash, 0, c->strategy_before(), c->strategy_after())));
       c->set_sequences(1);
       c->set_compute_seconds(1);
     } else if (kind == "get-blob") {

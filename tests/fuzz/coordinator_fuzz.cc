@@ -100,7 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           e.mutable_commit()->set_strategy_before(before);
           e.mutable_commit()->set_strategy_after(after);
           e.mutable_commit()->set_strategy_signature(id.sign(
-              agora::net::strategy_signing_bytes("fuzz", step, hash, before, after)));
+              agora::net::strategy_signing_bytes("fuzz", step, hash, 0, before, after)));
         }
         break;
       }

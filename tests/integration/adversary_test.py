@@ -255,12 +255,50 @@ def scenario_single(agora, adversary, data, attack_args):
     run.cleanup()
 
 
+def scenario_verifiers(agora, adversary, data):
+    """Spot checks under a member's pressure (docs/verification.md), at verify.rate 0.5: one
+    adversary sends verdicts nobody asked it for as fast as it can, each accusing an honest
+    author of the step before; another asks the honest peers for strategy states nobody
+    committed to. A verdict counts only from the verifier a check was assigned to, so no honest
+    member fails a check or is struck or dropped; the coordinator records the ignored verdicts
+    (capped per member and round); the honest members finish every step identical."""
+    flood = steps(8, 60)
+    run = AdversaryRun(agora, adversary, data, "adv-verifiers", honest=3, adversaries=2,
+                       steps=steps(24, 100),
+                       sets=["network.min_peers=3", "verify.rate=0.5", "verify.window=64"])
+    run.start_coordinator()
+    run.start_honest()
+    run.start_adversary(3, "flood", "--flood-kind", "verdict", "--rate", 0,
+                        "--flood-seconds", flood, "--flood-after", 3)
+    run.start_adversary(4, "flood", "--flood-kind", "get-strategy", "--rate", 0,
+                        "--flood-seconds", flood, "--flood-after", 3)
+    run.wait_until("the floods to end",
+                   lambda: run.actions(3, "flood") and run.actions(4, "flood"), 120)
+    run.finish()
+    verdicts = run.check_attacked(3, "flood")[0]
+    run.check_attacked(4, "flood")
+    run.check_noticed(3, kinds=("ignored",))
+    honest = {run.peer_keys[i] for i in run.honest}
+    failed = [r for r in run.log_rows("verify") if r.get("check") in
+              ("author_failed", "verifier_failed") and
+              (r.get("author") in honest and r["check"] == "author_failed" or
+               r.get("verifier") in honest and r["check"] == "verifier_failed")]
+    if failed:
+        run.fail(f"honest members failed spot checks under the flood: {failed[:3]}")
+    run.check_honest_unharmed()
+    run.check_identical(run.honest, throughout=run.honest)
+    print(f"{verdicts['sent']} unasked verdicts ({verdicts['per_second']:.0f}/s) and a flood of "
+          f"strategy requests changed nothing: no honest member failed a check")
+    run.cleanup()
+
+
 SCENARIOS = {
     "steps": scenario_steps,
     "values": scenario_values,
     "unavailable": scenario_unavailable,
     "coordinator": scenario_coordinator,
     "witnesses": scenario_witnesses,
+    "verifiers": scenario_verifiers,
 }
 
 if __name__ == "__main__":

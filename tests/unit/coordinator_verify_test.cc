@@ -33,15 +33,13 @@ struct Round {
   explicit Round(SpotChecks& checks, int n, uint64_t step = 5) : checks(checks), step(step) {
     for (int i = 0; i < n; ++i) {
       checks.remember(step, key_of(i),
-                      {std::string(32, 'p'), std::string(32, 'b'), std::string(32, 'a')});
+                      {std::string(32, 'p'), 4, std::string(32, 'b'), std::string(32, 'a')});
       committed[key_of(i)].author.set_key(key_of(i));
       committed[key_of(i)].author.set_endpoint("tcp://h:1");
       committed[key_of(i)].ranges = {{static_cast<uint64_t>(10 * i), 3}};
     }
   }
-  SpotChecks::Output close(double now = 0) {
-    return checks.close(step, 4, committed, current, now);
-  }
+  SpotChecks::Output close(double now = 0) { return checks.close(step, committed, current, now); }
   SpotChecks::Output verdict(const std::string& from, const std::string& author, Outcome o,
                              double now = 0) {
     wire::Verdict v;
@@ -236,6 +234,24 @@ TEST(SpotChecksTest, ChecksEndWithTheWindowAndWithTheirAuthor) {
   for (const auto& e : out.events) EXPECT_EQ(e.kind, "unresolved");
 }
 
+TEST(SpotChecksTest, ARestartedMembersChecksEndOrMoveOn) {
+  SpotChecks checks(config(1.0), counting_seeds());
+  Round round(checks, 3);
+  const auto a = assignments(round.close());
+  const PublicKey verifier = a.at(key_of(0));
+  const auto out = checks.restarted(
+      verifier, [&](const PublicKey& k) { return k != verifier; }, 1);
+  // Its own check ends; the check it was asked goes to the next candidate.
+  bool ended = false, moved = false;
+  for (const auto& e : out.events) {
+    ended |= e.kind == "unresolved" && e.author == verifier;
+    moved |= e.kind == "assigned" && e.author == key_of(0) && e.verifier != verifier;
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_TRUE(moved);
+  EXPECT_EQ(checks.open_checks(), 2u);
+}
+
 // ---- through the state machine -------------------------------------------------------------
 
 std::string strategy_hash(int i) {
@@ -249,13 +265,16 @@ class VerifyingCoordinatorTest : public CoordinatorTest {
     options_.verify = config(1.0, 1);
     options_.random_seed = counting_seeds();
   }
-  wire::Envelope committed(int i, uint64_t step, const std::string& hash, bool sign = true) {
+  wire::Envelope committed(int i, uint64_t step, const std::string& hash, bool sign = true,
+                           uint64_t trained_from = 0) {
     wire::Envelope e = testing_support::commit_msg(ids_[i], options_.run_id, step, hash);
     auto* c = e.mutable_commit();
+    c->set_trained_from(trained_from);
     c->set_strategy_before(strategy_hash(i));
     c->set_strategy_after(strategy_hash(i + 5));
-    c->set_strategy_signature(ids_[sign ? i : (i + 1) % 5].sign(net::strategy_signing_bytes(
-        options_.run_id, step, hash, c->strategy_before(), c->strategy_after())));
+    c->set_strategy_signature(ids_[sign ? i : (i + 1) % 5].sign(
+        net::strategy_signing_bytes(options_.run_id, step, hash, c->trained_from(),
+                                    c->strategy_before(), c->strategy_after())));
     return e;
   }
   wire::Envelope verdict(int author, uint64_t step, Outcome o) {
@@ -272,7 +291,9 @@ TEST_F(VerifyingCoordinatorTest, ACommitMustCarryASignedStrategyCommitment) {
   using testing_support::hash_of;
   handle(0, testing_support::commit_msg(ids_[0], options_.run_id, 0, hash_of(0)), kT0 + 3);
   handle(1, committed(1, 0, hash_of(1), /*sign=*/false), kT0 + 3);
-  EXPECT_EQ(state().counters.commits_rejected, 2u);
+  // Parameters after a step that is not final.
+  handle(2, committed(2, 0, hash_of(2), true, /*trained_from=*/1), kT0 + 3);
+  EXPECT_EQ(state().counters.commits_rejected, 3u);
   EXPECT_TRUE(state().round->commits.empty());
   handle(0, committed(0, 0, hash_of(0)), kT0 + 3);
   EXPECT_EQ(state().round->commits.size(), 1u);

@@ -107,7 +107,7 @@ class Service {
   std::map<net::PublicKey, std::deque<wire::Envelope>> undelivered_;
   std::map<uint64_t, StepCommits> commits_;
   std::map<std::string, Bucket> buckets_;  // by curve key; idle full ones are forgotten
-  std::unique_ptr<Relay> relay_;  // for members nobody can dial (relay.h)
+  std::unique_ptr<Relay> relay_;           // for members nobody can dial (relay.h)
   uint64_t throttled_total_ = 0;
   double throttle_logged_at_ = 0;
   uint64_t printed_ = 0;
@@ -456,7 +456,8 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
                   n,
                   allowlist};
   options.tst_switch_step = static_cast<uint64_t>(config_.tst_switch_step());
-  options.checkpoint_interval = static_cast<uint64_t>(std::max<int64_t>(0, config_.train.checkpoint_interval));
+  options.checkpoint_interval =
+      static_cast<uint64_t>(std::max<int64_t>(0, config_.train.checkpoint_interval));
   // Only DeMo's contributions are recomputed and compared (docs/verification.md).
   options.verify = config_.verify;
   if (config_.optimizer.name != "demo") options.verify.rate = 0;

@@ -68,7 +68,7 @@ int64_t SpotChecks::failures(const PublicKey& key) const {
   return it == failures_.end() ? 0 : it->second;
 }
 
-SpotChecks::Output SpotChecks::close(uint64_t step, uint64_t apply_through,
+SpotChecks::Output SpotChecks::close(uint64_t step,
                                      const std::map<PublicKey, Contribution>& committed,
                                      const std::function<bool(const PublicKey&)>& current,
                                      double now) {
@@ -93,7 +93,7 @@ SpotChecks::Output SpotChecks::close(uint64_t step, uint64_t apply_through,
     r.set_payload_hash(c.payload_hash);
     r.set_strategy_before(c.before);
     r.set_strategy_after(c.after);
-    r.set_apply_through(apply_through);
+    r.set_apply_through(c.trained_from);
     for (const SequenceRange& range : contribution.ranges) {
       auto* w = r.add_ranges();
       w->set_first(range.first);
@@ -210,6 +210,28 @@ void SpotChecks::fail(const PublicKey& key, Event event, Output& out) {
   event.failures = n;
   out.events.push_back(std::move(event));
   if (n == config_.max_failures) out.drop.push_back(key);
+}
+
+SpotChecks::Output SpotChecks::restarted(const PublicKey& key,
+                                         const std::function<bool(const PublicKey&)>& current,
+                                         double now) {
+  Output out;
+  for (auto it = open_.begin(); it != open_.end();) {
+    Check& check = it->second;
+    bool open = true;
+    if (check.request.author().key() == key) {
+      if (check.asked && load_[*check.asked] > 0) --load_[*check.asked];
+      out.events.push_back({.kind = "unresolved",
+                            .step = check.request.step(),
+                            .author = key,
+                            .reason = "the author restarted: the states it committed to are gone"});
+      open = false;
+    } else if (check.asked == key) {
+      open = ask_next(check, current, now, out);
+    }
+    it = open ? std::next(it) : open_.erase(it);
+  }
+  return out;
 }
 
 SpotChecks::Output SpotChecks::tick(uint64_t newest_step,

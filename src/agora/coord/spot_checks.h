@@ -18,8 +18,9 @@
 //     resolved   one of:
 //                  passed        the first verdict agrees, or two agree;
 //                  author failed two verdicts disagree;
-//                  unresolved    no candidate is left, the author left, or the step fell out of
-//                                verify.window rounds (the states it needs are gone).
+//                  unresolved    no candidate is left, the author left or restarted, or the
+//                                step fell out of verify.window rounds (the states it needs are
+//                                gone).
 //                A first DISAGREES is evidence, not a judgement: the check goes to a second
 //                verifier, and to a third if the two split. Whoever is on the losing side of a
 //                decided dispute (a verifier that accused an honest author, or one that covered
@@ -53,7 +54,8 @@ using net::PublicKey;
 // What an author committed to besides its payload (wire::Commit's strategy fields).
 struct StrategyCommitment {
   std::string payload_hash;
-  std::string before;  // 32 bytes each
+  uint64_t trained_from = 0;  // the finalized steps in the parameters it trained from
+  std::string before;         // 32 bytes each
   std::string after;
 };
 
@@ -96,10 +98,9 @@ class SpotChecks {
   const StrategyCommitment* commitment(uint64_t step, const PublicKey& author) const;
 
   // The commit phase of `step` closed with these contributions (by author; every one of them
-  // committed): draws and asks the first verifiers. `apply_through` is the round's: the
-  // parameters every committer trained from. `current` says whether a key may still be asked.
-  Output close(uint64_t step, uint64_t apply_through,
-               const std::map<PublicKey, Contribution>& committed,
+  // committed): draws and asks the first verifiers. `current` says whether a key may still be
+  // asked.
+  Output close(uint64_t step, const std::map<PublicKey, Contribution>& committed,
                const std::function<bool(const PublicKey&)>& current, double now);
 
   // A Verdict from `from`.
@@ -110,6 +111,11 @@ class SpotChecks {
   // `newest_step`.
   Output tick(uint64_t newest_step, const std::function<bool(const PublicKey&)>& current,
               double now);
+
+  // `key` joined again: a new process, which holds neither the states it committed to as an
+  // author (its checks end unresolved) nor the checks it was asked (they go to the next).
+  Output restarted(const PublicKey& key, const std::function<bool(const PublicKey&)>& current,
+                   double now);
 
   size_t open_checks() const { return open_.size(); }
   int64_t failures(const PublicKey& key) const;

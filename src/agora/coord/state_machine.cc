@@ -18,8 +18,9 @@ using namespace detail;
 StateMachine::StateMachine(Options options, RunState state)
     : options_(std::move(options)),
       state_(std::move(state)),
-      spot_checks_(options_.verify, options_.random_seed ? options_.random_seed
-                                                         : [] { return net::random_bytes(32); }) {
+      spot_checks_(
+          options_.verify,
+          options_.random_seed ? options_.random_seed : [] { return net::random_bytes(32); }) {
   const NetworkConfig& n = options_.network;
   if (options_.batch_size == 0) fail("coordinator: train.batch_size is 0; it must be at least 1");
   if (n.min_peers < 1)
@@ -200,9 +201,9 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   const bool rejoin = existing != state_.members.end();
   if (rejoin && existing->second.state == MemberState::kDropped &&
       barred(existing->second.drop_reason)) {
-    refuse(from, fmt::format("{} was dropped from run {} for {}; it may not rejoin",
-                             short_hex(from), options_.run_id,
-                             drop_text(existing->second.drop_reason)));
+    refuse(from,
+           fmt::format("{} was dropped from run {} for {}; it may not rejoin", short_hex(from),
+                       options_.run_id, drop_text(existing->second.drop_reason)));
     return;
   }
   if (!valid_endpoint(join.endpoint())) {
@@ -271,6 +272,10 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
     m.sequences_per_second = estimate;
   }
   if (!rejoin) m.strikes = 0;  // a rejoining member keeps its strikes
+  if (rejoin) {
+    act_on(spot_checks_.restarted(
+        from, [&](const PublicKey& k) { return k != from && is_current(k); }, now));
+  }
   m.drop_reason = DropReason::kNone;
   m.last_seen = now;
   m.joined_at = now;
@@ -387,7 +392,8 @@ void StateMachine::on_commit(MemberRecord& member, const wire::Commit& commit) {
       CommitRecord{member.key, record.step(), record.payload_hash(), record.signature()};
   if (spot_checks_.enabled()) {
     spot_checks_.remember(record.step(), member.key,
-                          {record.payload_hash(), commit.strategy_before(), commit.strategy_after()});
+                          {record.payload_hash(), commit.trained_from(), commit.strategy_before(),
+                           commit.strategy_after()});
   }
   ++state_.counters.commits_accepted;
   // Throughput EMA, from what the member measured itself.

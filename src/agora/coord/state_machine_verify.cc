@@ -22,9 +22,17 @@ std::optional<std::string> StateMachine::check_strategy_commitment(
         kHashBytes, options_.verify.rate);
   }
   const wire::CommitRecord& record = commit.record();
+  // The round's apply_through at least (peers apply every step below it first), and nothing
+  // that is not final.
+  const uint64_t from = commit.trained_from();
+  const uint64_t least = state_.round ? state_.round->apply_through : 0;
+  if (from < least || from > state_.finalized_steps()) {
+    return fmt::format("it says it trained from the parameters after {} steps (allowed: {} to {})",
+                       from, least, state_.finalized_steps());
+  }
   if (!net::verify_signature(
           member.key,
-          net::strategy_signing_bytes(options_.run_id, record.step(), record.payload_hash(),
+          net::strategy_signing_bytes(options_.run_id, record.step(), record.payload_hash(), from,
                                       commit.strategy_before(), commit.strategy_after()),
           commit.strategy_signature())) {
     return std::string("the strategy signature does not verify against the author's key");
@@ -44,8 +52,7 @@ void StateMachine::draw_spot_checks(const OpenRound& round, const CollectingStep
     contribution.ranges = step.ranges.at(c.author);
   }
   act_on(spot_checks_.close(
-      round.step, round.apply_through, committed, [&](const PublicKey& k) { return is_current(k); },
-      now));
+      round.step, committed, [&](const PublicKey& k) { return is_current(k); }, now));
 }
 
 void StateMachine::on_verdict(MemberRecord& member, const wire::Verdict& verdict, double now) {

@@ -167,13 +167,14 @@ std::string random_bytes(size_t n) {
 }
 
 std::string strategy_signing_bytes(std::string_view run_id, uint64_t step,
-                                   std::string_view payload_hash, std::string_view before,
-                                   std::string_view after) {
+                                   std::string_view payload_hash, uint64_t trained_from,
+                                   std::string_view before, std::string_view after) {
   std::string out = "agora/strategy/v1";
   append_le(out, run_id.size(), 2);
   out.append(run_id);
   append_le(out, step, 8);
   out.append(payload_hash);
+  append_le(out, trained_from, 8);
   out.append(before);
   out.append(after);
   return out;

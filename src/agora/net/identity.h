@@ -73,9 +73,10 @@ std::string random_bytes(size_t n);
 std::string commit_signing_bytes(std::string_view run_id, uint64_t step,
                                  std::string_view payload_hash);
 // What a strategy commitment signs (Commit.strategy_signature): "agora/strategy/v1" | u16
-// len(run_id) | run_id | u64 step (LE) | payload hash | state hash before | state hash after.
+// len(run_id) | run_id | u64 step (LE) | payload hash | u64 trained_from (LE) | state hash
+// before | state hash after.
 std::string strategy_signing_bytes(std::string_view run_id, uint64_t step,
-                                   std::string_view payload_hash, std::string_view before,
-                                   std::string_view after);
+                                   std::string_view payload_hash, uint64_t trained_from,
+                                   std::string_view before, std::string_view after);
 
 }  // namespace agora::net

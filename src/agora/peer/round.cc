@@ -82,6 +82,7 @@ void Round::apply(uint64_t step) {
         std::chrono::duration<double>(Clock::now() - apply_started).count();
   }
   ++peer_.applied;
+  if (verification_.enabled()) verification_.keep_parameters();
   finalized_.erase(finalized_.begin(), finalized_.lower_bound(peer_.applied));
   timer.stop();  // a checkpoint written by settle() counts as checkpointing
   settle();
@@ -201,7 +202,9 @@ void Round::upload_if_relayed(const std::string& hash, const std::string& bytes)
     // The relay refuses it: nobody will hold this payload, so the step goes on without it.
     if (!warned_relay_size_) {
       warned_relay_size_ = true;
-      obs::log_warn({peer_.applied, peer_.who, "relay_too_large",
+      obs::log_warn({peer_.applied,
+                     peer_.who,
+                     "relay_too_large",
                      {{"payload_bytes", static_cast<uint64_t>(bytes.size())},
                       {"limit_bytes", static_cast<uint64_t>(net::kMaxRelayedBlobBytes)}}},
                     fmt::format("this peer's payloads ({} bytes) are larger than the coordinator "

@@ -1,7 +1,6 @@
 #include "agora/peer/verification.h"
 
 #include <fmt/format.h>
-
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -23,6 +22,10 @@ constexpr size_t kMaxQueued = 8;
 // The states a verifier fetches: DeMo's momentum, one tensor per parameter.
 constexpr std::string_view kMomentumPrefix = "delta.";
 constexpr double kFetchSeconds = 20;
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
 bool false_verdicts() {
   static const bool on = [] {
@@ -113,14 +116,58 @@ Verification::State Verification::snapshot_strategy() const {
   return {hash_of(*tensors), std::move(tensors)};
 }
 
-void Verification::before_step() {
+void Verification::keep_parameters() {
   const auto window = static_cast<size_t>(peer_.config.verify.window);
+  std::vector<wire::SpotCheck> unanswerable;
   {
+    std::lock_guard lock(mutex_);
+    if (parameters_.contains(peer_.applied)) return;
     std::vector<torch::Tensor> copy;
     for (const torch::Tensor& p : peer_.learner.params) copy.push_back(p.detach().clone());
-    std::lock_guard lock(mutex_);
-    parameters_[peer_.applied] = std::move(copy);
+    parameters_[peer_.applied] = copy;
     while (parameters_.size() > window) parameters_.erase(parameters_.begin());
+    // Checks that waited for these parameters go to the queue; those for counts this peer
+    // jumped over (a resync) never will.
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (it->check.apply_through() == peer_.applied) {
+        it->params = copy;
+        enqueue(std::move(*it));
+      } else if (it->check.apply_through() < peer_.applied) {
+        unanswerable.push_back(std::move(it->check));
+      } else {
+        ++it;
+        continue;
+      }
+      it = waiting_.erase(it);
+    }
+  }
+  wake_.notify_one();
+  for (const wire::SpotCheck& c : unanswerable) {
+    wire::Verdict v;
+    v.set_outcome(wire::Verdict::ABSTAINS);
+    v.set_reason(
+        fmt::format("this verifier never held the parameters after {} steps", c.apply_through()));
+    answer(c, std::move(v));
+  }
+}
+
+void Verification::enqueue(Queued queued) {
+  if (queued.check.attempt() > 1) {
+    queue_.push_front(std::move(queued));
+  } else {
+    queue_.push_back(std::move(queued));
+  }
+}
+
+void Verification::before_step() {
+  const auto window = static_cast<size_t>(peer_.config.verify.window);
+  keep_parameters();
+  trained_from_ = peer_.applied;
+  if (!scratch_) {
+    // Here, not on the worker: Learner::create seeds torch's global generator, which a joiner's
+    // initialisation on this thread also uses.
+    scratch_ = std::make_unique<Learner>(Learner::create(peer_.config, peer_.device));
+    step_ = std::make_unique<TrainStep>(peer_.config, peer_.device);
   }
   before_ = snapshot_strategy();
   peer_.link.publish_strategy_state(before_.hash, before_.tensors, 2 * window + 2);
@@ -131,10 +178,11 @@ void Verification::after_step(wire::Commit& commit) {
   peer_.link.publish_strategy_state(after.hash, after.tensors,
                                     2 * static_cast<size_t>(peer_.config.verify.window) + 2);
   const wire::CommitRecord& r = commit.record();
+  commit.set_trained_from(trained_from_);
   commit.set_strategy_before(before_.hash);
   commit.set_strategy_after(after.hash);
   commit.set_strategy_signature(peer_.identity.sign(net::strategy_signing_bytes(
-      peer_.run_id, r.step(), r.payload_hash(), before_.hash, after.hash)));
+      peer_.run_id, r.step(), r.payload_hash(), trained_from_, before_.hash, after.hash)));
 }
 
 void Verification::submit(const wire::SpotCheck& check) {
@@ -143,14 +191,16 @@ void Verification::submit(const wire::SpotCheck& check) {
     std::lock_guard lock(mutex_);
     if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
     const auto params = parameters_.find(check.apply_through());
-    if (params == parameters_.end()) {
-      refusal = fmt::format("no parameters after {} steps kept here", check.apply_through());
-    } else if (queue_.size() >= kMaxQueued) {
+    const auto now = std::chrono::steady_clock::now();
+    if (queue_.size() + waiting_.size() >= kMaxQueued) {
       refusal = fmt::format("this verifier has {} checks waiting", kMaxQueued);
-    } else if (check.attempt() > 1) {
-      queue_.push_front({check, params->second});
+    } else if (params != parameters_.end()) {
+      enqueue({check, params->second, now});
+    } else if (check.apply_through() > peer_.applied) {
+      // The author applied a step this peer has not yet: it will, in a moment.
+      waiting_.push_back({check, {}, now});
     } else {
-      queue_.push_back({check, params->second});
+      refusal = fmt::format("no parameters after {} steps kept here", check.apply_through());
     }
   }
   if (!refusal.empty()) {
@@ -176,6 +226,9 @@ void Verification::work() {
       next = std::move(queue_.front());
       queue_.pop_front();
     }
+    // The coordinator asked another verifier after verify.seconds: an answer now would only
+    // be ignored, and its states may be gone.
+    if (seconds_since(next.received) > peer_.config.verify.seconds) continue;
     wire::Verdict verdict;
     try {
       verdict = check(next);
@@ -211,10 +264,6 @@ wire::Verdict Verification::check(const Queued& queued) {
   }
   if (!payload) return abstain("this verifier does not hold the payload");
   if (c.author().relayed()) return abstain("nobody can dial the author to fetch its state");
-  if (!scratch_) {
-    scratch_ = std::make_unique<Learner>(Learner::create(peer_.config, peer_.device));
-    step_ = std::make_unique<TrainStep>(peer_.config, peer_.device);
-  }
   std::map<std::string, torch::Tensor> like;
   for (const auto& [name, t] : scratch_->strategy->state()) {
     if (name.starts_with(kMomentumPrefix)) like[name] = t;
@@ -226,8 +275,10 @@ wire::Verdict Verification::check(const Queued& queued) {
   for (int i = 0; i < 2; ++i) {
     Snapshot served;
     try {
-      served =
-          peer_.link.fetch_strategy_state(*hashes[i], names, c.author(), kFetchSeconds, &stopping_);
+      // Within what is left of verify.seconds: an author that left must not hold up the queue.
+      const double left = peer_.config.verify.seconds - seconds_since(queued.received);
+      served = peer_.link.fetch_strategy_state(*hashes[i], names, c.author(),
+                                               std::clamp(left, 1.0, kFetchSeconds), &stopping_);
     } catch (const std::exception& e) {
       if (stopping_) throw;  // this peer is leaving: no verdict
       return disagree(
@@ -252,7 +303,8 @@ wire::Verdict Verification::check(const Queued& queued) {
   const auto index = static_cast<int64_t>(c.step());
   const StepContext context{index, peer_.config.learning_rate(index), 1};
   const auto started = std::chrono::steady_clock::now();
-  const Recomputed redo = recompute(*step_, *scratch_, {queued.params, &states[0], context, ranges});
+  const Recomputed redo =
+      recompute(*step_, *scratch_, {queued.params, &states[0], context, ranges});
   v.set_recompute_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   PayloadAgreement agreement;

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -55,14 +56,20 @@ class Verification {
   bool enabled() const;
 
   // Author, on the training thread. Before the step: keeps the parameters the round trains
-  // from, and the strategy state before it. After: commits to both states in `commit`.
+  // from, and the strategy state before it. After: commits to both states in `commit`, and to
+  // the steps applied to the parameters it trained from.
   void before_step();
   void after_step(wire::Commit& commit);
 
-  // Verifier, on the training thread: queues a check with the parameters it needs (answered
-  // ABSTAINS at once when they are not kept here or the queue is full). A second or third
-  // opinion goes first: a dispute holds a check open, and its states are kept only so long.
+  // Verifier, on the training thread: queues a check with the parameters it needs, or holds it
+  // until this peer applied as many steps as the author (answered ABSTAINS at once when they
+  // are gone or the queue is full). A second or third opinion goes first: a dispute holds a
+  // check open, and its states are kept only so long. A check not started within verify.seconds
+  // is dropped unanswered: the coordinator has asked another verifier.
   void submit(const wire::SpotCheck& check);
+  // After a step was applied (and before training): keeps a copy of the parameters for the
+  // checks of rounds trained from them, for verify.window counts.
+  void keep_parameters();
 
  private:
   struct State {
@@ -73,22 +80,27 @@ class Verification {
   void work();
   struct Queued {
     wire::SpotCheck check;
-    std::vector<torch::Tensor> params;  // the round's copy; never written
+    std::vector<torch::Tensor> params;  // the copy kept for its count; never written
+    std::chrono::steady_clock::time_point received;
   };
+  void enqueue(Queued queued);  // mutex_ held
   wire::Verdict check(const Queued& queued);
   void answer(const wire::SpotCheck& check, wire::Verdict verdict);
 
   PeerContext& peer_;
   State before_;  // of the step being trained
+  uint64_t trained_from_ = 0;
 
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Queued> queue_;
+  std::vector<Queued> waiting_;  // for parameters after more steps than applied yet
   // applied steps -> the parameters rounds trained from after that many steps
   std::map<uint64_t, std::vector<torch::Tensor>> parameters_;
   std::atomic<bool> stopping_ = false;  // also cancels a fetch in flight
   std::thread worker_;
-  // The worker's own.
+  // Made by the first before_step() (a check comes only for a round this peer trained), then
+  // the worker's alone.
   std::unique_ptr<Learner> scratch_;
   std::unique_ptr<TrainStep> step_;
 };

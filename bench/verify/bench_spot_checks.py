@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""bench/verify: what spot checks cost a run, and how fast they catch a lazy member.
+
+    bench_spot_checks.py --agora build/apps/agora/agora [--data data/tokens/sp8k] [--json FILE]
+                         [--steps N] [--repeats K] [--scenario overhead|detection|all]
+
+Real processes on loopback (a coordinator and 4 peers of the integration tests' tiny run,
+tests/integration/network.toml), side by side in one invocation:
+
+  overhead   the same run with verify.rate 0, 0.05 (the default) and 0.25, each --repeats
+             times in turn: the run's tokens/s (sequences x seq_len over the wall time from the
+             first to the last finalized step), the checks resolved per round and the verifier's
+             seconds per check (its recomputation).
+  detection  one peer trains half its share and commits as if it trained it all
+             (AGORA_TEST_CHEAT=half_batch) at verify.rate 0.25 with verify.max_failures high
+             enough that it stays in the run: the share of its contributions drawn, the share of
+             drawn checks that confirmed the failure, and from them the chance to be caught
+             within R rounds, 1 - (1 - p d)^R, against the design's 1 - (1 - p)^R; the honest
+             verdicts' margins (lowest overlap, highest momentum error) and false positives.
+
+The machine has 2 cores shared by all peers, so a check competes with training for the same
+cores (the verifier runs at nice 10). Peers run with --slowdown 2 in `detection` (a peer waiting
+on slower hardware leaves the CPU to its verifier); `overhead` runs them at full speed, the
+worst case for the overhead. The ratios, not the absolute rates, are the result.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "integration"))
+from network_run import Run  # noqa: E402
+
+PEERS = 4
+
+
+def one_run(args, name, rate, steps, cheater=None, extra=(), sets=()):
+    run = Run(args.agora, args.data, name, peers=PEERS, steps=steps,
+              sets=[f"network.min_peers={PEERS - (1 if cheater is not None else 0)}",
+                    f"verify.rate={rate}", *sets])
+    run.start_coordinator()
+    for i in range(PEERS):
+        env = {"AGORA_TEST_CHEAT": "half_batch"} if i == cheater else None
+        run.start_peer(i, extra=extra, env=env)
+    run.wait_finished(timeout=600)
+    rows = run.rows()
+    steps_rows = run.steps_final(rows)
+    verify = [r for r in run.log_rows("verify", rows=rows)]
+    verdicts = [e for i in range(PEERS) for e in run.events(i, "verdict")]
+    out = {"rows": steps_rows, "verify": verify, "verdicts": verdicts, "keys": run.peer_keys}
+    if args.keep:
+        print(f"  logs kept in {run.dir}")
+    else:
+        run.cleanup()
+    return out
+
+
+def tokens_per_second(result, seq_len):
+    rows = result["rows"]
+    if len(rows) < 2:
+        return 0.0
+    seqs = sum(r["sequences"] for r in rows[1:])
+    return seqs * seq_len / (rows[-1]["time"] - rows[0]["time"])
+
+
+def run_overhead(args):
+    rates = [0.0, 0.05, 0.25]
+    seq_len = 64
+    per_rate = {r: [] for r in rates}
+    checks = {r: [] for r in rates}
+    seconds = {r: [] for r in rates}
+    for k in range(args.repeats):
+        for rate in rates:
+            t0 = time.time()
+            res = one_run(args, f"spot-overhead-{rate}", rate, args.steps)
+            tps = tokens_per_second(res, seq_len)
+            per_rate[rate].append(tps)
+            resolved = [v for v in res["verify"] if v.get("check") in ("passed", "author_failed")]
+            checks[rate].append(len(resolved))
+            seconds[rate].extend(v["seconds"] for v in res["verdicts"] if v["seconds"] > 0)
+            print(f"  repeat {k + 1}/{args.repeats} rate {rate}: {tps:,.0f} tokens/s, "
+                  f"{len(resolved)} checks resolved ({time.time() - t0:.0f} s)", flush=True)
+    base = statistics.median(per_rate[0.0])
+    table = []
+    for rate in rates:
+        med = statistics.median(per_rate[rate])
+        table.append({"rate": rate, "tokens_per_second": per_rate[rate],
+                      "median_tokens_per_second": med, "ratio": med / base if base else None,
+                      "checks_resolved": checks[rate],
+                      "checks_per_round": statistics.median(checks[rate]) / args.steps,
+                      "median_check_seconds": statistics.median(seconds[rate]) if seconds[rate]
+                      else None})
+    print(f"\noverhead: {PEERS} peers, tiny model, {args.steps} steps, {args.repeats} repeats "
+          "(medians)")
+    print(f"{'verify.rate':>11}  {'tokens/s':>10}  {'vs rate 0':>9}  {'checks/round':>12}  "
+          f"{'s/check':>8}")
+    for row in table:
+        s = row["median_check_seconds"]
+        print(f"{row['rate']:>11}  {row['median_tokens_per_second']:>10,.0f}  "
+              f"{row['ratio']:>9.3f}  {row['checks_per_round']:>12.2f}  "
+              f"{'-' if s is None else f'{s:.3f}':>8}")
+    return table
+
+
+def run_detection(args):
+    rate, cheater = 0.25, PEERS - 1
+    res = one_run(args, "spot-detection", rate, args.detection_steps, cheater=cheater,
+                  extra=("--slowdown", "2"), sets=["verify.max_failures=1000", "verify.window=32"])
+    key = res["keys"][cheater]
+    mine = [v for v in res["verify"] if v.get("author") == key]
+    drawn_rounds = sorted({v["round"] for v in mine if v["check"] == "assigned"
+                           and v.get("attempt") == 1})
+    failed = sorted({v["round"] for v in mine if v["check"] == "author_failed"})
+    unresolved = sorted({v["round"] for v in mine if v["check"] == "unresolved"})
+    trained = len([r for r in res["rows"]
+                   if any(key.startswith(str(a)) for a in r.get("authors", []))])
+    p_hat = len(drawn_rounds) / max(1, trained)
+    d_hat = len(failed) / max(1, len(drawn_rounds))
+    honest = [v for v in res["verdicts"] if v["author"] != key and v["outcome"] != "abstains"]
+    false_pos = [v for v in res["verify"] if v["check"] == "author_failed" and v["author"] != key]
+    wrongly_accused = [v for v in honest if v["outcome"] == "disagrees"]
+    cheat_verdicts = [v for v in res["verdicts"] if v["author"] == key and
+                      v["outcome"] != "abstains"]
+    curve = []
+    for r in (1, 2, 5, 10, 20):
+        curve.append({"rounds": r, "expected": 1 - (1 - rate) ** r,
+                      "measured": 1 - (1 - p_hat * d_hat) ** r})
+    out = {"rate": rate, "cheat": "half_batch", "rounds_trained_by_cheater": trained,
+           "checks_drawn": len(drawn_rounds), "checks_failed": len(failed),
+           "checks_unresolved": len(unresolved), "first_failure_round": failed[0] if failed
+           else None, "p_hat": p_hat, "detection_per_check": d_hat, "curve": curve,
+           "honest_verdicts": len(honest), "honest_disagreements": len(wrongly_accused),
+           "false_positives": len(false_pos),
+           "honest_min_overlap": min((v["overlap"] for v in honest), default=None),
+           "honest_min_worst_overlap": min((v["worst_overlap"] for v in honest), default=None),
+           "honest_max_state_error": max((v["state_error"] for v in honest), default=None),
+           "cheat_max_overlap": max((v["overlap"] for v in cheat_verdicts), default=None),
+           "cheat_min_state_error": min((v["state_error"] for v in cheat_verdicts), default=None)}
+    print(f"\ndetection: 1 of {PEERS} peers trains half its share, verify.rate {rate}, "
+          f"{args.detection_steps} steps (--slowdown 2)")
+    print(f"  its contributions drawn: {len(drawn_rounds)} of {trained} (p = {p_hat:.3f}, "
+          f"design {rate}); confirmed failures: {len(failed)} (d = {d_hat:.3f}); "
+          f"unresolved {len(unresolved)}; first failure at round {out['first_failure_round']}")
+    print(f"  {'rounds R':>8}  {'1-(1-p)^R':>10}  {'measured':>9}")
+    for c in curve:
+        print(f"  {c['rounds']:>8}  {c['expected']:>10.3f}  {c['measured']:>9.3f}")
+    print(f"  honest verdicts {len(honest)}: {len(wrongly_accused)} disagreed, "
+          f"{len(false_pos)} honest authors failed; lowest overlap "
+          f"{out['honest_min_overlap']}, highest momentum error {out['honest_max_state_error']}; "
+          f"the cheat's highest overlap {out['cheat_max_overlap']}")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--agora", default="build/apps/agora/agora")
+    ap.add_argument("--data", default="data/tokens/sp8k")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--detection-steps", type=int, default=80)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--scenario", default="all", choices=["all", "overhead", "detection"])
+    ap.add_argument("--keep", action="store_true", help="keep the runs' folders (logs)")
+    args = ap.parse_args()
+    args.agora, args.data = os.path.abspath(args.agora), os.path.abspath(args.data)
+    results = {}
+    if args.scenario in ("all", "overhead"):
+        results["overhead"] = run_overhead(args)
+    if args.scenario in ("all", "detection"):
+        results["detection"] = run_detection(args)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
