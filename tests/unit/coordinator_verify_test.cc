@@ -33,7 +33,7 @@ struct Round {
   explicit Round(SpotChecks& checks, int n, uint64_t step = 5) : checks(checks), step(step) {
     for (int i = 0; i < n; ++i) {
       checks.remember(step, key_of(i),
-                      {std::string(32, 'p'), 4, std::string(32, 'b'), std::string(32, 'a')});
+                      {std::string(32, 'p'), 4, 0.5, std::string(32, 'b'), std::string(32, 'a')});
       committed[key_of(i)].author.set_key(key_of(i));
       committed[key_of(i)].author.set_endpoint("tcp://h:1");
       committed[key_of(i)].ranges = {{static_cast<uint64_t>(10 * i), 3}};
@@ -131,6 +131,7 @@ TEST(SpotChecksTest, AnAgreeingVerdictPasses) {
   const auto out = round.verdict(a.at(key_of(0)), key_of(0), wire::Verdict::AGREES);
   EXPECT_EQ(kinds(out), (std::vector<std::string>{"verdict", "passed"}));
   EXPECT_EQ(checks.open_checks(), 2u);
+  EXPECT_EQ(out.events.back().claimed_seconds, 0.5);  // what the author's commit said
   EXPECT_EQ(checks.failures(key_of(0)), 0);
 }
 

@@ -1,6 +1,7 @@
 #include "agora/coord/spot_checks.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "agora/core/hash.h"
 #include "agora/core/little_endian.h"
@@ -87,6 +88,7 @@ SpotChecks::Output SpotChecks::close(uint64_t step,
     const StrategyCommitment& c = *commitment(step, author);
     const Contribution& contribution = committed.at(author);
     Check check;
+    check.claimed_seconds = c.compute_seconds;
     wire::SpotCheck& r = check.request;
     r.set_step(step);
     *r.mutable_author() = contribution.author;
@@ -172,6 +174,9 @@ SpotChecks::Output SpotChecks::on_verdict(const PublicKey& from, const wire::Ver
   bool open = true;
   if (outcome == wire::Verdict::AGREES || outcome == wire::Verdict::DISAGREES) {
     check.verdicts.push_back({from, outcome});
+    if (outcome == wire::Verdict::AGREES && std::isfinite(verdict.recompute_seconds())) {
+      check.recompute_seconds = std::max(check.recompute_seconds, verdict.recompute_seconds());
+    }
     if (load_[from] > 0) --load_[from];
     check.asked.reset();
     open = decide(check, current, now, out);
@@ -193,7 +198,11 @@ bool SpotChecks::decide(Check& check, const std::function<bool(const PublicKey&)
   // Decided: whoever said otherwise was wrong.
   const auto losing = passed ? wire::Verdict::DISAGREES : wire::Verdict::AGREES;
   if (passed) {
-    out.events.push_back({.kind = "passed", .step = step, .author = author});
+    out.events.push_back({.kind = "passed",
+                          .step = step,
+                          .author = author,
+                          .claimed_seconds = check.claimed_seconds,
+                          .recompute_seconds = check.recompute_seconds});
   } else {
     fail(author, {.kind = "author_failed", .step = step, .author = author}, out);
   }

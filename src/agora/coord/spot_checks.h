@@ -54,8 +54,9 @@ using net::PublicKey;
 // What an author committed to besides its payload (wire::Commit's strategy fields).
 struct StrategyCommitment {
   std::string payload_hash;
-  uint64_t trained_from = 0;  // the finalized steps in the parameters it trained from
-  std::string before;         // 32 bytes each
+  uint64_t trained_from = 0;   // the finalized steps in the parameters it trained from
+  double compute_seconds = 0;  // what it said its share took (Commit.compute_seconds)
+  std::string before;          // 32 bytes each
   std::string after;
 };
 
@@ -79,7 +80,11 @@ class SpotChecks {
     std::string reason = {};
     int64_t failures = 0;   // author_failed / verifier_failed: the member's count now
     std::string seed = {};  // drawn: 32 bytes
-    uint64_t checks = 0;    // drawn: how many
+    // passed: what the author said its share took, and the verifiers' recomputations (their
+    // own machines, at low priority beside training: an operator compares, nothing decides).
+    double claimed_seconds = 0;
+    double recompute_seconds = 0;
+    uint64_t checks = 0;  // drawn: how many
   };
   struct Output {
     std::vector<std::pair<PublicKey, wire::Envelope>> send;  // SpotChecks to verifiers
@@ -125,7 +130,9 @@ class SpotChecks {
 
  private:
   struct Check {
-    wire::SpotCheck request;            // without attempt
+    wire::SpotCheck request;  // without attempt
+    double claimed_seconds = 0;
+    double recompute_seconds = 0;       // the slowest agreeing verifier's
     std::vector<PublicKey> candidates;  // in the order they are asked
     size_t next = 0;                    // the next candidate to ask
     std::optional<PublicKey> asked;

@@ -392,8 +392,8 @@ void StateMachine::on_commit(MemberRecord& member, const wire::Commit& commit) {
       CommitRecord{member.key, record.step(), record.payload_hash(), record.signature()};
   if (spot_checks_.enabled()) {
     spot_checks_.remember(record.step(), member.key,
-                          {record.payload_hash(), commit.trained_from(), commit.strategy_before(),
-                           commit.strategy_after()});
+                          {record.payload_hash(), commit.trained_from(), commit.compute_seconds(),
+                           commit.strategy_before(), commit.strategy_after()});
   }
   ++state_.counters.commits_accepted;
   // Throughput EMA, from what the member measured itself.

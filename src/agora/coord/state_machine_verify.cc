@@ -84,7 +84,12 @@ void StateMachine::act_on(SpotChecks::Output output) {
       text = fmt::format("step {}: {} {} with {}'s contribution{}{}", e.step, verifier, e.outcome,
                          author, e.reason.empty() ? "" : ": ", printable(e.reason));
     } else if (e.kind == "passed") {
-      text = fmt::format("step {}: {}'s contribution verified", e.step, author);
+      fields.push_back({"claimed_seconds", e.claimed_seconds});
+      fields.push_back({"recompute_seconds", e.recompute_seconds});
+      text = fmt::format(
+          "step {}: {}'s contribution verified ({:.2f} s to recompute; it said "
+          "{:.2f} s)",
+          e.step, author, e.recompute_seconds, e.claimed_seconds);
     } else if (e.kind == "author_failed") {
       fields.push_back({"failures", e.failures});
       text = fmt::format(

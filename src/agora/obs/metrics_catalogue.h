@@ -21,7 +21,7 @@
 // | agora_run_deadline_misses_total | counter | | assigned members that did not commit by the deadline |
 // | agora_run_joins_total | counter | | accepted joins (rejoins included) |
 // | agora_run_leaves_total | counter | | Leave messages |
-// | agora_run_drops_total | counter | | members dropped (strikes or silence) |
+// | agora_run_drops_total | counter | | members dropped (strikes, silence or failed spot checks) |
 // | agora_run_refusals_total | counter | | Refused answers sent |
 // | agora_run_commits_total | counter | result (accepted, rejected, late) | commits received |
 // | agora_run_payloads_total | counter | result (final, not_final) | committed payloads at finalization |
@@ -92,7 +92,8 @@ inline constexpr MetricDef kRunRoundDuration{"agora_run_round_duration_seconds",
 inline constexpr MetricDef kRunDeadlineMisses{"agora_run_deadline_misses_total", "Assigned members that did not commit before their round's deadline."};
 inline constexpr MetricDef kRunJoins{"agora_run_joins_total", "Accepted joins, rejoins included."};
 inline constexpr MetricDef kRunLeaves{"agora_run_leaves_total", "Members that said Leave."};
-inline constexpr MetricDef kRunDrops{"agora_run_drops_total", "Members dropped for strikes or silence."};
+inline constexpr MetricDef kRunDrops{"agora_run_drops_total",
+                                     "Members dropped for strikes, silence or failed spot checks."};
 inline constexpr MetricDef kRunRefusals{"agora_run_refusals_total", "Refused answers sent."};
 inline constexpr MetricDef kRunCommits{"agora_run_commits_total", "Commits received, by what became of them."};
 inline constexpr MetricDef kRunPayloads{"agora_run_payloads_total", "Committed payloads at finalization: final or not."};
