@@ -85,6 +85,8 @@ bench: build data
 	python3 bench/network/bench_network.py --agora $(AGORA) --data $(DATA)/tokens/sp8k --json out/bench/network.json
 	$(BUILD)/bench/tst/bench_tst --json out/bench/tst.json
 	$(BUILD)/bench/poisoning/bench_poisoning --json out/bench/poisoning.json
+	$(BUILD)/bench/verify/bench_verify --json out/bench/verify.json
+	python3 bench/verify/bench_spot_checks.py --agora $(AGORA) --data $(DATA)/tokens/sp8k --json out/bench/spot_checks.json
 
 # The 30-minute chaos soak (tests/integration/chaos_soak.py; a 3-minute one runs in make test):
 # 8 peers through shaped links, kills, pauses, cuts, joiners and coordinator kills, audited.

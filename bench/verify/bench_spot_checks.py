@@ -5,9 +5,9 @@
                          [--steps N] [--repeats K] [--scenario overhead|detection|all]
 
 Real processes on loopback (a coordinator and 4 peers of the integration tests' tiny run,
-tests/integration/network.toml), side by side in one invocation:
+tests/integration/network.toml, with data.seq_len --seq-len), side by side in one invocation:
 
-  overhead   the same run with verify.rate 0, 0.05 (the default) and 0.25, each --repeats
+  overhead   the same run with verify.rate 0, 0.02, 0.05 (the default) and 0.25, each --repeats
              times in turn: the run's tokens/s (sequences x seq_len over the wall time from the
              first to the last finalized step), the checks resolved per round and the verifier's
              seconds per check (its recomputation).
@@ -40,7 +40,7 @@ PEERS = 4
 def one_run(args, name, rate, steps, cheater=None, extra=(), sets=()):
     run = Run(args.agora, args.data, name, peers=PEERS, steps=steps,
               sets=[f"network.min_peers={PEERS - (1 if cheater is not None else 0)}",
-                    f"verify.rate={rate}", *sets])
+                    f"verify.rate={rate}", f"data.seq_len={args.seq_len}", *sets])
     run.start_coordinator()
     for i in range(PEERS):
         env = {"AGORA_TEST_CHEAT": "half_batch"} if i == cheater else None
@@ -50,7 +50,10 @@ def one_run(args, name, rate, steps, cheater=None, extra=(), sets=()):
     steps_rows = run.steps_final(rows)
     verify = [r for r in run.log_rows("verify", rows=rows)]
     verdicts = [e for i in range(PEERS) for e in run.events(i, "verdict")]
-    out = {"rows": steps_rows, "verify": verify, "verdicts": verdicts, "keys": run.peer_keys}
+    trained = [e for i in range(PEERS) for e in run.events(i, "trained")]
+    out = {"rows": steps_rows, "verify": verify, "verdicts": verdicts, "keys": run.peer_keys,
+           "train_seconds": [e["seconds"] for e in trained],
+           "bookkeeping_seconds": [e.get("verify_seconds", 0.0) for e in trained]}
     if args.keep:
         print(f"  logs kept in {run.dir}")
     else:
@@ -67,11 +70,13 @@ def tokens_per_second(result, seq_len):
 
 
 def run_overhead(args):
-    rates = [0.0, 0.05, 0.25]
-    seq_len = 64
+    rates = [0.0, 0.02, 0.05, 0.25]
+    seq_len = args.seq_len
     per_rate = {r: [] for r in rates}
     checks = {r: [] for r in rates}
     seconds = {r: [] for r in rates}
+    train = {r: [] for r in rates}
+    bookkeeping = {r: [] for r in rates}
     for k in range(args.repeats):
         for rate in rates:
             t0 = time.time()
@@ -81,6 +86,8 @@ def run_overhead(args):
             resolved = [v for v in res["verify"] if v.get("check") in ("passed", "author_failed")]
             checks[rate].append(len(resolved))
             seconds[rate].extend(v["seconds"] for v in res["verdicts"] if v["seconds"] > 0)
+            train[rate].extend(res["train_seconds"])
+            bookkeeping[rate].extend(res["bookkeeping_seconds"])
             print(f"  repeat {k + 1}/{args.repeats} rate {rate}: {tps:,.0f} tokens/s, "
                   f"{len(resolved)} checks resolved ({time.time() - t0:.0f} s)", flush=True)
     base = statistics.median(per_rate[0.0])
@@ -92,16 +99,19 @@ def run_overhead(args):
                       "checks_resolved": checks[rate],
                       "checks_per_round": statistics.median(checks[rate]) / args.steps,
                       "median_check_seconds": statistics.median(seconds[rate]) if seconds[rate]
-                      else None})
+                      else None,
+                      "median_train_seconds": statistics.median(train[rate]),
+                      "median_bookkeeping_seconds": statistics.median(bookkeeping[rate])})
     print(f"\noverhead: {PEERS} peers, tiny model, {args.steps} steps, {args.repeats} repeats "
           "(medians)")
     print(f"{'verify.rate':>11}  {'tokens/s':>10}  {'vs rate 0':>9}  {'checks/round':>12}  "
-          f"{'s/check':>8}")
+          f"{'s/check':>8}  {'s/share':>8}  {'bookkeeping s':>13}")
     for row in table:
         s = row["median_check_seconds"]
         print(f"{row['rate']:>11}  {row['median_tokens_per_second']:>10,.0f}  "
               f"{row['ratio']:>9.3f}  {row['checks_per_round']:>12.2f}  "
-              f"{'-' if s is None else f'{s:.3f}':>8}")
+              f"{'-' if s is None else f'{s:.3f}':>8}  {row['median_train_seconds']:>8.3f}  "
+              f"{row['median_bookkeeping_seconds']:>13.4f}")
     return table
 
 
@@ -115,6 +125,8 @@ def run_detection(args):
                            and v.get("attempt") == 1})
     failed = sorted({v["round"] for v in mine if v["check"] == "author_failed"})
     unresolved = sorted({v["round"] for v in mine if v["check"] == "unresolved"})
+    passed = sorted({v["round"] for v in mine if v["check"] == "passed"})
+    still_open = len(drawn_rounds) - len(failed) - len(unresolved) - len(passed)
     trained = len([r for r in res["rows"]
                    if any(key.startswith(str(a)) for a in r.get("authors", []))])
     p_hat = len(drawn_rounds) / max(1, trained)
@@ -130,7 +142,8 @@ def run_detection(args):
                       "measured": 1 - (1 - p_hat * d_hat) ** r})
     out = {"rate": rate, "cheat": "half_batch", "rounds_trained_by_cheater": trained,
            "checks_drawn": len(drawn_rounds), "checks_failed": len(failed),
-           "checks_unresolved": len(unresolved), "first_failure_round": failed[0] if failed
+           "checks_unresolved": len(unresolved), "checks_passed": len(passed),
+           "checks_open_at_end": still_open, "first_failure_round": failed[0] if failed
            else None, "p_hat": p_hat, "detection_per_check": d_hat, "curve": curve,
            "honest_verdicts": len(honest), "honest_disagreements": len(wrongly_accused),
            "false_positives": len(false_pos),
@@ -143,7 +156,8 @@ def run_detection(args):
           f"{args.detection_steps} steps (--slowdown 2)")
     print(f"  its contributions drawn: {len(drawn_rounds)} of {trained} (p = {p_hat:.3f}, "
           f"design {rate}); confirmed failures: {len(failed)} (d = {d_hat:.3f}); "
-          f"unresolved {len(unresolved)}; first failure at round {out['first_failure_round']}")
+          f"passed {len(passed)}, unresolved {len(unresolved)}, still open at the end "
+          f"{still_open}; first failure at round {out['first_failure_round']}")
     print(f"  {'rounds R':>8}  {'1-(1-p)^R':>10}  {'measured':>9}")
     for c in curve:
         print(f"  {c['rounds']:>8}  {c['expected']:>10.3f}  {c['measured']:>9.3f}")
@@ -162,6 +176,8 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--detection-steps", type=int, default=80)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seq-len", type=int, default=256,
+                    help="data.seq_len: tokens per sequence (the integration tests use 64)")
     ap.add_argument("--scenario", default="all", choices=["all", "overhead", "detection"])
     ap.add_argument("--keep", action="store_true", help="keep the runs' folders (logs)")
     args = ap.parse_args()

@@ -68,8 +68,8 @@ HOOKS = ("AGORA_TEST_CHEAT", "AGORA_TEST_FALSE_VERDICTS")
 RUN_TIMEOUT = 240
 # Every peer runs with --slowdown SLOWDOWN: it sleeps (SLOWDOWN - 1) times its training time
 # after each round, counted as compute, as slower hardware would take. The scenarios check at
-# verify.rate 0.5 and 1, 10 and 20 times the default, and a peer verifies on a thread at nice 10,
-# behind training: with five peers training on two cores and rounds of a third of a second, the
+# verify.rate 0.5 and 1, 10 and 20 times the default, and a peer verifies on a thread at nice 5
+# (nice 10 when this was measured), behind training: with five peers training on two cores and rounds of a third of a second, the
 # verifiers fell behind by more than verify.window rounds and the coordinator ignored their
 # verdicts. The sleep leaves them the idle time a run at the default rate has.
 SLOWDOWN = 3

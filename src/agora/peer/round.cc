@@ -163,7 +163,7 @@ void Round::train(const wire::RoundStart& round) {
   c->set_loss(result.loss);
   c->set_payload_bytes(own.bytes.size());
   if (val_loss) c->set_val_loss(*val_loss);
-  if (verified) verification_.after_step(*c);
+  const double bookkeeping = verified ? verification_.after_step(*c) : 0.0;
   peer_.link.send_to_coordinator(commit);
   last_commit_ = commit;
   upload_if_relayed(hash, own.bytes);
@@ -183,7 +183,8 @@ void Round::train(const wire::RoundStart& round) {
              {"sequences", total},
              {"seconds", compute},
              {"payload_bytes", static_cast<uint64_t>(own.bytes.size())},
-             {"grad_norm", result.grad_norm}});
+             {"grad_norm", result.grad_norm},
+             {"verify_seconds", bookkeeping}});
 }
 
 void Round::upload_if_relayed(const std::string& hash, const std::string& bytes) {

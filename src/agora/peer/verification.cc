@@ -19,6 +19,10 @@ namespace agora::peer {
 namespace {
 
 constexpr size_t kMaxQueued = 8;
+const int kNice = [] {
+  const char* v = std::getenv("AGORA_VERIFY_NICE");  // for bench/verify's comparison
+  return v != nullptr ? std::atoi(v) : 5;
+}();
 // The states a verifier fetches: DeMo's momentum, one tensor per parameter.
 constexpr std::string_view kMomentumPrefix = "delta.";
 constexpr double kFetchSeconds = 20;
@@ -160,33 +164,54 @@ void Verification::enqueue(Queued queued) {
 }
 
 void Verification::before_step() {
+  const auto started = std::chrono::steady_clock::now();
   const auto window = static_cast<size_t>(peer_.config.verify.window);
   keep_parameters();
   trained_from_ = peer_.applied;
-  if (!scratch_) {
-    // Here, not on the worker: Learner::create seeds torch's global generator, which a joiner's
-    // initialisation on this thread also uses.
-    scratch_ = std::make_unique<Learner>(Learner::create(peer_.config, peer_.device));
-    step_ = std::make_unique<TrainStep>(peer_.config, peer_.device);
+  latest_round_ = peer_.next_round;
+  // The momentum changes only in the step's contribution: unless the strategy was replaced (a
+  // resync) or touched since, the state before this step is the one after the last, already
+  // hashed. Hashing the momentum is the bookkeeping's main cost.
+  if (after_.tensors != nullptr && identity_of_state() == after_identity_) {
+    before_ = after_;
+  } else {
+    before_ = snapshot_strategy();
+    peer_.link.publish_strategy_state(before_.hash, before_.tensors, 2 * window + 2);
   }
-  before_ = snapshot_strategy();
-  peer_.link.publish_strategy_state(before_.hash, before_.tensors, 2 * window + 2);
+  bookkeeping_seconds_ = seconds_since(started);
 }
 
-void Verification::after_step(wire::Commit& commit) {
-  const State after = snapshot_strategy();
-  peer_.link.publish_strategy_state(after.hash, after.tensors,
+std::vector<std::pair<const void*, int64_t>> Verification::identity_of_state() const {
+  std::vector<std::pair<const void*, int64_t>> out;
+  for (const auto& [name, t] : peer_.learner.strategy->state()) {
+    out.push_back({t.unsafeGetTensorImpl(), t._version()});
+  }
+  return out;
+}
+
+double Verification::after_step(wire::Commit& commit) {
+  const auto started = std::chrono::steady_clock::now();
+  after_ = snapshot_strategy();
+  after_identity_ = identity_of_state();
+  peer_.link.publish_strategy_state(after_.hash, after_.tensors,
                                     2 * static_cast<size_t>(peer_.config.verify.window) + 2);
   const wire::CommitRecord& r = commit.record();
   commit.set_trained_from(trained_from_);
   commit.set_strategy_before(before_.hash);
-  commit.set_strategy_after(after.hash);
+  commit.set_strategy_after(after_.hash);
   commit.set_strategy_signature(peer_.identity.sign(net::strategy_signing_bytes(
-      peer_.run_id, r.step(), r.payload_hash(), trained_from_, before_.hash, after.hash)));
+      peer_.run_id, r.step(), r.payload_hash(), trained_from_, before_.hash, after_.hash)));
+  return bookkeeping_seconds_ + seconds_since(started);
 }
 
 void Verification::submit(const wire::SpotCheck& check) {
   std::string refusal;
+  if (!scratch_) {
+    // On the first check, and here on the training thread, not on the worker: Learner::create
+    // seeds torch's global generator, which a joiner's initialisation on this thread also uses.
+    scratch_ = std::make_unique<Learner>(Learner::create(peer_.config, peer_.device));
+    step_ = std::make_unique<TrainStep>(peer_.config, peer_.device);
+  }
   {
     std::lock_guard lock(mutex_);
     if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
@@ -214,9 +239,14 @@ void Verification::submit(const wire::SpotCheck& check) {
 }
 
 void Verification::work() {
-  // Training has deadlines, checks have verify.seconds: on a busy machine the round goes first.
-  // Linux's nice is per thread, and the threads this one starts for torch inherit it.
-  setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
+  // Training has deadlines, checks have verify.seconds and verify.window: a little behind the
+  // round, not starved by it (at nice 10 on a machine training on every core, checks never
+  // finished within the window). Linux's nice is per thread, and the threads this one starts
+  // for torch inherit it.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), kNice);
+  // One thread: OpenMP sizes a new thread's team to every core, and on a machine that trains on
+  // all of them a second full team only makes both slower.
+  torch::set_num_threads(1);
   while (true) {
     Queued next;
     {
@@ -228,7 +258,10 @@ void Verification::work() {
     }
     // The coordinator asked another verifier after verify.seconds: an answer now would only
     // be ignored, and its states may be gone.
-    if (seconds_since(next.received) > peer_.config.verify.seconds) continue;
+    if (seconds_since(next.received) > peer_.config.verify.seconds ||
+        next.check.step() + static_cast<uint64_t>(peer_.config.verify.window) <= latest_round_) {
+      continue;
+    }
     wire::Verdict verdict;
     try {
       verdict = check(next);

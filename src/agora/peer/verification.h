@@ -58,8 +58,10 @@ class Verification {
   // Author, on the training thread. Before the step: keeps the parameters the round trains
   // from, and the strategy state before it. After: commits to both states in `commit`, and to
   // the steps applied to the parameters it trained from.
+  // after_step() returns the seconds both spent (copies and hashes of the parameters and the
+  // momentum), for the round's log.
   void before_step();
-  void after_step(wire::Commit& commit);
+  double after_step(wire::Commit& commit);
 
   // Verifier, on the training thread: queues a check with the parameters it needs, or holds it
   // until this peer applied as many steps as the author (answered ABSTAINS at once when they
@@ -77,6 +79,9 @@ class Verification {
     std::shared_ptr<const Snapshot> tensors;
   };
   State snapshot_strategy() const;
+  // Which tensors hold the strategy state and how often each was written (torch's version
+  // counter): equal identities mean an unchanged state.
+  std::vector<std::pair<const void*, int64_t>> identity_of_state() const;
   void work();
   struct Queued {
     wire::SpotCheck check;
@@ -89,7 +94,13 @@ class Verification {
 
   PeerContext& peer_;
   State before_;  // of the step being trained
+  State after_;   // of the last step trained, while its identity holds
+  std::vector<std::pair<const void*, int64_t>> after_identity_;
+  double bookkeeping_seconds_ = 0;
   uint64_t trained_from_ = 0;
+  // The round being trained: the coordinator ends a check verify.window rounds on, and its
+  // states may be gone; the worker skips such checks.
+  std::atomic<uint64_t> latest_round_ = 0;
 
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -99,8 +110,7 @@ class Verification {
   std::map<uint64_t, std::vector<torch::Tensor>> parameters_;
   std::atomic<bool> stopping_ = false;  // also cancels a fetch in flight
   std::thread worker_;
-  // Made by the first before_step() (a check comes only for a round this peer trained), then
-  // the worker's alone.
+  // Made by the first submit() (before the worker starts), then the worker's alone.
   std::unique_ptr<Learner> scratch_;
   std::unique_ptr<TrainStep> step_;
 };
