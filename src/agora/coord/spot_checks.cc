@@ -218,7 +218,7 @@ void SpotChecks::fail(const PublicKey& key, Event event, Output& out) {
   const int64_t n = ++failures_[key];
   event.failures = n;
   out.events.push_back(std::move(event));
-  if (n == config_.max_failures) out.drop.push_back(key);
+  if (n >= config_.max_failures) out.drop.push_back(key);
 }
 
 SpotChecks::Output SpotChecks::restarted(const PublicKey& key,

@@ -122,6 +122,13 @@ class SpotChecks {
   Output restarted(const PublicKey& key, const std::function<bool(const PublicKey&)>& current,
                    double now);
 
+  // The run went back to a checkpoint: every open check is about a step that will be trained
+  // again, and ends without a verdict.
+  void forget_open() {
+    open_.clear();
+    load_.clear();
+  }
+
   size_t open_checks() const { return open_.size(); }
   int64_t failures(const PublicKey& key) const;
 

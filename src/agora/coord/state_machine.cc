@@ -206,6 +206,13 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
                        options_.run_id, drop_text(existing->second.drop_reason)));
     return;
   }
+  // Failed spot checks while it was not current (it left, or was dropped for silence): barred
+  // all the same.
+  if (spot_checks_.failures(from) >= options_.verify.max_failures && options_.verify.rate > 0) {
+    refuse(from, fmt::format("{} failed {} spot checks in run {}; it may not rejoin",
+                             short_hex(from), spot_checks_.failures(from), options_.run_id));
+    return;
+  }
   if (!valid_endpoint(join.endpoint())) {
     refuse(from, fmt::format("endpoint '{}' is not of the form tcp://host:port (port 1-65535)",
                              printable(join.endpoint())));

@@ -261,6 +261,7 @@ void StateMachine::check_hashes(uint64_t applied_steps) {
 }
 
 void StateMachine::restart_from_checkpoint() {
+  spot_checks_.forget_open();
   const uint64_t final_steps = state_.finalized_steps();
   const CheckpointRecord* best = nullptr;
   for (const CheckpointRecord& c : state_.checkpoints) {

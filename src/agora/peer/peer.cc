@@ -59,6 +59,7 @@ class Peer {
   void sync(const wire::StateRecord& state, const std::vector<wire::Member>& holders) {
     const StateSource source = sync_state(peer_, state, holders);
     round_.forget_finalized();  // the run may have gone back: sets are asked for again
+    verification_.forget_parameters();
     round_.settle(/*force_report=*/true);
     // The steps this peer jumped over may have had nobody to checkpoint them: a checkpointer
     // writes the state it fetched, so the run's checkpoints have a gap no wider than the jump

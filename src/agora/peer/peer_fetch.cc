@@ -131,6 +131,9 @@ Snapshot PeerNetwork::fetch_strategy_state(const std::string& hash,
   }
   Snapshot out;
   for (Want& want : job->wants) {
+    if (!want.ok && want.not_found) {
+      throw StateNotServed(fmt::format("strategy tensor {}: {}", printable(want.key), want.reason));
+    }
     if (!want.ok) fail("strategy tensor {}: {}", printable(want.key), want.reason);
     out[want.key] = std::move(want.tensor);
   }
@@ -320,6 +323,7 @@ void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
       if (want.done || !asked_here(want)) continue;
       if (reply.has_not_found() && want.asked == source && reply.not_found().what() == want.key) {
         want.reason = fmt::format("{} does not have it", printable(endpoint));
+        want.not_found = true;
         advance(want, now);
         return;
       }

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agora/core/error.h"
 #include "agora/net/blob_store.h"
 #include "agora/peer/network_counters.h"
 #include "agora/wire/agora.pb.h"
@@ -53,6 +54,12 @@ struct LinkSettings {
   // (net::DecodeLimits' defaults apply).
   uint64_t max_payload_bytes = 0;
   uint64_t max_tensor_bytes = 0;
+};
+
+// The author answered that it does not hold a strategy state it committed to (not: it did not
+// answer in time, which may be the network's doing).
+struct StateNotServed : Error {
+  using Error::Error;
 };
 
 class PeerLink {
@@ -102,8 +109,9 @@ class PeerLink {
     (void)hash, (void)state, (void)keep;
   }
   // Fetches the tensors `names` of the strategy state `hash` from `author`, unchecked (the
-  // caller hashes the whole state against the author's commitment). Throws Error when a tensor
-  // cannot be had within the timeout, or *cancel became true. Thread-safe: a verifier thread
+  // caller hashes the whole state against the author's commitment). Throws StateNotServed when
+  // the author answered that it does not hold a tensor of it, Error when a tensor cannot be had
+  // within the timeout or *cancel became true. Thread-safe: a verifier thread
   // calls it.
   virtual Snapshot fetch_strategy_state(const std::string& hash,
                                         const std::vector<std::string>& names,

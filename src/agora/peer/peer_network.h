@@ -121,8 +121,9 @@ class PeerNetwork final : public PeerLink {
     std::vector<std::string> asked_before;  // earlier sources: a late answer is still taken
     double deadline = 0;
     double timeout = 10;
-    double started = 0;   // when the first source was asked
-    double retry_at = 0;  // > 0: ask the sources again from then
+    double started = 0;      // when the first source was asked
+    double retry_at = 0;     // > 0: ask the sources again from then
+    bool not_found = false;  // a source answered that it does not hold it
     // A source refused us as a stranger (we are not yet in its member list); when every source
     // did and `retry_refused`, they are asked again a second later (a joiner is listed from the
     // next RoundStart on) until the waiter gives up.

@@ -155,6 +155,24 @@ void Verification::keep_parameters() {
   }
 }
 
+void Verification::forget_parameters() {
+  std::vector<wire::SpotCheck> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    parameters_.clear();
+    // Their parameters were pinned before the sync, and may be the minority's.
+    for (Queued& q : queue_) dropped.push_back(std::move(q.check));
+    queue_.clear();
+  }
+  for (const wire::SpotCheck& c : dropped) {
+    wire::Verdict v;
+    v.set_outcome(wire::Verdict::ABSTAINS);
+    v.set_reason("this verifier resynchronised its parameters");
+    answer(c, std::move(v));
+  }
+  if (enabled()) keep_parameters();
+}
+
 void Verification::enqueue(Queued queued) {
   if (queued.check.attempt() > 1) {
     queue_.push_front(std::move(queued));
@@ -312,12 +330,18 @@ wire::Verdict Verification::check(const Queued& queued) {
       const double left = peer_.config.verify.seconds - seconds_since(queued.received);
       served = peer_.link.fetch_strategy_state(*hashes[i], names, c.author(),
                                                std::clamp(left, 1.0, kFetchSeconds), &stopping_);
-    } catch (const std::exception& e) {
-      if (stopping_) throw;  // this peer is leaving: no verdict
+    } catch (const StateNotServed& e) {
+      // It answered, and does not hold what it committed to (an honest author keeps its states
+      // longer than the coordinator keeps a check open).
       return disagree(
           fmt::format("the author did not serve the strategy state {} it committed "
                       "to: {}",
                       short_hex(*hashes[i]), e.what()));
+    } catch (const std::exception& e) {
+      if (stopping_) throw;  // this peer is leaving: no verdict
+      // No answer in time may be the network's doing, or this verifier's backlog: no evidence.
+      return abstain(fmt::format("the author's strategy state {} did not arrive: {}",
+                                 short_hex(*hashes[i]), e.what()));
     }
     if (hash_of(served) != *hashes[i]) {
       return disagree(

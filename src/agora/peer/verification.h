@@ -72,6 +72,9 @@ class Verification {
   // After a step was applied (and before training): keeps a copy of the parameters for the
   // checks of rounds trained from them, for verify.window counts.
   void keep_parameters();
+  // After a sync: the parameters kept may not be the run's at their counts (this peer was in a
+  // minority, or the run went back to a checkpoint); they are dropped.
+  void forget_parameters();
 
  private:
   struct State {
