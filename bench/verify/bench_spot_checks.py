@@ -37,20 +37,22 @@ from network_run import Run  # noqa: E402
 PEERS = 4
 
 
-def one_run(args, name, rate, steps, cheater=None, extra=(), sets=()):
-    run = Run(args.agora, args.data, name, peers=PEERS, steps=steps,
-              sets=[f"network.min_peers={PEERS - (1 if cheater is not None else 0)}",
+def one_run(args, name, rate, steps, cheater=None, extra=(), sets=(), peers=PEERS, pin=False):
+    run = Run(args.agora, args.data, name, peers=peers, steps=steps,
+              sets=[f"network.min_peers={peers - (1 if cheater is not None else 0)}",
                     f"verify.rate={rate}", f"data.seq_len={args.seq_len}", *sets])
     run.start_coordinator()
-    for i in range(PEERS):
+    cores = os.cpu_count() or 1
+    for i in range(peers):
         env = {"AGORA_TEST_CHEAT": "half_batch"} if i == cheater else None
-        run.start_peer(i, extra=extra, env=env)
+        prefix = ("taskset", "-c", str(i % cores)) if pin else ()
+        run.start_peer(i, extra=extra, env=env, prefix=prefix)
     run.wait_finished(timeout=600)
     rows = run.rows()
     steps_rows = run.steps_final(rows)
     verify = [r for r in run.log_rows("verify", rows=rows)]
-    verdicts = [e for i in range(PEERS) for e in run.events(i, "verdict")]
-    trained = [e for i in range(PEERS) for e in run.events(i, "trained")]
+    verdicts = [e for i in range(peers) for e in run.events(i, "verdict")]
+    trained = [e for i in range(peers) for e in run.events(i, "trained")]
     out = {"rows": steps_rows, "verify": verify, "verdicts": verdicts, "keys": run.peer_keys,
            "train_seconds": [e["seconds"] for e in trained],
            "bookkeeping_seconds": [e.get("verify_seconds", 0.0) for e in trained]}
@@ -70,7 +72,7 @@ def tokens_per_second(result, seq_len):
 
 
 def run_overhead(args):
-    rates = [0.0, 0.02, 0.05, 0.25]
+    rates = args.rates
     seq_len = args.seq_len
     per_rate = {r: [] for r in rates}
     checks = {r: [] for r in rates}
@@ -80,7 +82,8 @@ def run_overhead(args):
     for k in range(args.repeats):
         for rate in rates:
             t0 = time.time()
-            res = one_run(args, f"spot-overhead-{rate}", rate, args.steps)
+            res = one_run(args, f"spot-overhead-{rate}", rate, args.steps, peers=args.peers,
+                          pin=args.pin)
             tps = tokens_per_second(res, seq_len)
             per_rate[rate].append(tps)
             resolved = [v for v in res["verify"] if v.get("check") in ("passed", "author_failed")]
@@ -90,7 +93,7 @@ def run_overhead(args):
             bookkeeping[rate].extend(res["bookkeeping_seconds"])
             print(f"  repeat {k + 1}/{args.repeats} rate {rate}: {tps:,.0f} tokens/s, "
                   f"{len(resolved)} checks resolved ({time.time() - t0:.0f} s)", flush=True)
-    base = statistics.median(per_rate[0.0])
+    base = statistics.median(per_rate[rates[0]])
     table = []
     for rate in rates:
         med = statistics.median(per_rate[rate])
@@ -102,8 +105,8 @@ def run_overhead(args):
                       else None,
                       "median_train_seconds": statistics.median(train[rate]),
                       "median_bookkeeping_seconds": statistics.median(bookkeeping[rate])})
-    print(f"\noverhead: {PEERS} peers, tiny model, {args.steps} steps, {args.repeats} repeats "
-          "(medians)")
+    print(f"\noverhead: {args.peers} peers{' (each pinned to a core)' if args.pin else ''}, "
+          f"tiny model, {args.steps} steps, {args.repeats} repeats (medians)")
     print(f"{'verify.rate':>11}  {'tokens/s':>10}  {'vs rate 0':>9}  {'checks/round':>12}  "
           f"{'s/check':>8}  {'s/share':>8}  {'bookkeeping s':>13}")
     for row in table:
@@ -178,6 +181,14 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seq-len", type=int, default=256,
                     help="data.seq_len: tokens per sequence (the integration tests use 64)")
+    ap.add_argument("--rates", type=lambda v: [float(x) for x in v.split(",")],
+                    default=[0.0, 0.02, 0.05, 0.25],
+                    help="verify.rate values for `overhead`, comma-separated; the first is the "
+                         "baseline the others are compared with")
+    ap.add_argument("--peers", type=int, default=PEERS, help="`overhead`: how many peers")
+    ap.add_argument("--pin", action="store_true",
+                    help="`overhead`: pin peer i to core i (taskset), as if each had a machine of "
+                         "its own: its checks then take its own time, not its neighbours'")
     ap.add_argument("--scenario", default="all", choices=["all", "overhead", "detection"])
     ap.add_argument("--keep", action="store_true", help="keep the runs' folders (logs)")
     args = ap.parse_args()

@@ -85,6 +85,7 @@ int Adversary::run() {
     }
     if (joined_) {
       heartbeat();
+      commit_due();
       flood_tick();
       oversized();
       for (auto& [step, c] : collecting_) {
@@ -295,9 +296,18 @@ void Adversary::on_round_start(const wire::RoundStart& r) {
   uint64_t seqs = 0;
   for (const auto& range : r.assignment()) seqs += range.count();
   if (seqs == 0) return;
-  std::string what;
-  const std::string bytes = payload_for(r.step(), &what);
-  commit(r.step(), bytes, what, seqs);
+  // Shares follow when commits arrive, so it commits when a machine of the throughput it
+  // claims would have finished (at once with a huge claim: the attack of taking the batch).
+  due_[r.step()] = {now() + static_cast<double>(seqs) / o_.claim_throughput, seqs};
+}
+
+void Adversary::commit_due() {
+  for (auto it = due_.begin(); it != due_.end() && it->second.first <= now();) {
+    std::string what;
+    const std::string bytes = payload_for(it->first, &what);
+    commit(it->first, bytes, what, it->second.second);
+    it = due_.erase(it);
+  }
 }
 
 // ------------------------------------------------------------------------------ witnessing

@@ -61,8 +61,9 @@ struct Options {
   double flood_after = 3;              // flood: seconds after joining before it starts
   uint64_t bytes = 2 << 20;            // oversized
   std::string target = "coordinator";  // oversized: coordinator | peers
-  // The throughput its commits claim (sequences per compute second): enough to keep a share of
-  // every round against the tiny model's honest peers, so that it has something to attack with.
+  // The throughput it acts (sequences per compute second): it commits share / claim_throughput
+  // seconds after a round opens, and says so. 50 keeps a share of every round against the tiny
+  // model's honest peers, so that it has something to attack with.
   double claim_throughput = 50;
   // Other adversaries' keys (8 hex, as logs print them): their payloads are never taken as
   // the honest payloads it forges from.
@@ -88,6 +89,7 @@ class Adversary {
   void on_welcome(const wire::Welcome& w);
   void on_coordinator(const wire::Envelope& m);
   void on_round_start(const wire::RoundStart& r);
+  void commit_due();  // the commits whose time came
   void on_collect(const wire::Collect& c);
   void on_finalized(uint64_t step);
   void serve(net::Incoming&& in);
@@ -130,6 +132,7 @@ class Adversary {
   };
   std::vector<Honest> honest_;                  // honest payloads fetched, oldest first
   std::map<uint64_t, wire::Envelope> commits_;  // round -> its Commit (re-sent when asked)
+  std::map<uint64_t, std::pair<double, uint64_t>> due_;  // round -> (when to commit, its share)
   struct Collecting {
     std::set<std::string> wanted, held, failed;
     std::map<std::string, std::string> authors;  // hash -> author

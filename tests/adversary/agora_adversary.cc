@@ -43,7 +43,9 @@ int main(int argc, char** argv) {
   app.add_option("--bytes", o.bytes, "oversized: frame size");
   app.add_option("--target", o.target, "oversized: coordinator | peers");
   app.add_option("--claim-throughput", o.claim_throughput,
-                 "Sequences per compute second its commits claim");
+                 "Sequences per second it acts: it commits share / this seconds after a round "
+                 "opens (1e9: at once, taking the batch)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--ally", o.allies, "Another adversary's key (8 hex; repeatable): never a base");
   app.add_flag("--silent", o.silent, "Never witness (with any attack)");
   app.add_option("--duration", o.duration, "Give up after this many seconds (0: never)");

@@ -45,9 +45,9 @@ class AdversaryRun(Run):
         self.attackers[i] = subprocess.Popen(cmd, stdout=out, stderr=err)
         return self.attackers[i]
 
-    def start_honest(self):
+    def start_honest(self, extra=()):
         for i in self.honest:
-            self.start_peer(i)
+            self.start_peer(i, extra=extra)
         self.wait_until("the honest peers to join",
                         lambda: all(self.events(i, "joined") for i in self.honest), 60)
 

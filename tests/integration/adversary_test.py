@@ -292,6 +292,47 @@ def scenario_verifiers(agora, adversary, data):
     run.cleanup()
 
 
+def scenario_hog(agora, adversary, data):
+    """Taking the batch without the work (docs/verification.md section 4, "Throughput claims"):
+    an adversary commits a copy the moment each round opens and says it computed it in no time.
+    Shares follow when commits arrive, so it is handed most of the batch; a contribution is
+    drawn in proportion to its share over the round's active members, and members handed nothing
+    verify too, so its lazy contributions are checked (it serves none of the states it committed
+    to) and it is dropped for failed_verification before the run ends; no honest member fails a
+    check; the honest members finish every step identical."""
+    from verify_test import Ledger, check_dropped, check_honest_unaccused
+    rate, max_failures = 0.2, 2
+    run = AdversaryRun(agora, adversary, data, "adv-hog", honest=3, adversaries=1,
+                       steps=steps(30, 100),
+                       sets=["network.min_peers=3", f"verify.rate={rate}", "verify.seconds=15",
+                             f"verify.max_failures={max_failures}", "verify.window=16"])
+    run.start_coordinator()
+    run.start_honest()
+    run.start_adversary(3, "copy", "--claim-throughput", 1e9)
+    run.finish()
+    commits = run.check_attacked(3)
+    # It took more than an equal share: the attack happened.
+    members = len(run.honest) + 1
+    took = max(c["sequences"] for c in commits)
+    if took * members <= run.batch_size:
+        run.fail(f"the adversary was never handed more than an equal share ({took} of "
+                 f"{run.batch_size}): shares did not follow its early commits")
+    ledger = Ledger(run)
+    ledger.audit()
+    check_dropped(run, ledger, 3, "adversary taking the batch")
+    check_honest_unaccused(run, ledger, run.honest)
+    # Checked more often than verify.rate: its share was larger than the mean.
+    key = run.peer_keys[3]
+    drawn = {c.round for c in ledger.checks.values() if c.author == 3}
+    rounds = {c["round"] for c in commits}
+    run.check_honest_unharmed()
+    run.check_identical(run.honest, throughout=run.honest)
+    print(f"the adversary took up to {took} of {run.batch_size} sequences a round, was checked "
+          f"in {len(drawn)} of its {len(rounds)} rounds (verify.rate {rate}) and dropped "
+          f"({key[:8]})")
+    run.cleanup()
+
+
 SCENARIOS = {
     "steps": scenario_steps,
     "values": scenario_values,
@@ -299,6 +340,7 @@ SCENARIOS = {
     "coordinator": scenario_coordinator,
     "witnesses": scenario_witnesses,
     "verifiers": scenario_verifiers,
+    "hog": scenario_hog,
 }
 
 if __name__ == "__main__":

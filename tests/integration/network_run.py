@@ -121,6 +121,23 @@ class Run:
     def hash_interval(self):
         return int(self.cfg("network.hash_interval"))
 
+    def verify_config(self):
+        """The [verify] keys of the launched config (verification scenarios set all four, so no
+        check leans on a default)."""
+        return {"rate": float(self.cfg("verify.rate")),
+                "seconds": float(self.cfg("verify.seconds")),
+                "max_failures": int(self.cfg("verify.max_failures")),
+                "window": int(self.cfg("verify.window"))}
+
+    def peer_of(self, key, row):
+        """The index of the peer a row names by key (full hex, or a prefix of 8 or more)."""
+        if isinstance(key, str) and len(key) >= 8:
+            key = key.lower()
+            for i, k in enumerate(self.peer_keys):
+                if k.lower() == key or (len(key) < len(k) and k.lower().startswith(key)):
+                    return i
+        self.fail(f"a row names key {key!r}, which is no peer of this run: {row}")
+
     @property
     def batch_size(self):
         return int(self.cfg("train.batch_size"))
@@ -151,9 +168,10 @@ class Run:
         self.coordinator = subprocess.Popen(args, stdout=out, stderr=err,
                                             env=self.environment(env))
 
-    def start_peer(self, i, key=None, extra=(), env=None):
+    def start_peer(self, i, key=None, extra=(), env=None, prefix=()):
+        """Starts peer i; `prefix` goes before the command (e.g. taskset -c 1)."""
         key = key or os.path.join(self.dir, f"peer-{i}.key")
-        args = [self.agora, "peer", "--coordinator", f"tcp://127.0.0.1:{self.port}",
+        args = [*prefix, self.agora, "peer", "--coordinator", f"tcp://127.0.0.1:{self.port}",
                 "--coordinator-key", self.coordinator_key, "--key", key, "--data", self.data,
                 "--listen", "tcp://127.0.0.1:*", "--threads", "1", "--log-format", "json",
                 "--checkpoint-dir", os.path.join(self.dir, f"ckpt-{i}"), *extra]

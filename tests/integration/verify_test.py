@@ -106,23 +106,6 @@ class VerifyRun(Run):
         self.threads[i] = threads
         return self.peers[i]
 
-    def verify_config(self):
-        """The [verify] keys of the launched config; every scenario sets all four, so none of
-        the checks below leans on a default."""
-        return {"rate": float(self.cfg("verify.rate")),
-                "seconds": float(self.cfg("verify.seconds")),
-                "max_failures": int(self.cfg("verify.max_failures")),
-                "window": int(self.cfg("verify.window"))}
-
-    def peer_of(self, key, row):
-        """The index of the peer a row names by key (full hex, or a prefix of 8 or more)."""
-        if isinstance(key, str) and len(key) >= 8:
-            key = key.lower()
-            for i, k in enumerate(self.peer_keys):
-                if k.lower() == key or (len(key) < len(k) and k.lower().startswith(key)):
-                    return i
-        self.fail(f"a row names key {key!r}, which is no peer of this run: {row}")
-
     def elapsed(self):
         return time.time() - self.started_at
 
@@ -288,11 +271,13 @@ class Ledger:
                          f"{check.describe(run)}")
             if end is None and (agree >= 2 or disagree >= 2 or (agree == 1 and disagree == 0)):
                 run.fail(f"a check with decisive verdicts never ended:\n{check.describe(run)}")
-            # Whoever verifies round s trained round s (it holds the parameters s trained from).
-            for _, v, _ in check.assigned:
-                if check.round not in run.trained(v):
-                    run.fail(f"peer {v} was asked to verify round {check.round}, which it did "
-                             f"not train:\n{check.describe(run)}")
+            # Whoever verifies round s is another member, one active in round s: it trained
+            # it, or was handed nothing then (a member that takes the whole batch is checked by
+            # those left without data). Each is asked once.
+            asked = [v for _, v, _ in check.assigned]
+            if check.author in asked or len(set(asked)) != len(asked):
+                run.fail(f"a check was asked of its author or twice of one verifier:\n"
+                         f"{check.describe(run)}")
         # Every draw was followed by that many checks (the rows of a round's draw come together).
         for round_, r in self.drawn.items():
             authors = {a for (s, a) in self.checks if s == round_}

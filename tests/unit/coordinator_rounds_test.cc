@@ -151,6 +151,35 @@ TEST_F(CoordinatorTest, CommitsUpdateTheThroughputEstimate) {
   EXPECT_DOUBLE_EQ(member(0).sequences_per_second, 2.0);  // 0.5 * 3 + 0.5 * 1
 }
 
+TEST_F(CoordinatorTest, AThroughputClaimCountsNoFasterThanTheCommitArrives) {
+  start(2);  // round 0 opened at kT0 + 2, 6 sequences each
+  // Member 0 says its 6 sequences took 10 ms and that it trained 600; its commit arrived 3 s
+  // after the round opened. The coordinator's clock and the share it handed out decide: 2 per
+  // second, not 60,000.
+  handle(0, commit_msg(ids_[0], options_.run_id, 0, hash_of(0), 600, 0.01), kT0 + 5);
+  EXPECT_DOUBLE_EQ(member(0).sequences_per_second, 2.0);
+  // Member 1 waited (fetching) before it trained: its claim of 4 s is slower than the 3 s seen,
+  // and stands.
+  handle(1, commit_msg(ids_[1], options_.run_id, 0, hash_of(1), 6, 4.0), kT0 + 5);
+  EXPECT_DOUBLE_EQ(member(1).sequences_per_second, 1.5);
+  // The next round's split follows what they delivered: 12 x 2 / 3.5 and 12 x 1.5 / 3.5.
+  handle(0, witness_msg(0, {hash_of(0), hash_of(1)}), kT0 + 5);
+  const Actions opened = handle(1, witness_msg(0, {hash_of(0), hash_of(1)}), kT0 + 5);
+  ASSERT_EQ(state().round->step, 1u);
+  EXPECT_EQ(count_of(sent(opened, key(0), Body::kRoundStart).at(0).round_start()), 7u);
+  EXPECT_EQ(count_of(sent(opened, key(1), Body::kRoundStart).at(0).round_start()), 5u);
+}
+
+TEST_F(CoordinatorTest, AJoinersOwnEstimateCountsForNoMoreThanTheFastestMember) {
+  start(2);
+  handle(0, commit_msg(ids_[0], options_.run_id, 0, hash_of(0), 6, 0.0), kT0 + 5);  // 2 / s
+  handle(1, commit_msg(ids_[1], options_.run_id, 0, hash_of(1), 6, 0.0), kT0 + 8);  // 1 / s
+  handle(2, join_msg(ids_[2], 1e9), kT0 + 8);
+  EXPECT_DOUBLE_EQ(member(2).sequences_per_second, 2.0);
+  handle(3, join_msg(ids_[3], 0.5), kT0 + 8);  // a modest estimate stands
+  EXPECT_DOUBLE_EQ(member(3).sequences_per_second, 0.5);
+}
+
 // ---- collect, witness, finalize ----------------------------------------------------------------
 
 TEST_F(CoordinatorTest, QuorumDecidesWhichPayloadsAreFinal) {

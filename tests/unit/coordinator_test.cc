@@ -182,6 +182,21 @@ TEST(CoordinatorAssignmentTest, UnknownThroughputCountsAsTheMedian) {
   EXPECT_EQ(throughput_weights({4, 0, 2}), (std::vector<double>{4, 3, 2}));
 }
 
+TEST(CoordinatorAssignmentTest, SpotCheckWorkComesOutOfTheVerifiersShare) {
+  // 12 sequences and a check of 4 on member 1: 16 sequences of work at 2 + 2 per second is 4 s,
+  // of which member 1 spends 2 s on its check, so it trains at 1 per second.
+  EXPECT_EQ(weights_after_checks({2, 2}, 12, {0, 4}), (std::vector<double>{2, 1}));
+  EXPECT_EQ(proportional_shares(12, weights_after_checks({2, 2}, 12, {0, 4})),
+            (std::vector<uint64_t>{8, 4}));
+  // No checks: the weights as they were.
+  EXPECT_EQ(weights_after_checks({3, 1}, 12, {0, 0}), (std::vector<double>{3, 1}));
+  // Checks that fill the round leave a token weight, never zero or less.
+  const auto w = weights_after_checks({1, 1}, 2, {0, 100});
+  EXPECT_GT(w[1], 0.0);
+  EXPECT_EQ(proportional_shares(2, w), (std::vector<uint64_t>{2, 0}));
+  EXPECT_THROW(weights_after_checks({1, 1}, 2, {0}), Error);
+}
+
 TEST(CoordinatorAssignmentTest, ReturnedIdsGoOutFirstLowestFirst) {
   DataQueue q;
   EXPECT_EQ(take_sequences(q, 10), (std::vector<SequenceRange>{{0, 10}}));

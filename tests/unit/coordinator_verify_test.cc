@@ -39,7 +39,9 @@ struct Round {
       committed[key_of(i)].ranges = {{static_cast<uint64_t>(10 * i), 3}};
     }
   }
-  SpotChecks::Output close(double now = 0) { return checks.close(step, committed, current, now); }
+  SpotChecks::Output close(double now = 0) {
+    return checks.close(step, committed, others, current, now);
+  }
   SpotChecks::Output verdict(const std::string& from, const std::string& author, Outcome o,
                              double now = 0) {
     wire::Verdict v;
@@ -52,6 +54,7 @@ struct Round {
   SpotChecks& checks;
   uint64_t step;
   std::map<PublicKey, Contribution> committed;
+  std::set<PublicKey> others;  // active members that did not commit
   std::set<PublicKey> gone;
   std::function<bool(const PublicKey&)> current = [this](const PublicKey& k) {
     return !gone.contains(k);
@@ -89,6 +92,28 @@ TEST(SpotChecksTest, TheDrawFollowsTheRateAndTheSeed) {
   EXPECT_GT(differ, n / 5);  // another seed draws other contributions
 }
 
+TEST(SpotChecksTest, ALargerShareIsDrawnInProportion) {
+  EXPECT_DOUBLE_EQ(SpotChecks::share_rate(0.05, 25, 100, 4), 0.05);  // the mean share
+  EXPECT_DOUBLE_EQ(SpotChecks::share_rate(0.05, 90, 100, 4), 0.18);
+  EXPECT_DOUBLE_EQ(SpotChecks::share_rate(0.5, 90, 100, 4), 1.0);
+  EXPECT_DOUBLE_EQ(SpotChecks::share_rate(0.05, 0, 100, 4), 0.0);
+  // Through the draw: author 0 holds 90 of 100 sequences, the others 5, 3 and 2.
+  auto n = std::make_shared<uint64_t>(0);
+  SpotChecks checks(config(0.05), [n] { return blake2b256_bytes(std::to_string(++*n)); });
+  std::map<PublicKey, int> drawn;
+  const int rounds = 3000;
+  for (int r = 0; r < rounds; ++r) {
+    Round round(checks, 4, static_cast<uint64_t>(r + 1));
+    const uint64_t shares[] = {90, 5, 3, 2};
+    for (int i = 0; i < 4; ++i) round.committed[key_of(i)].ranges = {{0, shares[i]}};
+    for (const auto& [author, verifier] : assignments(round.close())) ++drawn[author];
+    checks.forget_open();
+  }
+  // Binomial(3000, 0.18): sd 21; Binomial(3000, 0.01): sd 5.4.
+  EXPECT_NEAR(drawn[key_of(0)], 0.18 * rounds, 105);
+  EXPECT_NEAR(drawn[key_of(1)], 0.01 * rounds, 27);
+}
+
 TEST(SpotChecksTest, EveryContributionGoesToAnotherCommitterAndTheWorkIsSpread) {
   SpotChecks checks(config(1.0), counting_seeds());
   Round round(checks, 4);
@@ -113,15 +138,43 @@ TEST(SpotChecksTest, EveryContributionGoesToAnotherCommitterAndTheWorkIsSpread) 
   EXPECT_EQ(checks.open_checks(), 4u);
 }
 
-TEST(SpotChecksTest, NothingIsDrawnWithoutACommitmentOrAnotherCommitter) {
+TEST(SpotChecksTest, NothingIsDrawnWithoutACommitmentOrAnotherMember) {
   SpotChecks checks(config(1.0), counting_seeds());
   Round alone(checks, 1);
   EXPECT_TRUE(alone.close().send.empty());
+  EXPECT_EQ(checks.open_checks(), 0u);
   Round round(checks, 3, 6);
   round.committed[key_of(7)].author.set_key(key_of(7));  // committed, but no commitment known
   const auto out = round.close();
   EXPECT_EQ(out.send.size(), 3u);
   EXPECT_FALSE(assignments(out).contains(key_of(7)));
+}
+
+TEST(SpotChecksTest, AMemberThatTookTheWholeBatchIsCheckedByTheOthers) {
+  // Only member 0 committed (it was handed every sequence); 1 and 2 had empty shares.
+  SpotChecks checks(config(1.0), counting_seeds());
+  Round round(checks, 1);
+  round.others = {key_of(1), key_of(2)};
+  const auto a = assignments(round.close());
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_TRUE(a.at(key_of(0)) == key_of(1) || a.at(key_of(0)) == key_of(2));
+  // Its share is three times the mean over the three members: drawn at three times the rate.
+  auto n = std::make_shared<uint64_t>(0);
+  SpotChecks often(config(0.2), [n] { return blake2b256_bytes(std::to_string(++*n)); });
+  int drawn = 0;
+  for (int r = 0; r < 2000; ++r) {
+    Round one(often, 1, static_cast<uint64_t>(r + 1));
+    one.others = {key_of(1), key_of(2)};
+    drawn += static_cast<int>(assignments(one.close()).size());
+    often.forget_open();
+  }
+  EXPECT_NEAR(drawn, 0.6 * 2000, 110);  // Binomial(2000, 0.6): sd 22
+  // Nobody else current: nothing to ask.
+  Round late(checks, 1, 9);
+  late.others = {key_of(1)};
+  late.gone = {key_of(1)};
+  const auto out = late.close();
+  EXPECT_TRUE(out.send.empty());
 }
 
 TEST(SpotChecksTest, AnAgreeingVerdictPasses) {
@@ -253,6 +306,19 @@ TEST(SpotChecksTest, ARestartedMembersChecksEndOrMoveOn) {
   EXPECT_EQ(checks.open_checks(), 2u);
 }
 
+TEST(SpotChecksTest, AVerifiersOpenWorkIsCountedUntilItAnswers) {
+  SpotChecks checks(config(1.0), counting_seeds());
+  Round round(checks, 3);
+  const auto to = assignments(round.close());
+  ASSERT_EQ(to.size(), 3u);
+  for (int v = 0; v < 3; ++v) EXPECT_EQ(checks.sequences_asked_of(key_of(v), 0), 3u);  // 3 each
+  EXPECT_EQ(checks.sequences_asked_of(key_of(4), 0), 0u);
+  // Counted once: a round opened after they were asked does not count them again.
+  EXPECT_EQ(checks.sequences_asked_of(key_of(1), 0.5), 0u);
+  round.verdict(to.at(key_of(0)), key_of(0), wire::Verdict::AGREES);
+  EXPECT_EQ(checks.sequences_asked_of(to.at(key_of(0)), 0), 0u);
+}
+
 // ---- through the state machine -------------------------------------------------------------
 
 std::string strategy_hash(int i) {
@@ -346,6 +412,43 @@ TEST_F(VerifyingCoordinatorTest, ACheatIsCheckedByTwoAndDroppedForGood) {
   // The honest ones pass.
   handle(verifier_of[0], verdict(0, 0, wire::Verdict::AGREES), kT0 + 6);
   EXPECT_EQ(member(0).state, MemberState::kActive);
+}
+
+TEST_F(VerifyingCoordinatorTest, AVerifiersNextShareShrinksByTheWorkOfItsCheck) {
+  using testing_support::hash_of;
+  options_.batch_size = 70;
+  make();
+  const std::vector<double> speeds = {30, 30, 10};
+  for (int i = 0; i < 3; ++i) handle(i, testing_support::join_msg(ids_[i], speeds[i]), kT0);
+  Actions opened = sm_->tick(kT0 + options_.network.warmup_seconds);
+  std::map<PublicKey, uint64_t> share;
+  for (int i = 0; i < 3; ++i) {
+    share[key(i)] = testing_support::count_of(
+        testing_support::sent(opened, key(i), Body::kRoundStart).at(0).round_start());
+  }
+  ASSERT_EQ(share[key(0)], 30u);
+  ASSERT_EQ(share[key(2)], 10u);
+  // All commit one second in (30, 30 and 10 per second again); every contribution is checked.
+  Actions closed;
+  for (int i = 0; i < 3; ++i) closed = handle(i, committed(i, 0, hash_of(i)), kT0 + 3);
+  std::vector<uint64_t> checking(3, 0);
+  for (int v = 0; v < 3; ++v) {
+    for (const auto& m : testing_support::sent(closed, key(v), Body::kSpotCheck)) {
+      checking[v] += share[m.spot_check().author().key()];
+    }
+  }
+  Actions next;
+  const std::vector<std::string> all = {hash_of(0), hash_of(1), hash_of(2)};
+  for (int i = 0; i < 3; ++i) next = handle(i, testing_support::witness_msg(0, all), kT0 + 3);
+  ASSERT_EQ(state().round->step, 1u);
+  std::vector<uint64_t> shares;
+  for (int i = 0; i < 3; ++i) {
+    shares.push_back(testing_support::count_of(
+        testing_support::sent(next, key(i), Body::kRoundStart).at(0).round_start()));
+  }
+  EXPECT_EQ(shares, proportional_shares(70, weights_after_checks(speeds, 70, checking)));
+  // Whoever checks the slow member's 10 trains more than whoever checks a fast one's 30.
+  EXPECT_NE(shares, (std::vector<uint64_t>{30, 30, 10}));
 }
 
 }  // namespace

@@ -105,6 +105,29 @@ std::vector<double> throughput_weights(const std::vector<double>& sequences_per_
   return weights;
 }
 
+std::vector<double> weights_after_checks(const std::vector<double>& weights, uint64_t total,
+                                         const std::vector<uint64_t>& check_sequences) {
+  if (weights.size() != check_sequences.size()) {
+    fail("{} weights but {} check counts; one of each per member", weights.size(),
+         check_sequences.size());
+  }
+  double speed = 0.0;
+  double work = static_cast<double>(total);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    speed += weights[i];
+    work += static_cast<double>(check_sequences[i]);
+  }
+  if (!(speed > 0.0) || work == static_cast<double>(total)) return weights;
+  const double seconds = work / speed;
+  std::vector<double> out;
+  out.reserve(weights.size());
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const double training = weights[i] - static_cast<double>(check_sequences[i]) / seconds;
+    out.push_back(std::max(training, 1e-3 * weights[i]));
+  }
+  return out;
+}
+
 std::vector<uint64_t> proportional_shares(uint64_t total, const std::vector<double>& weights) {
   if (weights.empty()) fail("cannot split {} sequences among no members", total);
   double sum = 0.0;

@@ -40,6 +40,15 @@ std::string format_ranges(const std::vector<SequenceRange>& ranges);
 // none is known. Non-finite or negative values count as unknown.
 std::vector<double> throughput_weights(const std::vector<double>& sequences_per_second);
 
+// Weights for a round in which member i also recomputes check_sequences[i] sequences of spot
+// checks (a verifier's work beside its share): if the round's work, `total` sequences plus all
+// checks, were spread at the members' speeds it would take T = (total + sum c) / sum w seconds,
+// and member i spends c_i / w_i of them on checks, so it trains at w_i - c_i / T. A member with
+// checks filling the round keeps a token weight (1e-3 w_i): weights stay positive. The sizes
+// must match (Error otherwise).
+std::vector<double> weights_after_checks(const std::vector<double>& weights, uint64_t total,
+                                         const std::vector<uint64_t>& check_sequences);
+
 // Splits `total` into integer shares proportional to `weights` by the largest-remainder method:
 // floor(total * w_i / sum) each, then one more to the largest remainders (ties: lower index).
 // The shares sum to `total`. Throws Error when weights is empty or a weight is not positive.

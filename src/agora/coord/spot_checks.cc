@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "agora/coord/assignment.h"
 #include "agora/core/hash.h"
 #include "agora/core/little_endian.h"
 
@@ -50,6 +51,12 @@ bool SpotChecks::drawn(const std::string& seed, uint64_t step, const PublicKey& 
   return static_cast<double>(x) < rate * 18446744073709551616.0;  // 2^64
 }
 
+double SpotChecks::share_rate(double rate, uint64_t share, uint64_t sequences, size_t members) {
+  if (sequences == 0 || members == 0) return rate;
+  const double mean = static_cast<double>(sequences) / static_cast<double>(members);
+  return std::min(1.0, rate * static_cast<double>(share) / mean);
+}
+
 void SpotChecks::remember(uint64_t step, const PublicKey& author, StrategyCommitment commitment) {
   if (step != commitments_step_) {
     commitments_.clear();
@@ -64,6 +71,15 @@ const StrategyCommitment* SpotChecks::commitment(uint64_t step, const PublicKey&
   return it == commitments_.end() ? nullptr : &it->second;
 }
 
+uint64_t SpotChecks::sequences_asked_of(const PublicKey& verifier, double since) const {
+  uint64_t total = 0;
+  for (const auto& [key, check] : open_) {
+    if (check.asked != verifier || check.asked_at < since) continue;
+    for (const auto& r : check.request.ranges()) total += r.count();
+  }
+  return total;
+}
+
 int64_t SpotChecks::failures(const PublicKey& key) const {
   const auto it = failures_.find(key);
   return it == failures_.end() ? 0 : it->second;
@@ -71,14 +87,21 @@ int64_t SpotChecks::failures(const PublicKey& key) const {
 
 SpotChecks::Output SpotChecks::close(uint64_t step,
                                      const std::map<PublicKey, Contribution>& committed,
+                                     const std::set<PublicKey>& others,
                                      const std::function<bool(const PublicKey&)>& current,
                                      double now) {
   Output out;
-  if (!enabled() || committed.size() < 2) return out;  // nobody else trained this round
+  std::set<PublicKey> members = others;
+  for (const auto& [key, unused] : committed) members.insert(key);
+  if (!enabled() || committed.empty() || members.size() < 2) return out;  // nobody to ask
   const std::string seed = random_seed_();
+  uint64_t sequences = 0;
+  for (const auto& [author, contribution] : committed) sequences += total_count(contribution.ranges);
   std::vector<PublicKey> chosen;
   for (const auto& [author, contribution] : committed) {
-    if (current(author) && drawn(seed, step, author, config_.rate) &&
+    const double rate = share_rate(config_.rate, total_count(contribution.ranges), sequences,
+                                   members.size());
+    if (current(author) && drawn(seed, step, author, rate) &&
         commitment(step, author) != nullptr) {
       chosen.push_back(author);
     }
@@ -104,7 +127,7 @@ SpotChecks::Output SpotChecks::close(uint64_t step,
     // Candidates: fewest open checks first (spreads the work), then a seeded order nobody
     // chose; both known to anyone replaying the log.
     std::vector<std::pair<std::pair<size_t, std::string>, PublicKey>> ranked;
-    for (const auto& [verifier, unused] : committed) {
+    for (const PublicKey& verifier : members) {
       if (verifier == author) continue;
       ranked.push_back(
           {{load_[verifier], blake2b256_bytes(seed + step_bytes(step) + author + verifier)},

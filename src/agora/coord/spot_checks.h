@@ -6,10 +6,20 @@
 //
 //   The draw. A 32-byte seed is drawn after the commits closed, so no author knew at commit time
 //   whether its step would be checked, and logged with the step. Author a's contribution to step
-//   s is checked when BLAKE2b(seed | s | a), read as a 64-bit number, is below rate x 2^64.
-//   Its verifiers, in the order they would be asked, are the other committers of s ranked by
-//   fewest open checks, then by BLAKE2b(seed | s | a | v): a function of the seed and the round,
-//   so a replay of the log decides the same.
+//   s is checked when BLAKE2b(seed | s | a), read as a 64-bit number, is below p x 2^64, where
+//   p = min(1, rate x share / mean share), the mean over the round's active members (those that
+//   committed nothing count, with nothing): a share of the mean size is checked at verify.rate,
+//   a larger one in proportion. Shares follow delivered throughput, so a member that skips the
+//   work commits fast and takes more data; checked in proportion, it wastes about
+//   max_failures / (rate x members) batches' worth of data before it is dropped, whatever share
+//   it takes. The price:
+//   with unequal shares more is recomputed, rate x batch x members x sum(share fraction^2)
+//   sequences a round (rate x batch when shares are equal).
+//   Its verifiers, in the order they would be asked, are the round's other active members (its
+//   committers, and those handed an empty share: a member that takes the whole batch is still
+//   checked) ranked by fewest open checks, then by BLAKE2b(seed | s | a | v): a function of the
+//   seed and the round, so a replay of the log decides the same. Every member keeps the
+//   parameters of its last verify.window applied counts, so each holds those a check needs.
 //
 //   The states of one check:
 //     asked      a verifier was sent the SpotCheck and has verify.seconds to answer. An answer
@@ -103,9 +113,11 @@ class SpotChecks {
   const StrategyCommitment* commitment(uint64_t step, const PublicKey& author) const;
 
   // The commit phase of `step` closed with these contributions (by author; every one of them
-  // committed): draws and asks the first verifiers. `current` says whether a key may still be
-  // asked.
+  // committed): draws and asks the first verifiers. `others` are the active members that did
+  // not commit (an empty share, a missed deadline): they may verify too. `current` says whether
+  // a key may still be asked.
   Output close(uint64_t step, const std::map<PublicKey, Contribution>& committed,
+               const std::set<PublicKey>& others,
                const std::function<bool(const PublicKey&)>& current, double now);
 
   // A Verdict from `from`.
@@ -130,10 +142,18 @@ class SpotChecks {
   }
 
   size_t open_checks() const { return open_.size(); }
+  // The sequences `verifier` was asked to recompute at or after `since` and has not answered
+  // yet: work it does beside its next share (open_round makes that share smaller by as much).
+  // A check asked before the last round opened was counted then: counting it again for every
+  // round it stays open would starve a slow verifier of data.
+  uint64_t sequences_asked_of(const PublicKey& verifier, double since) const;
   int64_t failures(const PublicKey& key) const;
 
   // The draw's rule, exposed for tests: whether author's contribution to step is checked.
   static bool drawn(const std::string& seed, uint64_t step, const PublicKey& author, double rate);
+  // The chance that a contribution of `share` of the `sequences` a round's `members` committed
+  // is drawn: verify.rate for a share of the mean size, in proportion for others (at most 1).
+  static double share_rate(double rate, uint64_t share, uint64_t sequences, size_t members);
 
  private:
   struct Check {

@@ -96,7 +96,7 @@ Actions StateMachine::handle(const net::PublicKey& from, const wire::Envelope& m
             on_leave(member);
             break;
           case wire::Envelope::kCommit:
-            on_commit(member, message.commit());
+            on_commit(member, message.commit(), now);
             break;
           case wire::Envelope::kWitness:
             on_witness(member, message.witness());
@@ -273,8 +273,15 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   m.key = from;
   m.endpoint = join.endpoint();
   m.agent = printable(join.agent());
-  const double estimate = join.sequences_per_second();
-  // A measured throughput beats the joiner's own estimate.
+  // A measured throughput beats the joiner's own estimate, and the estimate, which nothing
+  // checks, counts for no more than the fastest member delivers: a first share it cannot train
+  // would stall a round until its deadline.
+  double fastest = 0.0;
+  for (const auto& [key, other] : state_.members) {
+    if (key != from && is_current(key)) fastest = std::max(fastest, other.sequences_per_second);
+  }
+  double estimate = join.sequences_per_second();
+  if (fastest > 0.0) estimate = std::min(estimate, fastest);
   if (m.sequences_per_second == 0.0 && std::isfinite(estimate) && estimate > 0.0) {
     m.sequences_per_second = estimate;
   }
@@ -345,7 +352,7 @@ void StateMachine::on_leave(MemberRecord& member) {
       &member.key);
 }
 
-void StateMachine::on_commit(MemberRecord& member, const wire::Commit& commit) {
+void StateMachine::on_commit(MemberRecord& member, const wire::Commit& commit, double now) {
   const wire::CommitRecord& record = commit.record();
   const std::string who = short_hex(member.key);
   auto reject = [&](const std::string& why) {
@@ -403,15 +410,7 @@ void StateMachine::on_commit(MemberRecord& member, const wire::Commit& commit) {
                            commit.strategy_before(), commit.strategy_after()});
   }
   ++state_.counters.commits_accepted;
-  // Throughput EMA, from what the member measured itself.
-  const double seconds = commit.compute_seconds();
-  if (commit.sequences() > 0 && std::isfinite(seconds) && seconds > 0.0) {
-    const double sample = static_cast<double>(commit.sequences()) / seconds;
-    if (std::isfinite(sample)) {
-      double& sps = member.sequences_per_second;
-      sps = sps == 0.0 ? sample : 0.5 * sps + 0.5 * sample;
-    }
-  }
+  update_throughput(member, round, commit, now);
 }
 
 void StateMachine::on_witness(MemberRecord& member, const wire::Witness& witness) {

@@ -146,7 +146,10 @@ class StateMachine {
   // Every member left: back to the newest checkpoint (or step 0); in-flight data is requeued.
   void restart_from_checkpoint();
   void on_leave(MemberRecord& member);
-  void on_commit(MemberRecord& member, const wire::Commit& commit);
+  void on_commit(MemberRecord& member, const wire::Commit& commit, double now);
+  // The throughput EMA after an accepted commit (state_machine_rounds.cc).
+  void update_throughput(MemberRecord& member, const OpenRound& round, const wire::Commit& commit,
+                         double now);
   void on_witness(MemberRecord& member, const wire::Witness& witness);
   void on_state_report(MemberRecord& member, const wire::StateReport& report);
   void on_checkpoint_report(MemberRecord& member, const wire::CheckpointReport& report, double now);
@@ -245,6 +248,7 @@ class StateMachine {
   // them to upload.
   std::map<PublicKey, uint64_t> strike_free_below_;
   SpotChecks spot_checks_;  // runtime only, like relayed_
+  double last_opened_at_ = 0;  // when the last round opened: checks asked since weigh on the next
   Actions* out_ = nullptr;  // the Actions of the call in progress
   double now_ = 0.0;        // the `now` of the call in progress (for event times)
 };

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "agora/coord/assignment.h"
 #include "agora/coord/state_machine.h"
@@ -87,13 +88,40 @@ void StateMachine::set_phase(Phase phase, double now) {
                                      to_string(phase), active_count(), options_.network.min_peers));
 }
 
+// A member's throughput decides its share of the next rounds, so it is what the coordinator
+// saw it deliver, not what it says: the sequences over the seconds from the round's opening to
+// its commit, on the coordinator's clock. Its own compute_seconds can only make the sample
+// slower (a member that waited before training still says how long training took). Claiming
+// more speed than it has therefore buys nothing: a member is as fast as its commits arrive, and
+// a commit that arrives fast because the work was not done is what spot checks catch.
+void StateMachine::update_throughput(MemberRecord& member, const OpenRound& round,
+                                     const wire::Commit& commit, double now) {
+  const double claimed = commit.compute_seconds();
+  const double seen = now - round.opened_at;
+  const double seconds =
+      std::isfinite(claimed) && claimed > seen ? claimed : std::max(seen, 1e-3);
+  if (!std::isfinite(seconds)) return;
+  // The sequences it was handed, not the count it says it trained.
+  const double sample = static_cast<double>(total_count(round.assignments.at(member.key))) /
+                        seconds;
+  if (!std::isfinite(sample) || sample <= 0.0) return;
+  double& sps = member.sequences_per_second;
+  sps = sps == 0.0 ? sample : 0.5 * sps + 0.5 * sample;
+}
+
 void StateMachine::open_round(double now) {
   const uint64_t t = state_.next_step;
   const std::vector<const MemberRecord*> members = active_members();
   std::vector<double> measured;
-  for (const MemberRecord* m : members) measured.push_back(m->sequences_per_second);
-  const std::vector<uint64_t> shares =
-      proportional_shares(options_.batch_size, throughput_weights(measured));
+  std::vector<uint64_t> checking;  // what each is still recomputing for spot checks
+  for (const MemberRecord* m : members) {
+    measured.push_back(m->sequences_per_second);
+    checking.push_back(spot_checks_.sequences_asked_of(m->key, last_opened_at_));
+  }
+  last_opened_at_ = now;
+  const std::vector<uint64_t> shares = proportional_shares(
+      options_.batch_size,
+      weights_after_checks(throughput_weights(measured), options_.batch_size, checking));
   const std::vector<SequenceRange> ids = take_sequences(state_.queue, options_.batch_size);
   const std::vector<std::vector<SequenceRange>> pieces = cut_ranges(ids, shares);
 

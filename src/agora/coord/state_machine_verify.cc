@@ -51,8 +51,12 @@ void StateMachine::draw_spot_checks(const OpenRound& round, const CollectingStep
     contribution.author = one[0];
     contribution.ranges = step.ranges.at(c.author);
   }
+  std::set<PublicKey> others;
+  for (const PublicKey& key : step.expected) {
+    if (!committed.contains(key)) others.insert(key);
+  }
   act_on(spot_checks_.close(
-      round.step, committed, [&](const PublicKey& k) { return is_current(k); }, now));
+      round.step, committed, others, [&](const PublicKey& k) { return is_current(k); }, now));
 }
 
 void StateMachine::on_verdict(MemberRecord& member, const wire::Verdict& verdict, double now) {

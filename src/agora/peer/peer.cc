@@ -229,6 +229,7 @@ PeerSummary Peer::run() {
   const wire::Welcome welcome = join(peer_);
   check_welcome(welcome);
   build(peer_, welcome);
+  verification_.prepare();
   peer_.log(fmt::format("joined run {} ({} finalized steps{})", peer_.run_id,
                         welcome.finalized_steps(), peer_.checkpointer ? ", checkpointer" : ""),
             "joined",

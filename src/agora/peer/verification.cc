@@ -99,6 +99,7 @@ Verification::~Verification() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
+  cancel_ = true;
   wake_.notify_all();
   if (worker_.joinable()) worker_.join();
 }
@@ -187,6 +188,7 @@ void Verification::before_step() {
   keep_parameters();
   trained_from_ = peer_.applied;
   latest_round_ = peer_.next_round;
+  cancel_stale_check();
   // The momentum changes only in the step's contribution: unless the strategy was replaced (a
   // resync) or touched since, the state before this step is the one after the last, already
   // hashed. Hashing the momentum is the bookkeeping's main cost.
@@ -197,6 +199,18 @@ void Verification::before_step() {
     peer_.link.publish_strategy_state(before_.hash, before_.tensors, 2 * window + 2);
   }
   bookkeeping_seconds_ = seconds_since(started);
+}
+
+void Verification::cancel_stale_check() {
+  // A recomputation whose check the coordinator has given up (verify.window rounds on, or
+  // verify.seconds since it was asked) is work nobody will read: it stops at its next
+  // micro-batch rather than take CPU from training for nothing.
+  if (!running_) return;
+  std::lock_guard lock(mutex_);
+  const bool past_window = running_step_ + static_cast<uint64_t>(peer_.config.verify.window) <=
+                           latest_round_;
+  const bool past_time = seconds_since(running_received_) > peer_.config.verify.seconds;
+  if (past_window || past_time) cancel_ = true;
 }
 
 std::vector<std::pair<const void*, int64_t>> Verification::identity_of_state() const {
@@ -222,14 +236,18 @@ double Verification::after_step(wire::Commit& commit) {
   return bookkeeping_seconds_ + seconds_since(started);
 }
 
+void Verification::prepare() {
+  if (!scratch_ && enabled()) make_scratch();
+}
+
+void Verification::make_scratch() {
+  scratch_ = std::make_unique<Learner>(Learner::create(peer_.config, peer_.device));
+  step_ = std::make_unique<TrainStep>(peer_.config, peer_.device);
+}
+
 void Verification::submit(const wire::SpotCheck& check) {
   std::string refusal;
-  if (!scratch_) {
-    // On the first check, and here on the training thread, not on the worker: Learner::create
-    // seeds torch's global generator, which a joiner's initialisation on this thread also uses.
-    scratch_ = std::make_unique<Learner>(Learner::create(peer_.config, peer_.device));
-    step_ = std::make_unique<TrainStep>(peer_.config, peer_.device);
-  }
+  if (!scratch_) make_scratch();  // it joined a run without spot checks
   {
     std::lock_guard lock(mutex_);
     if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
@@ -283,6 +301,8 @@ void Verification::work() {
     wire::Verdict verdict;
     try {
       verdict = check(next);
+    } catch (const Cancelled&) {
+      continue;  // its window passed while it ran: the coordinator ended or moved the check
     } catch (const std::exception& e) {
       if (stopping_) return;
       verdict.set_outcome(wire::Verdict::ABSTAINS);
@@ -360,8 +380,21 @@ wire::Verdict Verification::check(const Queued& queued) {
   const auto index = static_cast<int64_t>(c.step());
   const StepContext context{index, peer_.config.learning_rate(index), 1};
   const auto started = std::chrono::steady_clock::now();
-  const Recomputed redo =
-      recompute(*step_, *scratch_, {queued.params, &states[0], context, ranges});
+  {
+    std::lock_guard lock(mutex_);
+    cancel_ = stopping_.load();
+    running_step_ = c.step();
+    running_received_ = queued.received;
+    running_ = true;
+  }
+  Recomputed redo;
+  try {
+    redo = recompute(*step_, *scratch_, {queued.params, &states[0], context, ranges}, &cancel_);
+  } catch (...) {
+    running_ = false;
+    throw;
+  }
+  running_ = false;
   v.set_recompute_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   PayloadAgreement agreement;

@@ -55,6 +55,12 @@ class Verification {
   // True when the run checks contributions (verify.rate > 0, DeMo).
   bool enabled() const;
 
+  // Once the session is built, on the training thread: makes the model and strategy checks are
+  // recomputed on (a second copy of the run's, so it costs the memory of one more learner).
+  // Learner::create seeds torch's global generator, which only this thread may use, and making
+  // it here keeps the seconds it takes out of the rounds.
+  void prepare();
+
   // Author, on the training thread. Before the step: keeps the parameters the round trains
   // from, and the strategy state before it. After: commits to both states in `commit`, and to
   // the steps applied to the parameters it trained from.
@@ -81,6 +87,8 @@ class Verification {
     std::string hash;  // BLAKE2b over the tensors' hashes in name order
     std::shared_ptr<const Snapshot> tensors;
   };
+  void make_scratch();
+  void cancel_stale_check();
   State snapshot_strategy() const;
   // Which tensors hold the strategy state and how often each was written (torch's version
   // counter): equal identities mean an unchanged state.
@@ -112,8 +120,14 @@ class Verification {
   // applied steps -> the parameters rounds trained from after that many steps
   std::map<uint64_t, std::vector<torch::Tensor>> parameters_;
   std::atomic<bool> stopping_ = false;  // also cancels a fetch in flight
+  // The recomputation in flight (the worker's), and the flag that stops it: set at shutdown or
+  // by the training thread once its check is stale (cancel_stale_check, from before_step).
+  std::atomic<bool> cancel_ = false;
+  std::atomic<bool> running_ = false;
+  uint64_t running_step_ = 0;                                // mutex_
+  std::chrono::steady_clock::time_point running_received_;  // mutex_
   std::thread worker_;
-  // Made by the first submit() (before the worker starts), then the worker's alone.
+  // Made by prepare() (before the worker starts), then the worker's alone.
   std::unique_ptr<Learner> scratch_;
   std::unique_ptr<TrainStep> step_;
 };

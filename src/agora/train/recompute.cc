@@ -8,7 +8,8 @@
 
 namespace agora {
 
-Recomputed recompute(const TrainStep& step, Learner& scratch, const CommittedStep& committed) {
+Recomputed recompute(const TrainStep& step, Learner& scratch, const CommittedStep& committed,
+                     const std::atomic<bool>* stop) {
   if (committed.params.size() != scratch.params.size()) {
     throw Error(fmt::format("the committed step has {} parameter tensors but the model has {}",
                             committed.params.size(), scratch.params.size()));
@@ -30,7 +31,8 @@ Recomputed recompute(const TrainStep& step, Learner& scratch, const CommittedSte
   }
   scratch.strategy->load_state(*committed.strategy_state);
   Recomputed out;
-  out.result = step.run(scratch, committed.context, committed.ranges);
+  out.result = step.run(scratch, committed.context, committed.ranges, stop);
+  if (!out.result.completed) throw Cancelled("the recomputation was stopped");
   for (const auto& [name, tensor] : scratch.strategy->state())
     out.state_after[name] = tensor.clone();
   return out;

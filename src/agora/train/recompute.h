@@ -14,10 +14,12 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <map>
 #include <span>
 #include <string>
 
+#include "agora/core/error.h"
 #include "agora/data/sequence_range.h"
 #include "agora/optim/strategy.h"
 #include "agora/train/step.h"
@@ -39,7 +41,16 @@ struct Recomputed {
 // Overwrites `scratch`'s parameters and strategy state with `committed`'s and runs the step.
 // Throws Error when the committed tensors do not fit the scratch model (count, shape) or the
 // strategy state misses a tensor, and when the step's loss is not finite.
-Recomputed recompute(const TrainStep& step, Learner& scratch, const CommittedStep& committed);
+// `stop`, when set, is checked before every micro-batch: a recomputation it stops throws
+// Cancelled.
+Recomputed recompute(const TrainStep& step, Learner& scratch, const CommittedStep& committed,
+                     const std::atomic<bool>* stop = nullptr);
+
+// A recomputation stopped before its end.
+class Cancelled : public Error {
+ public:
+  using Error::Error;
+};
 
 // ||a - b|| / ||b|| over every tensor the two states share by name, in float64; the states must
 // hold the same names and shapes (Error otherwise). 0 for identical states.
