@@ -3,25 +3,29 @@
 
     bench_spot_checks.py --agora build/apps/agora/agora [--data data/tokens/sp8k] [--json FILE]
                          [--steps N] [--repeats K] [--scenario overhead|detection|all]
+                         [--rates 0,0.02,0.05,0.25] [--peers 4] [--pin] [--cheats a,b]
 
-Real processes on loopback (a coordinator and 4 peers of the integration tests' tiny run,
+Real processes on loopback (a coordinator and peers of the integration tests' tiny run,
 tests/integration/network.toml, with data.seq_len --seq-len), side by side in one invocation:
 
-  overhead   the same run with verify.rate 0, 0.02, 0.05 (the default) and 0.25, each --repeats
-             times in turn: the run's tokens/s (sequences x seq_len over the wall time from the
-             first to the last finalized step), the checks resolved per round and the verifier's
-             seconds per check (its recomputation).
-  detection  one peer trains half its share and commits as if it trained it all
-             (AGORA_TEST_CHEAT=half_batch) at verify.rate 0.25 with verify.max_failures high
-             enough that it stays in the run: the share of its contributions drawn, the share of
-             drawn checks that confirmed the failure, and from them the chance to be caught
-             within R rounds, 1 - (1 - p d)^R, against the design's 1 - (1 - p)^R; the honest
-             verdicts' margins (lowest overlap, highest momentum error) and false positives.
+  overhead   the same run at each of --rates (the first is the baseline), each --repeats times
+             in turn: the run's tokens/s (sequences x seq_len over the wall time from the first
+             to the last finalized step), the checks resolved per round, the verifier's seconds
+             per recomputation, a share's training seconds and the per-step bookkeeping. With
+             --pin, peer i is pinned to core i (taskset): each peer has a core of its own, as
+             peers on machines of their own do, and its checks take its own time; without it
+             --peers peers share every core and a check on one slows all of them.
+  detection  for each of --cheats, one peer of 4 cheats (AGORA_TEST_CHEAT: half_batch trains
+             half its share, other_data other sequences, and commits as if it trained its share)
+             at verify.rate 0.25 with verify.max_failures high enough that it stays in the run:
+             the share of its contributions drawn, the share of drawn checks that confirmed the
+             failure, and from them the chance to be caught within R rounds, 1 - (1 - p d)^R,
+             against 1 - (1 - rate)^R; the honest verdicts' margins (lowest overlap, highest
+             momentum error) and false positives. Peers run at --slowdown 2 (a peer waiting on
+             slower hardware leaves the CPU to its verifier).
 
-The machine has 2 cores shared by all peers, so a check competes with training for the same
-cores (the verifier runs at nice 10). Peers run with --slowdown 2 in `detection` (a peer waiting
-on slower hardware leaves the CPU to its verifier); `overhead` runs them at full speed, the
-worst case for the overhead. The ratios, not the absolute rates, are the result.
+The machine has 2 cores; the verifier thread runs at nice 5 beside training. The ratios, not the
+absolute rates, are the result.
 """
 import argparse
 import json
@@ -37,14 +41,15 @@ from network_run import Run  # noqa: E402
 PEERS = 4
 
 
-def one_run(args, name, rate, steps, cheater=None, extra=(), sets=(), peers=PEERS, pin=False):
+def one_run(args, name, rate, steps, cheater=None, extra=(), sets=(), peers=PEERS, pin=False,
+            cheat="half_batch"):
     run = Run(args.agora, args.data, name, peers=peers, steps=steps,
               sets=[f"network.min_peers={peers - (1 if cheater is not None else 0)}",
                     f"verify.rate={rate}", f"data.seq_len={args.seq_len}", *sets])
     run.start_coordinator()
     cores = os.cpu_count() or 1
     for i in range(peers):
-        env = {"AGORA_TEST_CHEAT": "half_batch"} if i == cheater else None
+        env = {"AGORA_TEST_CHEAT": cheat} if i == cheater else None
         prefix = ("taskset", "-c", str(i % cores)) if pin else ()
         run.start_peer(i, extra=extra, env=env, prefix=prefix)
     run.wait_finished(timeout=600)
@@ -118,10 +123,11 @@ def run_overhead(args):
     return table
 
 
-def run_detection(args):
+def run_detection(args, cheat):
     rate, cheater = 0.25, PEERS - 1
-    res = one_run(args, "spot-detection", rate, args.detection_steps, cheater=cheater,
-                  extra=("--slowdown", "2"), sets=["verify.max_failures=1000", "verify.window=32"])
+    res = one_run(args, f"spot-detection-{cheat}", rate, args.detection_steps, cheater=cheater,
+                  extra=("--slowdown", "2"), sets=["verify.max_failures=1000", "verify.window=32"],
+                  cheat=cheat)
     key = res["keys"][cheater]
     mine = [v for v in res["verify"] if v.get("author") == key]
     drawn_rounds = sorted({v["round"] for v in mine if v["check"] == "assigned"
@@ -143,7 +149,7 @@ def run_detection(args):
     for r in (1, 2, 5, 10, 20):
         curve.append({"rounds": r, "expected": 1 - (1 - rate) ** r,
                       "measured": 1 - (1 - p_hat * d_hat) ** r})
-    out = {"rate": rate, "cheat": "half_batch", "rounds_trained_by_cheater": trained,
+    out = {"rate": rate, "cheat": cheat, "rounds_trained_by_cheater": trained,
            "checks_drawn": len(drawn_rounds), "checks_failed": len(failed),
            "checks_unresolved": len(unresolved), "checks_passed": len(passed),
            "checks_open_at_end": still_open, "first_failure_round": failed[0] if failed
@@ -155,7 +161,7 @@ def run_detection(args):
            "honest_max_state_error": max((v["state_error"] for v in honest), default=None),
            "cheat_max_overlap": max((v["overlap"] for v in cheat_verdicts), default=None),
            "cheat_min_state_error": min((v["state_error"] for v in cheat_verdicts), default=None)}
-    print(f"\ndetection: 1 of {PEERS} peers trains half its share, verify.rate {rate}, "
+    print(f"\ndetection: 1 of {PEERS} peers cheats ({cheat}), verify.rate {rate}, "
           f"{args.detection_steps} steps (--slowdown 2)")
     print(f"  its contributions drawn: {len(drawn_rounds)} of {trained} (p = {p_hat:.3f}, "
           f"design {rate}); confirmed failures: {len(failed)} (d = {d_hat:.3f}); "
@@ -185,6 +191,9 @@ def main():
                     default=[0.0, 0.02, 0.05, 0.25],
                     help="verify.rate values for `overhead`, comma-separated; the first is the "
                          "baseline the others are compared with")
+    ap.add_argument("--cheats", type=lambda v: v.split(","), default=["half_batch", "other_data"],
+                    help="`detection`: AGORA_TEST_CHEAT values, one run each (half_batch trains "
+                         "half its share, other_data other sequences)")
     ap.add_argument("--peers", type=int, default=PEERS, help="`overhead`: how many peers")
     ap.add_argument("--pin", action="store_true",
                     help="`overhead`: pin peer i to core i (taskset), as if each had a machine of "
@@ -197,7 +206,7 @@ def main():
     if args.scenario in ("all", "overhead"):
         results["overhead"] = run_overhead(args)
     if args.scenario in ("all", "detection"):
-        results["detection"] = run_detection(args)
+        results["detection"] = [run_detection(args, cheat) for cheat in args.cheats]
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

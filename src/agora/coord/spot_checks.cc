@@ -54,7 +54,7 @@ bool SpotChecks::drawn(const std::string& seed, uint64_t step, const PublicKey& 
 double SpotChecks::share_rate(double rate, uint64_t share, uint64_t sequences, size_t members) {
   if (sequences == 0 || members == 0) return rate;
   const double mean = static_cast<double>(sequences) / static_cast<double>(members);
-  return std::min(1.0, rate * static_cast<double>(share) / mean);
+  return std::min(1.0, rate * std::max(1.0, static_cast<double>(share) / mean));
 }
 
 void SpotChecks::remember(uint64_t step, const PublicKey& author, StrategyCommitment commitment) {

@@ -7,14 +7,13 @@
 //   The draw. A 32-byte seed is drawn after the commits closed, so no author knew at commit time
 //   whether its step would be checked, and logged with the step. Author a's contribution to step
 //   s is checked when BLAKE2b(seed | s | a), read as a 64-bit number, is below p x 2^64, where
-//   p = min(1, rate x share / mean share), the mean over the round's active members (those that
-//   committed nothing count, with nothing): a share of the mean size is checked at verify.rate,
-//   a larger one in proportion. Shares follow delivered throughput, so a member that skips the
-//   work commits fast and takes more data; checked in proportion, it wastes about
-//   max_failures / (rate x members) batches' worth of data before it is dropped, whatever share
-//   it takes. The price:
-//   with unequal shares more is recomputed, rate x batch x members x sum(share fraction^2)
-//   sequences a round (rate x batch when shares are equal).
+//   p = min(1, rate x max(1, share / mean share)), the mean over the round's active members
+//   (those that committed nothing count, with nothing): a share up to the mean size is checked
+//   at verify.rate (at rate 1, every one), a larger one in proportion. Shares follow delivered
+//   throughput, so a member that skips the work commits fast and takes more data; checked in
+//   proportion, it wastes about max_failures / (rate x members) batches' worth of data before
+//   it is dropped, whatever share it takes. The price: with unequal shares more than rate x
+//   batch sequences are recomputed a round.
 //   Its verifiers, in the order they would be asked, are the round's other active members (its
 //   committers, and those handed an empty share: a member that takes the whole batch is still
 //   checked) ranked by fewest open checks, then by BLAKE2b(seed | s | a | v): a function of the

@@ -139,7 +139,11 @@ void Round::train(const wire::RoundStart& round) {
   }
   const bool verified = verification_.enabled();
   if (verified) verification_.before_step();
-  StepResult result = peer_.step->run(peer_.learner, context, cheat_share(share), &peer_.stop);
+  StepResult result;
+  {
+    const CheatPerturbation cheat(peer_.learner.params);
+    result = peer_.step->run(peer_.learner, context, cheat_share(share), &peer_.stop);
+  }
   if (!result.completed) return;
   double compute = result.compute_seconds;
   // --slowdown stands for slower hardware: the sleep counts as compute.

@@ -94,6 +94,22 @@ std::vector<SequenceRange> cheat_share(const std::vector<SequenceRange>& share) 
   return share;
 }
 
+CheatPerturbation::CheatPerturbation(std::vector<torch::Tensor>& params) : params_(params) {
+  if (test_cheat() != "perturbed") return;
+  static auto generator = at::make_generator<at::CPUGeneratorImpl>(7919);
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : params_) {
+    saved_.push_back(p.detach().clone());
+    const double rms = p.detach().pow(2).mean().sqrt().item<double>();
+    p.add_(torch::randn(p.sizes(), generator, p.options()) * (0.05 * rms));
+  }
+}
+
+CheatPerturbation::~CheatPerturbation() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < saved_.size(); ++i) params_[i].copy_(saved_[i]);
+}
+
 Verification::~Verification() {
   {
     std::lock_guard lock(mutex_);

@@ -18,8 +18,10 @@
 //   The worker shares the machine with training; it holds no lock while it computes.
 //
 // Test hooks (environment, read once; for integration tests of a cheating member):
-//   AGORA_TEST_CHEAT=half_batch|other_data   train half the share, or other sequences, and
-//                                            commit as if the share was trained;
+//   AGORA_TEST_CHEAT=half_batch|other_data|perturbed
+//                                            train half the share, other sequences, or from
+//                                            perturbed parameters, and commit as if the share
+//                                            was trained as assigned;
 //   AGORA_TEST_FALSE_VERDICTS=1              every verdict says DISAGREES.
 #pragma once
 
@@ -44,6 +46,20 @@ namespace agora::peer {
 const std::string& test_cheat();
 // What a cheating author trains instead of `share` (the share itself when honest).
 std::vector<SequenceRange> cheat_share(const std::vector<SequenceRange>& share);
+// AGORA_TEST_CHEAT=perturbed: while it lives, `params` hold the run's parameters plus noise of
+// 5% of each tensor's RMS, so the step's gradient is a perturbed model's; the destructor puts
+// the run's parameters back, bit for bit. Does nothing for other cheats or an honest peer.
+class CheatPerturbation {
+ public:
+  explicit CheatPerturbation(std::vector<torch::Tensor>& params);
+  ~CheatPerturbation();
+  CheatPerturbation(const CheatPerturbation&) = delete;
+  CheatPerturbation& operator=(const CheatPerturbation&) = delete;
+
+ private:
+  std::vector<torch::Tensor>& params_;
+  std::vector<torch::Tensor> saved_;
+};
 
 class Verification {
  public:
