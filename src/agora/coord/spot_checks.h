@@ -151,7 +151,7 @@ class SpotChecks {
   // The draw's rule, exposed for tests: whether author's contribution to step is checked.
   static bool drawn(const std::string& seed, uint64_t step, const PublicKey& author, double rate);
   // The chance that a contribution of `share` of the `sequences` a round's `members` committed
-  // is drawn: verify.rate for a share of the mean size, in proportion for others (at most 1).
+  // is drawn: verify.rate for a share up to the mean size, in proportion above it (at most 1).
   static double share_rate(double rate, uint64_t share, uint64_t sequences, size_t members);
 
  private:
