@@ -302,7 +302,11 @@ void Adversary::on_round_start(const wire::RoundStart& r) {
 }
 
 void Adversary::commit_due() {
-  for (auto it = due_.begin(); it != due_.end() && it->second.first <= now();) {
+  for (auto it = due_.begin(); it != due_.end();) {
+    if (it->second.first > now()) {
+      ++it;
+      continue;
+    }
     std::string what;
     const std::string bytes = payload_for(it->first, &what);
     commit(it->first, bytes, what, it->second.second);

@@ -180,6 +180,16 @@ TEST_F(CoordinatorTest, AJoinersOwnEstimateCountsForNoMoreThanTheFastestMember) 
   EXPECT_DOUBLE_EQ(member(3).sequences_per_second, 0.5);
 }
 
+TEST_F(CoordinatorTest, AJoinersEstimateHasACeilingWhenNobodyWasMeasured) {
+  make();
+  // Sums of such weights would overflow to infinity and poison the split.
+  handle(0, join_msg(ids_[0], 1e300), kT0);
+  handle(1, join_msg(ids_[1], 1e300), kT0);
+  EXPECT_DOUBLE_EQ(member(0).sequences_per_second, 1e6);
+  EXPECT_DOUBLE_EQ(member(1).sequences_per_second, 1e6);
+  EXPECT_TRUE(sm_->tick(kT0 + options_.network.warmup_seconds).send.size() > 0);
+}
+
 // ---- collect, witness, finalize ----------------------------------------------------------------
 
 TEST_F(CoordinatorTest, QuorumDecidesWhichPayloadsAreFinal) {

@@ -195,6 +195,8 @@ TEST(CoordinatorAssignmentTest, SpotCheckWorkComesOutOfTheVerifiersShare) {
   EXPECT_GT(w[1], 0.0);
   EXPECT_EQ(proportional_shares(2, w), (std::vector<uint64_t>{2, 0}));
   EXPECT_THROW(weights_after_checks({1, 1}, 2, {0}), Error);
+  // Weights whose sum overflows are left as they are, not turned into NaN.
+  EXPECT_EQ(weights_after_checks({1e308, 1e308}, 2, {0, 1}), (std::vector<double>{1e308, 1e308}));
 }
 
 TEST(CoordinatorAssignmentTest, ReturnedIdsGoOutFirstLowestFirst) {

@@ -311,12 +311,13 @@ TEST(SpotChecksTest, AVerifiersOpenWorkIsCountedUntilItAnswers) {
   Round round(checks, 3);
   const auto to = assignments(round.close());
   ASSERT_EQ(to.size(), 3u);
-  for (int v = 0; v < 3; ++v) EXPECT_EQ(checks.sequences_asked_of(key_of(v), 0), 3u);  // 3 each
-  EXPECT_EQ(checks.sequences_asked_of(key_of(4), 0), 0u);
-  // Counted once: a round opened after they were asked does not count them again.
-  EXPECT_EQ(checks.sequences_asked_of(key_of(1), 0.5), 0u);
+  for (int v = 0; v < 3; ++v) EXPECT_EQ(checks.sequences_newly_asked_of(key_of(v)), 3u);
+  EXPECT_EQ(checks.sequences_newly_asked_of(key_of(4)), 0u);
   round.verdict(to.at(key_of(0)), key_of(0), wire::Verdict::AGREES);
-  EXPECT_EQ(checks.sequences_asked_of(to.at(key_of(0)), 0), 0u);
+  EXPECT_EQ(checks.sequences_newly_asked_of(to.at(key_of(0))), 0u);  // answered
+  // Counted once: after a round opened, the open ones no longer weigh on the next.
+  checks.round_opened();
+  for (int v = 0; v < 3; ++v) EXPECT_EQ(checks.sequences_newly_asked_of(key_of(v)), 0u);
 }
 
 // ---- through the state machine -------------------------------------------------------------

@@ -117,7 +117,9 @@ std::vector<double> weights_after_checks(const std::vector<double>& weights, uin
     speed += weights[i];
     work += static_cast<double>(check_sequences[i]);
   }
-  if (!(speed > 0.0) || work == static_cast<double>(total)) return weights;
+  if (!(speed > 0.0) || !std::isfinite(speed) || work == static_cast<double>(total)) {
+    return weights;
+  }
   const double seconds = work / speed;
   std::vector<double> out;
   out.reserve(weights.size());

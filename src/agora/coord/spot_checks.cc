@@ -71,10 +71,10 @@ const StrategyCommitment* SpotChecks::commitment(uint64_t step, const PublicKey&
   return it == commitments_.end() ? nullptr : &it->second;
 }
 
-uint64_t SpotChecks::sequences_asked_of(const PublicKey& verifier, double since) const {
+uint64_t SpotChecks::sequences_newly_asked_of(const PublicKey& verifier) const {
   uint64_t total = 0;
   for (const auto& [key, check] : open_) {
-    if (check.asked != verifier || check.asked_at < since) continue;
+    if (check.asked != verifier || check.asked_in != rounds_opened_) continue;
     for (const auto& r : check.request.ranges()) total += r.count();
   }
   return total;
@@ -155,6 +155,7 @@ bool SpotChecks::ask_next(Check& check, const std::function<bool(const PublicKey
     if (!current(v)) continue;
     check.asked = v;
     check.asked_at = now;
+    check.asked_in = rounds_opened_;
     ++load_[v];
     wire::Envelope message;
     *message.mutable_spot_check() = check.request;

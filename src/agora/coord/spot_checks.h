@@ -141,11 +141,12 @@ class SpotChecks {
   }
 
   size_t open_checks() const { return open_.size(); }
-  // The sequences `verifier` was asked to recompute at or after `since` and has not answered
-  // yet: work it does beside its next share (open_round makes that share smaller by as much).
-  // A check asked before the last round opened was counted then: counting it again for every
-  // round it stays open would starve a slow verifier of data.
-  uint64_t sequences_asked_of(const PublicKey& verifier, double since) const;
+  // The sequences `verifier` was asked to recompute since the last round_opened() and has not
+  // answered yet: work it does beside the share of the round opening now (open_round makes that
+  // share smaller by as much). A check asked before the last round opened was counted then:
+  // counting it again for every round it stays open would starve a slow verifier of data.
+  uint64_t sequences_newly_asked_of(const PublicKey& verifier) const;
+  void round_opened() { ++rounds_opened_; }
   int64_t failures(const PublicKey& key) const;
 
   // The draw's rule, exposed for tests: whether author's contribution to step is checked.
@@ -163,6 +164,7 @@ class SpotChecks {
     size_t next = 0;                    // the next candidate to ask
     std::optional<PublicKey> asked;
     double asked_at = 0;
+    uint64_t asked_in = 0;  // rounds_opened_ when it was asked
     std::vector<std::pair<PublicKey, wire::Verdict::Outcome>> verdicts;
   };
   using Key = std::pair<uint64_t, PublicKey>;  // step, author
@@ -182,6 +184,7 @@ class SpotChecks {
   std::map<Key, Check> open_;
   std::map<PublicKey, size_t> load_;  // open checks each member is asked now
   std::map<PublicKey, int64_t> failures_;
+  uint64_t rounds_opened_ = 0;  // round_opened() calls: when each ask fell
 };
 
 }  // namespace agora::coord

@@ -278,9 +278,11 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   // would stall a round until its deadline.
   double fastest = 0.0;
   for (const auto& [key, other] : state_.members) {
-    if (key != from && is_current(key)) fastest = std::max(fastest, other.sequences_per_second);
+    if (key != from && other.state == MemberState::kActive) {
+      fastest = std::max(fastest, other.sequences_per_second);
+    }
   }
-  double estimate = join.sequences_per_second();
+  double estimate = std::min(join.sequences_per_second(), kMaxJoinEstimate);
   if (fastest > 0.0) estimate = std::min(estimate, fastest);
   if (m.sequences_per_second == 0.0 && std::isfinite(estimate) && estimate > 0.0) {
     m.sequences_per_second = estimate;

@@ -248,7 +248,6 @@ class StateMachine {
   // them to upload.
   std::map<PublicKey, uint64_t> strike_free_below_;
   SpotChecks spot_checks_;  // runtime only, like relayed_
-  double last_opened_at_ = 0;  // when the last round opened: checks asked since weigh on the next
   Actions* out_ = nullptr;  // the Actions of the call in progress
   double now_ = 0.0;        // the `now` of the call in progress (for event times)
 };

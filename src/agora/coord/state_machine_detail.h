@@ -17,6 +17,10 @@ namespace agora::coord::detail {
 
 inline constexpr size_t kHashBytes = 32;
 inline constexpr size_t kMaxReasonChars = 200;  // a witness's rejection reason, as logged
+// The most a joiner's own throughput estimate counts for (sequences per second) when no active
+// member has a throughput yet: far above any machine, and far below where sums of weights
+// overflow.
+inline constexpr double kMaxJoinEstimate = 1e6;
 
 // "tcp://host:port" with a non-empty host and a port in 1..65535.
 inline bool valid_endpoint(std::string_view endpoint) {

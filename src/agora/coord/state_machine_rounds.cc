@@ -116,9 +116,9 @@ void StateMachine::open_round(double now) {
   std::vector<uint64_t> checking;  // what each is still recomputing for spot checks
   for (const MemberRecord* m : members) {
     measured.push_back(m->sequences_per_second);
-    checking.push_back(spot_checks_.sequences_asked_of(m->key, last_opened_at_));
+    checking.push_back(spot_checks_.sequences_newly_asked_of(m->key));
   }
-  last_opened_at_ = now;
+  spot_checks_.round_opened();
   const std::vector<uint64_t> shares = proportional_shares(
       options_.batch_size,
       weights_after_checks(throughput_weights(measured), options_.batch_size, checking));

@@ -101,7 +101,9 @@ CheatPerturbation::CheatPerturbation(std::vector<torch::Tensor>& params) : param
   for (torch::Tensor& p : params_) {
     saved_.push_back(p.detach().clone());
     const double rms = p.detach().pow(2).mean().sqrt().item<double>();
-    p.add_(torch::randn(p.sizes(), generator, p.options()) * (0.05 * rms));
+    const torch::Tensor noise =
+        torch::randn(p.sizes(), generator, p.options().device(torch::kCPU)).to(p.device());
+    p.add_(noise * (0.05 * rms));
   }
 }
 
