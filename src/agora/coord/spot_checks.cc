@@ -96,13 +96,13 @@ SpotChecks::Output SpotChecks::close(uint64_t step,
   if (!enabled() || committed.empty() || members.size() < 2) return out;  // nobody to ask
   const std::string seed = random_seed_();
   uint64_t sequences = 0;
-  for (const auto& [author, contribution] : committed) sequences += total_count(contribution.ranges);
+  for (const auto& [author, contribution] : committed)
+    sequences += total_count(contribution.ranges);
   std::vector<PublicKey> chosen;
   for (const auto& [author, contribution] : committed) {
-    const double rate = share_rate(config_.rate, total_count(contribution.ranges), sequences,
-                                   members.size());
-    if (current(author) && drawn(seed, step, author, rate) &&
-        commitment(step, author) != nullptr) {
+    const double rate =
+        share_rate(config_.rate, total_count(contribution.ranges), sequences, members.size());
+    if (current(author) && drawn(seed, step, author, rate) && commitment(step, author) != nullptr) {
       chosen.push_back(author);
     }
   }

@@ -98,12 +98,11 @@ void StateMachine::update_throughput(MemberRecord& member, const OpenRound& roun
                                      const wire::Commit& commit, double now) {
   const double claimed = commit.compute_seconds();
   const double seen = now - round.opened_at;
-  const double seconds =
-      std::isfinite(claimed) && claimed > seen ? claimed : std::max(seen, 1e-3);
+  const double seconds = std::isfinite(claimed) && claimed > seen ? claimed : std::max(seen, 1e-3);
   if (!std::isfinite(seconds)) return;
   // The sequences it was handed, not the count it says it trained.
-  const double sample = static_cast<double>(total_count(round.assignments.at(member.key))) /
-                        seconds;
+  const double sample =
+      static_cast<double>(total_count(round.assignments.at(member.key))) / seconds;
   if (!std::isfinite(sample) || sample <= 0.0) return;
   double& sps = member.sequences_per_second;
   sps = sps == 0.0 ? sample : 0.5 * sps + 0.5 * sample;

@@ -225,8 +225,8 @@ void Verification::cancel_stale_check() {
   // micro-batch rather than take CPU from training for nothing.
   if (!running_) return;
   std::lock_guard lock(mutex_);
-  const bool past_window = running_step_ + static_cast<uint64_t>(peer_.config.verify.window) <=
-                           latest_round_;
+  const bool past_window =
+      running_step_ + static_cast<uint64_t>(peer_.config.verify.window) <= latest_round_;
   const bool past_time = seconds_since(running_received_) > peer_.config.verify.seconds;
   if (past_window || past_time) cancel_ = true;
 }

@@ -140,7 +140,7 @@ class Verification {
   // by the training thread once its check is stale (cancel_stale_check, from before_step).
   std::atomic<bool> cancel_ = false;
   std::atomic<bool> running_ = false;
-  uint64_t running_step_ = 0;                                // mutex_
+  uint64_t running_step_ = 0;                               // mutex_
   std::chrono::steady_clock::time_point running_received_;  // mutex_
   std::thread worker_;
   // Made by prepare() (before the worker starts), then the worker's alone.
