@@ -141,7 +141,8 @@ class StateMachine {
 
  private:
   // Message handlers; the member exists and is kActive or kSyncing unless noted.
-  void on_join(const net::PublicKey& from, const wire::Join& join, double now);  // anyone
+  void on_join(const net::PublicKey& from, const wire::Join& join,
+               double now);  // anyone; state_machine_join.cc
   void on_heartbeat(MemberRecord& member, const wire::Heartbeat& heartbeat, double now);
   // Every member left: back to the newest checkpoint (or step 0); in-flight data is requeued.
   void restart_from_checkpoint();
