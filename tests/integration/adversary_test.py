@@ -321,7 +321,8 @@ def scenario_hog(agora, adversary, data):
     ledger.audit()
     check_dropped(run, ledger, 3, "adversary taking the batch")
     check_honest_unaccused(run, ledger, run.honest)
-    # Checked more often than verify.rate: its share was larger than the mean.
+    # How often it was drawn is reported, not asserted: it is dropped within a few rounds, too
+    # few to tell its rate from verify.rate with confidence (the unit tests measure the draw).
     key = run.peer_keys[3]
     drawn = {c.round for c in ledger.checks.values() if c.author == 3}
     rounds = {c["round"] for c in commits}
