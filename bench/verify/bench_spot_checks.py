@@ -30,6 +30,7 @@ absolute rates, are the result.
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -45,20 +46,24 @@ def one_run(args, name, rate, steps, cheater=None, extra=(), sets=(), peers=PEER
             cheat="half_batch"):
     run = Run(args.agora, args.data, name, peers=peers, steps=steps,
               sets=[f"network.min_peers={peers - (1 if cheater is not None else 0)}",
-                    f"verify.rate={rate}", f"data.seq_len={args.seq_len}", *sets])
+                    f"verify.rate={rate}", f"data.seq_len={args.seq_len}", *args.set, *sets])
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     run.start_coordinator()
     cores = os.cpu_count() or 1
     for i in range(peers):
         env = {"AGORA_TEST_CHEAT": cheat} if i == cheater else None
         prefix = ("taskset", "-c", str(i % cores)) if pin else ()
         run.start_peer(i, extra=extra, env=env, prefix=prefix)
-    run.wait_finished(timeout=600)
+    run.wait_finished(timeout=900)
+    # Every process of the run has been waited for: their CPU time is in RUSAGE_CHILDREN.
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rows = run.rows()
     steps_rows = run.steps_final(rows)
     verify = [r for r in run.log_rows("verify", rows=rows)]
     verdicts = [e for i in range(peers) for e in run.events(i, "verdict")]
     trained = [e for i in range(peers) for e in run.events(i, "trained")]
-    out = {"rows": steps_rows, "verify": verify, "verdicts": verdicts, "keys": run.peer_keys,
+    out = {"rows": steps_rows, "verify": verify, "cpu_seconds": cpu, "verdicts": verdicts, "keys": run.peer_keys,
            "train_seconds": [e["seconds"] for e in trained],
            "bookkeeping_seconds": [e.get("verify_seconds", 0.0) for e in trained]}
     if args.keep:
@@ -68,18 +73,26 @@ def one_run(args, name, rate, steps, cheater=None, extra=(), sets=(), peers=PEER
     return out
 
 
-def tokens_per_second(result, seq_len):
-    rows = result["rows"]
+def tokens_per_second(result, seq_len, skip):
+    """Steady state: from the skip-th finalized step to the last (joins and warm-up excluded)."""
+    rows = result["rows"][skip:]
     if len(rows) < 2:
         return 0.0
     seqs = sum(r["sequences"] for r in rows[1:])
     return seqs * seq_len / (rows[-1]["time"] - rows[0]["time"])
 
 
+def cpu_per_kilotoken(result, seq_len):
+    """Every process's CPU seconds (coordinator, peers, start-up included) per 1,000 tokens."""
+    tokens = sum(r["sequences"] for r in result["rows"]) * seq_len
+    return 1000 * result["cpu_seconds"] / tokens if tokens else 0.0
+
+
 def run_overhead(args):
     rates = args.rates
     seq_len = args.seq_len
     per_rate = {r: [] for r in rates}
+    cpu = {r: [] for r in rates}
     checks = {r: [] for r in rates}
     seconds = {r: [] for r in rates}
     train = {r: [] for r in rates}
@@ -89,21 +102,27 @@ def run_overhead(args):
             t0 = time.time()
             res = one_run(args, f"spot-overhead-{rate}", rate, args.steps, peers=args.peers,
                           pin=args.pin)
-            tps = tokens_per_second(res, seq_len)
+            tps = tokens_per_second(res, seq_len, args.skip)
             per_rate[rate].append(tps)
+            cpu[rate].append(cpu_per_kilotoken(res, seq_len))
             resolved = [v for v in res["verify"] if v.get("check") in ("passed", "author_failed")]
             checks[rate].append(len(resolved))
             seconds[rate].extend(v["seconds"] for v in res["verdicts"] if v["seconds"] > 0)
             train[rate].extend(res["train_seconds"])
             bookkeeping[rate].extend(res["bookkeeping_seconds"])
             print(f"  repeat {k + 1}/{args.repeats} rate {rate}: {tps:,.0f} tokens/s, "
-                  f"{len(resolved)} checks resolved ({time.time() - t0:.0f} s)", flush=True)
+                  f"{cpu[rate][-1]:.3f} CPU s per 1k tokens, {len(resolved)} checks resolved "
+                  f"({time.time() - t0:.0f} s)", flush=True)
     base = statistics.median(per_rate[rates[0]])
+    cpu_base = statistics.median(cpu[rates[0]])
     table = []
     for rate in rates:
         med = statistics.median(per_rate[rate])
         table.append({"rate": rate, "tokens_per_second": per_rate[rate],
                       "median_tokens_per_second": med, "ratio": med / base if base else None,
+                      "cpu_per_1k_tokens": cpu[rate],
+                      "median_cpu_per_1k_tokens": statistics.median(cpu[rate]),
+                      "cpu_ratio": statistics.median(cpu[rate]) / cpu_base if cpu_base else None,
                       "checks_resolved": checks[rate],
                       "checks_per_round": statistics.median(checks[rate]) / args.steps,
                       "median_check_seconds": statistics.median(seconds[rate]) if seconds[rate]
@@ -112,12 +131,14 @@ def run_overhead(args):
                       "median_bookkeeping_seconds": statistics.median(bookkeeping[rate])})
     print(f"\noverhead: {args.peers} peers{' (each pinned to a core)' if args.pin else ''}, "
           f"tiny model, {args.steps} steps, {args.repeats} repeats (medians)")
-    print(f"{'verify.rate':>11}  {'tokens/s':>10}  {'vs rate 0':>9}  {'checks/round':>12}  "
+    print(f"{'verify.rate':>11}  {'tokens/s':>10}  {'vs rate 0':>9}  {'CPU s/1k tok':>12}  "
+          f"{'vs rate 0':>9}  {'checks/round':>12}  "
           f"{'s/check':>8}  {'s/share':>8}  {'bookkeeping s':>13}")
     for row in table:
         s = row["median_check_seconds"]
         print(f"{row['rate']:>11}  {row['median_tokens_per_second']:>10,.0f}  "
-              f"{row['ratio']:>9.3f}  {row['checks_per_round']:>12.2f}  "
+              f"{row['ratio']:>9.3f}  {row['median_cpu_per_1k_tokens']:>12.4f}  "
+              f"{row['cpu_ratio']:>9.3f}  {row['checks_per_round']:>12.2f}  "
               f"{'-' if s is None else f'{s:.3f}':>8}  {row['median_train_seconds']:>8.3f}  "
               f"{row['median_bookkeeping_seconds']:>13.4f}")
     return table
@@ -198,6 +219,11 @@ def main():
     ap.add_argument("--pin", action="store_true",
                     help="`overhead`: pin peer i to core i (taskset), as if each had a machine of "
                          "its own: its checks then take its own time, not its neighbours'")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every run (e.g. train.batch_size=96 for longer "
+                         "rounds); repeatable")
+    ap.add_argument("--skip", type=int, default=5,
+                    help="`overhead`: finalized steps left out of tokens/s (joins, warm-up)")
     ap.add_argument("--scenario", default="all", choices=["all", "overhead", "detection"])
     ap.add_argument("--keep", action="store_true", help="keep the runs' folders (logs)")
     args = ap.parse_args()

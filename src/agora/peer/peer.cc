@@ -123,8 +123,14 @@ std::optional<wire::Envelope> Peer::next_message() {
     deferred_.pop_front();
     return m;
   }
+  {
+    // Nothing to do but wait: the time the coordinator's split left for spot checks.
+    PeerMetrics::Timer verifying(peer_.metrics, PeerMetrics::Activity::kVerifying);
+    verification_.run_ready_checks();
+  }
   PeerMetrics::Timer waiting(peer_.metrics, PeerMetrics::Activity::kWaiting);
-  return peer_.link.next_from_coordinator(0.2);
+  // A check being gathered is ready in milliseconds: look again soon.
+  return peer_.link.next_from_coordinator(verification_.gathering() ? 0.02 : 0.2);
 }
 
 void Peer::on_round_start(const wire::RoundStart& round) {

@@ -16,9 +16,9 @@ double PeerMetrics::Timer::stop() {
 }
 
 PeerMetrics::PeerMetrics(obs::Registry& registry) : registry_(registry) {
-  static constexpr const char* kActivities[] = {"compute", "waiting", "applying", "fetching_state",
-                                                "checkpointing"};
-  for (int i = 0; i < 5; ++i) {
+  static constexpr const char* kActivities[] = {"compute",        "waiting",       "applying",
+                                                "fetching_state", "checkpointing", "verifying"};
+  for (int i = 0; i < 6; ++i) {
     time_[i] = &obs::counter(registry_, m::kPeerTime, {{"activity", kActivities[i]}});
   }
   // Present from the first scrape, so dashboards see zeros rather than no data.

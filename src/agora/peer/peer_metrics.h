@@ -17,7 +17,14 @@ namespace agora::peer {
 
 class PeerMetrics {
  public:
-  enum class Activity { kCompute, kWaiting, kApplying, kFetchingState, kCheckpointing };
+  enum class Activity {
+    kCompute,
+    kWaiting,
+    kApplying,
+    kFetchingState,
+    kCheckpointing,
+    kVerifying,  // recomputing spot checks on the training thread
+  };
 
   explicit PeerMetrics(obs::Registry& registry);
 
@@ -52,7 +59,7 @@ class PeerMetrics {
 
  private:
   obs::Registry& registry_;
-  obs::Counter* time_[5];
+  obs::Counter* time_[6];
 };
 
 }  // namespace agora::peer

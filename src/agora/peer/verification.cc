@@ -202,6 +202,10 @@ void Verification::enqueue(Queued queued) {
 
 void Verification::before_step() {
   const auto started = std::chrono::steady_clock::now();
+  if (last_step_started_) {
+    round_seconds_ = std::chrono::duration<double>(started - *last_step_started_).count();
+  }
+  last_step_started_ = started;
   const auto window = static_cast<size_t>(peer_.config.verify.window);
   keep_parameters();
   trained_from_ = peer_.applied;
@@ -292,46 +296,131 @@ void Verification::submit(const wire::SpotCheck& check) {
   wake_.notify_one();
 }
 
+bool Verification::stale(const Queued& queued) const {
+  // The coordinator asked another verifier after verify.seconds, and ends a check
+  // verify.window rounds on: an answer now would only be ignored, and its states may be gone.
+  return seconds_since(queued.received) > peer_.config.verify.seconds ||
+         queued.check.step() + static_cast<uint64_t>(peer_.config.verify.window) <= latest_round_;
+}
+
+double Verification::idle_seconds() const {
+  return std::clamp(2.0 * round_seconds_.load(), 0.5, peer_.config.verify.seconds / 4);
+}
+
+void Verification::run_ready_checks() {
+  while (true) {
+    Gathered next;
+    {
+      std::lock_guard lock(mutex_);
+      if (ready_.empty()) return;
+      next = std::move(ready_.front());
+      ready_.pop_front();
+    }
+    if (stale(next.queued)) continue;
+    std::unique_lock computing(compute_mutex_, std::try_to_lock);
+    if (!computing.owns_lock()) {  // the worker runs one this peer left waiting too long
+      std::lock_guard lock(mutex_);
+      ready_.push_front(std::move(next));
+      return;
+    }
+    try {
+      answer(next.queued.check, judge(next, &peer_.stop), false);
+    } catch (const Cancelled&) {
+      return;  // this peer is stopping
+    }
+  }
+}
+
+bool Verification::gathering() const {
+  std::lock_guard lock(mutex_);
+  return !queue_.empty() || gathering_;
+}
+
 void Verification::work() {
-  // Training has deadlines, checks have verify.seconds and verify.window: a little behind the
-  // round, not starved by it (at nice 10 on a machine training on every core, checks never
-  // finished within the window). Linux's nice is per thread, and the threads this one starts
-  // for torch inherit it.
+  // The worker gathers a check's inputs (network and hashing); the training thread recomputes
+  // it when it next waits for the coordinator. A check it leaves waiting longer than
+  // idle_seconds() (it never waits: no room was made, or it is the slowest member) the worker
+  // recomputes beside training, a little behind it: nice 5, one thread (at nice 10 on a machine
+  // training on every core, checks never finished within the window). Linux's nice is per
+  // thread, and the threads this one starts for torch inherit it.
   setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), kNice);
   // One thread: OpenMP sizes a new thread's team to every core, and on a machine that trains on
   // all of them a second full team only makes both slower.
   torch::set_num_threads(1);
   while (true) {
-    Queued next;
+    std::optional<Queued> next;
+    std::optional<Gathered> left;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      const auto overdue = [&] {
+        return !ready_.empty() && seconds_since(ready_.front().ready_at) > idle_seconds();
+      };
+      while (!stopping_ && queue_.empty() && !overdue()) {
+        if (ready_.empty()) {
+          wake_.wait(lock);
+        } else {
+          wake_.wait_for(lock, std::chrono::milliseconds(100));
+        }
+      }
       if (stopping_) return;
-      next = std::move(queue_.front());
-      queue_.pop_front();
+      if (!queue_.empty()) {
+        next = std::move(queue_.front());
+        queue_.pop_front();
+        gathering_ = true;
+      } else {
+        left = std::move(ready_.front());
+        ready_.pop_front();
+      }
     }
-    // The coordinator asked another verifier after verify.seconds: an answer now would only
-    // be ignored, and its states may be gone.
-    if (seconds_since(next.received) > peer_.config.verify.seconds ||
-        next.check.step() + static_cast<uint64_t>(peer_.config.verify.window) <= latest_round_) {
+    if (next) {
+      std::optional<wire::Verdict> verdict;
+      Gathered gathered;
+      if (!stale(*next)) {
+        try {
+          verdict = gather(std::move(*next), gathered);
+        } catch (const std::exception& e) {
+          if (stopping_) return;
+          verdict.emplace();
+          verdict->set_outcome(wire::Verdict::ABSTAINS);
+          verdict->set_reason(
+              fmt::format("this verifier failed to gather the check: {}", e.what()));
+        }
+        if (verdict) answer(gathered.queued.check, std::move(*verdict));
+      }
+      std::lock_guard lock(mutex_);
+      if (!verdict && gathered.ready_at != std::chrono::steady_clock::time_point{}) {
+        ready_.push_back(std::move(gathered));
+      }
+      gathering_ = false;
       continue;
     }
-    wire::Verdict verdict;
-    try {
-      verdict = check(next);
-    } catch (const Cancelled&) {
-      continue;  // its window passed while it ran: the coordinator ended or moved the check
-    } catch (const std::exception& e) {
-      if (stopping_) return;
-      verdict.set_outcome(wire::Verdict::ABSTAINS);
-      verdict.set_reason(fmt::format("this verifier failed to recompute: {}", e.what()));
+    if (stale(left->queued)) continue;
+    std::unique_lock computing(compute_mutex_, std::try_to_lock);
+    if (!computing.owns_lock()) {  // the training thread took one: it runs the rest
+      std::lock_guard lock(mutex_);
+      ready_.push_front(std::move(*left));
+      continue;
     }
-    answer(next.check, std::move(verdict));
+    {
+      std::lock_guard lock(mutex_);
+      cancel_ = stopping_.load();
+      running_step_ = left->queued.check.step();
+      running_received_ = left->queued.received;
+      running_ = true;
+    }
+    try {
+      answer(left->queued.check, judge(*left, &cancel_), true);
+    } catch (const Cancelled&) {
+      // its window passed while it ran: the coordinator ended or moved the check
+    }
+    running_ = false;
+    if (stopping_) return;
   }
 }
 
-wire::Verdict Verification::check(const Queued& queued) {
-  const wire::SpotCheck& c = queued.check;
+std::optional<wire::Verdict> Verification::gather(Queued queued, Gathered& out) {
+  out.queued = std::move(queued);
+  const wire::SpotCheck& c = out.queued.check;
   wire::Verdict v;
   const auto abstain = [&](std::string why) {
     v.set_outcome(wire::Verdict::ABSTAINS);
@@ -353,19 +442,20 @@ wire::Verdict Verification::check(const Queued& queued) {
   }
   if (!payload) return abstain("this verifier does not hold the payload");
   if (c.author().relayed()) return abstain("nobody can dial the author to fetch its state");
+  out.payload = std::move(*payload);
   std::map<std::string, torch::Tensor> like;
   for (const auto& [name, t] : scratch_->strategy->state()) {
     if (name.starts_with(kMomentumPrefix)) like[name] = t;
   }
   std::vector<std::string> names;
   for (const auto& [name, t] : like) names.push_back(name);
-  std::map<std::string, torch::Tensor> states[2];
   const std::string* hashes[2] = {&c.strategy_before(), &c.strategy_after()};
+  std::map<std::string, torch::Tensor>* states[2] = {&out.before, &out.after};
   for (int i = 0; i < 2; ++i) {
     Snapshot served;
     try {
       // Within what is left of verify.seconds: an author that left must not hold up the queue.
-      const double left = peer_.config.verify.seconds - seconds_since(queued.received);
+      const double left = peer_.config.verify.seconds - seconds_since(out.queued.received);
       served = peer_.link.fetch_strategy_state(*hashes[i], names, c.author(),
                                                std::clamp(left, 1.0, kFetchSeconds), &stopping_);
     } catch (const StateNotServed& e) {
@@ -388,37 +478,45 @@ wire::Verdict Verification::check(const Queued& queued) {
                       short_hex(*hashes[i])));
     }
     try {
-      states[i] = tensors_of(served, like);
+      *states[i] = tensors_of(served, like);
     } catch (const std::exception& e) {
       return disagree(e.what());
     }
   }
+  out.ready_at = std::chrono::steady_clock::now();
+  return std::nullopt;
+}
+
+wire::Verdict Verification::judge(const Gathered& gathered, const std::atomic<bool>* stop) {
+  const wire::SpotCheck& c = gathered.queued.check;
+  wire::Verdict v;
+  const auto disagree = [&](std::string why) {
+    v.set_outcome(wire::Verdict::DISAGREES);
+    v.set_reason(std::move(why));
+    return v;
+  };
   std::vector<SequenceRange> ranges;
   for (const auto& r : c.ranges()) ranges.push_back({r.first(), r.count()});
   const auto index = static_cast<int64_t>(c.step());
   const StepContext context{index, peer_.config.learning_rate(index), 1};
   const auto started = std::chrono::steady_clock::now();
-  {
-    std::lock_guard lock(mutex_);
-    cancel_ = stopping_.load();
-    running_step_ = c.step();
-    running_received_ = queued.received;
-    running_ = true;
-  }
   Recomputed redo;
   try {
-    redo = recompute(*step_, *scratch_, {queued.params, &states[0], context, ranges}, &cancel_);
-  } catch (...) {
-    running_ = false;
+    redo = recompute(*step_, *scratch_,
+                     {gathered.queued.params, &gathered.before, context, ranges}, stop);
+  } catch (const Cancelled&) {
     throw;
+  } catch (const std::exception& e) {
+    v.set_outcome(wire::Verdict::ABSTAINS);
+    v.set_reason(fmt::format("this verifier failed to recompute: {}", e.what()));
+    return v;
   }
-  running_ = false;
   v.set_recompute_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   PayloadAgreement agreement;
   try {
-    agreement =
-        compare_payloads(decode_payload(*payload), decode_payload(redo.result.contribution.bytes));
+    agreement = compare_payloads(decode_payload(gathered.payload),
+                                 decode_payload(redo.result.contribution.bytes));
   } catch (const std::exception& e) {
     return disagree(
         fmt::format("the payload does not compare with the recomputation: {}", e.what()));
@@ -427,7 +525,7 @@ wire::Verdict Verification::check(const Queued& queued) {
   for (const auto& [name, t] : redo.state_after) {
     if (name.starts_with(kMomentumPrefix)) recomputed_after[name] = t;
   }
-  const double state_error = relative_state_error(states[1], recomputed_after);
+  const double state_error = relative_state_error(gathered.after, recomputed_after);
   v.set_overlap(agreement.overlap());
   v.set_worst_overlap(agreement.worst_overlap);
   v.set_sign_agreement(agreement.sign_agreement());
@@ -442,7 +540,7 @@ wire::Verdict Verification::check(const Queued& queued) {
   return v;
 }
 
-void Verification::answer(const wire::SpotCheck& c, wire::Verdict verdict) {
+void Verification::answer(const wire::SpotCheck& c, wire::Verdict verdict, bool background) {
   verdict.set_step(c.step());
   verdict.set_author(c.author().key());
   if (false_verdicts()) {
@@ -465,7 +563,8 @@ void Verification::answer(const wire::SpotCheck& c, wire::Verdict verdict) {
           {"worst_overlap", verdict.worst_overlap()},
           {"sign_agreement", verdict.sign_agreement()},
           {"state_error", verdict.state_error()},
-          {"seconds", verdict.recompute_seconds()}}},
+          {"seconds", verdict.recompute_seconds()},
+          {"background", background}}},
         fmt::format("step {}: {}'s contribution: {}{}{}", c.step(),
                     net::short_key(c.author().key()), outcome, verdict.reason().empty() ? "" : " (",
                     verdict.reason() + (verdict.reason().empty() ? "" : ")")));

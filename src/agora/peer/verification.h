@@ -5,17 +5,18 @@
 //   coordinator names, for the last verify.window rounds. A peer also keeps the parameters each
 //   of those rounds trained from: when it is asked to verify, it holds what the author held.
 //
-//   As a verifier. A SpotCheck goes to a queue; one worker thread per peer takes it, fetches the
-//   author's two states (each checked against the author's commitment), recomputes the author's
-//   step on a scratch model of its own (train/recompute.h) from the parameters kept for that
-//   round, compares the result with the author's payload and state (optim/payload_agreement.h)
-//   and sends a Verdict. Outcomes:
+//   As a verifier. A SpotCheck goes to a queue; one worker thread per peer takes it, fetches
+//   the author's two states (each checked against the author's commitment). The training
+//   thread, when it next waits for the coordinator, recomputes the author's step on a scratch
+//   model of its own (train/recompute.h) from the parameters kept for that round, compares the
+//   result with the author's payload and state (optim/payload_agreement.h) and sends a
+//   Verdict. Outcomes:
 //     AGREES     payload and state within AgreementTolerance;
 //     DISAGREES  outside it, or the author did not serve a state it committed to in time, or
 //                served one that does not hash to the commitment;
 //     ABSTAINS   this peer cannot check it: no parameters kept for that round, payload not held,
 //                the author is relayed (nobody can dial it), or the queue is full.
-//   The worker shares the machine with training; it holds no lock while it computes.
+//   Neither thread holds mutex_ while it fetches or computes.
 //
 // Test hooks (environment, read once; for integration tests of a cheating member):
 //   AGORA_TEST_CHEAT=half_batch|other_data|perturbed
@@ -33,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -85,6 +87,14 @@ class Verification {
   void before_step();
   double after_step(wire::Commit& commit);
 
+  // Verifier, on the training thread whenever it waits for the coordinator: recomputes the
+  // checks whose inputs have arrived, in the time the coordinator's split cut from this peer's
+  // share for them (coord/assignment.h weights_after_checks). Not on a thread beside training:
+  // there a check slowed training by more than its own work, and itself took 8 times as long
+  // (docs/results.md). gathering(): a check's inputs are being fetched (worth waiting for).
+  void run_ready_checks();
+  bool gathering() const;
+
   // Verifier, on the training thread: queues a check with the parameters it needs, or holds it
   // until this peer applied as many steps as the author (answered ABSTAINS at once when they
   // are gone or the queue is full). A second or third opinion goes first: a dispute holds a
@@ -115,9 +125,24 @@ class Verification {
     std::vector<torch::Tensor> params;  // the copy kept for its count; never written
     std::chrono::steady_clock::time_point received;
   };
+  // A check whose inputs arrived and match the author's commitments: ready to recompute.
+  struct Gathered {
+    Queued queued;
+    std::string payload;
+    std::map<std::string, torch::Tensor> before, after;  // the author's momentum
+    std::chrono::steady_clock::time_point ready_at;
+  };
   void enqueue(Queued queued);  // mutex_ held
-  wire::Verdict check(const Queued& queued);
-  void answer(const wire::SpotCheck& check, wire::Verdict verdict);
+  bool stale(const Queued& queued) const;
+  // How long a ready check waits for the training thread before it runs beside training.
+  double idle_seconds() const;
+  // Waits for the payload, fetches the author's states and checks them against its
+  // commitments: a verdict when that already decides (or cannot), else `out` is ready.
+  std::optional<wire::Verdict> gather(Queued queued, Gathered& out);
+  // Recomputes and compares; compute_mutex_ held. Throws Cancelled when `stop` is set.
+  wire::Verdict judge(const Gathered& gathered, const std::atomic<bool>* stop);
+  // `background`: the worker recomputed it, beside training, not the training thread.
+  void answer(const wire::SpotCheck& check, wire::Verdict verdict, bool background = false);
 
   PeerContext& peer_;
   State before_;  // of the step being trained
@@ -129,9 +154,10 @@ class Verification {
   // states may be gone; the worker skips such checks.
   std::atomic<uint64_t> latest_round_ = 0;
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<Queued> queue_;
+  std::deque<Queued> queue_;     // to gather
+  std::deque<Gathered> ready_;  // to recompute
   std::vector<Queued> waiting_;  // for parameters after more steps than applied yet
   // applied steps -> the parameters rounds trained from after that many steps
   std::map<uint64_t, std::vector<torch::Tensor>> parameters_;
@@ -143,7 +169,13 @@ class Verification {
   uint64_t running_step_ = 0;                               // mutex_
   std::chrono::steady_clock::time_point running_received_;  // mutex_
   std::thread worker_;
-  // Made by prepare() (before the worker starts), then the worker's alone.
+  // Held by whichever thread recomputes: scratch_ and step_ are one.
+  std::mutex compute_mutex_;
+  bool gathering_ = false;  // mutex_; the worker fetches a check's inputs
+  // Step start to step start, on the training thread (before_step).
+  std::atomic<double> round_seconds_ = 1.0;
+  std::optional<std::chrono::steady_clock::time_point> last_step_started_;
+  // Made by prepare() (before the worker starts); used under compute_mutex_.
   std::unique_ptr<Learner> scratch_;
   std::unique_ptr<TrainStep> step_;
 };
