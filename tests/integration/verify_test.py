@@ -61,7 +61,7 @@ FIELDS = {
     "unresolved": ("round", "author", "reason"),
 }
 PEER_VERDICT_FIELDS = ("round", "author", "outcome", "overlap", "worst_overlap", "sign_agreement",
-                       "state_error", "seconds")
+                       "state_error", "seconds", "background")
 # The peer's test hooks (src/agora/peer/verification.h), set only where a scenario says.
 HOOKS = ("AGORA_TEST_CHEAT", "AGORA_TEST_FALSE_VERDICTS")
 # The longest a scenario's run may take before it counts as stuck (CTest allows 300 s).
@@ -647,10 +647,18 @@ def scenario_honest_threads(agora, data):
     if across < peers:
         run.fail(f"only {across} verdicts by a verifier with another thread count than the "
                  f"author's (by (author, verifier) threads: {pairs}); expected at least {peers}")
+    # verify.rate = 1 doubles the work, and the split makes room for it: the training threads,
+    # waiting for their next round, recompute the checks (the worker only takes one left
+    # waiting two rounds).
+    on_training = [e for e in events if not e["background"]]
+    if not on_training:
+        run.fail(f"none of {len(events)} checks was recomputed on a training thread while it "
+                 f"waited (verdict events' background field)")
     unresolved = [c for c in ledger.checks.values() if c.end() == "unresolved"]
     run.check_identical(honest, throughout=honest)
     run.check_finished(honest)
-    print(f"threads {threads}: {len(verdicts)} verdicts, all agree; by (author, verifier) "
+    print(f"threads {threads}: {len(verdicts)} verdicts, all agree, {len(on_training)} of "
+          f"{len(events)} recomputed on a training thread; by (author, verifier) "
           f"threads {dict(sorted(pairs.items()))}; {len(unresolved)} checks unresolved "
           f"(rounds {sorted(c.round for c in unresolved)})")
     print(f"verifiers measured: {fmt_figures(figures(events))}")
