@@ -4,14 +4,17 @@
     bench_spot_checks.py --agora build/apps/agora/agora [--data data/tokens/sp8k] [--json FILE]
                          [--steps N] [--repeats K] [--scenario overhead|detection|all]
                          [--rates 0,0.02,0.05,0.25] [--peers 4] [--pin] [--cheats a,b]
+                         [--set key=value ...] [--skip N]
 
 Real processes on loopback (a coordinator and peers of the integration tests' tiny run,
 tests/integration/network.toml, with data.seq_len --seq-len), side by side in one invocation:
 
   overhead   the same run at each of --rates (the first is the baseline), each --repeats times
-             in turn: the run's tokens/s (sequences x seq_len over the wall time from the first
-             to the last finalized step), the checks resolved per round, the verifier's seconds
-             per recomputation, a share's training seconds and the per-step bookkeeping. With
+             in turn: the run's tokens/s (sequences x seq_len over the wall time from the
+             --skip-th to the last finalized step), every process's CPU seconds per 1,000
+             tokens (less moved by machine noise than wall time), the checks resolved per round,
+             the verifier's seconds per recomputation, a share's training seconds and the
+             per-step bookkeeping. With
              --pin, peer i is pinned to core i (taskset): each peer has a core of its own, as
              peers on machines of their own do, and its checks take its own time; without it
              --peers peers share every core and a check on one slows all of them.

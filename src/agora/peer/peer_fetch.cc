@@ -18,6 +18,14 @@ using detail::now_seconds;
 using detail::printable;
 using detail::traffic_of;
 
+namespace {
+
+// Requests asked of one source at a time: half of what a server keeps waiting per connection
+// (PeerServerLimits::replies_per_connection), so a second fetch of this peer's has room too.
+constexpr size_t kRequestsPerSource = 32;
+
+}  // namespace
+
 void PeerNetwork::collect(uint64_t step, std::vector<wire::CommitRecord> commits,
                           std::vector<wire::Member> members, bool witness) {
   submit(collect_job(step, std::move(commits), members, witness));
@@ -83,6 +91,20 @@ bool PeerNetwork::wait_for(Job& job, double timeout_seconds, const std::atomic<b
   return job.finished;
 }
 
+bool PeerNetwork::fetch_batched(std::vector<Want>& wants, size_t batch, double timeout_seconds,
+                                const std::atomic<bool>* cancel) {
+  const double end = now_seconds() + timeout_seconds;
+  for (size_t first = 0; first < wants.size(); first += batch) {
+    const size_t last = std::min(wants.size(), first + batch);
+    auto job = std::make_shared<Job>();
+    for (size_t i = first; i < last; ++i) job->wants.push_back(std::move(wants[i]));
+    submit(job);
+    if (!wait_for(*job, std::max(0.0, end - now_seconds()), cancel)) return false;
+    for (size_t i = first; i < last; ++i) wants[i] = std::move(job->wants[i - first]);
+  }
+  return true;
+}
+
 void PeerNetwork::submit(std::shared_ptr<Job> job) {
   MutexLock lock(mutex_);
   new_jobs_.push_back(std::move(job));
@@ -113,7 +135,7 @@ Snapshot PeerNetwork::fetch_strategy_state(const std::string& hash,
                                            const std::vector<std::string>& names,
                                            const wire::Member& author, double timeout_seconds,
                                            const std::atomic<bool>* cancel) {
-  auto job = std::make_shared<Job>();
+  std::vector<Want> wants;
   for (const std::string& name : names) {
     Want want;
     want.key = name;
@@ -122,15 +144,14 @@ Snapshot PeerNetwork::fetch_strategy_state(const std::string& hash,
     get->set_strategy_hash(hash);
     get->set_name(name);
     want.sources.push_back(author);  // nobody else holds it
-    job->wants.push_back(std::move(want));
+    wants.push_back(std::move(want));
   }
-  submit(job);
-  if (!wait_for(*job, timeout_seconds, cancel)) {
+  if (!fetch_batched(wants, kRequestsPerSource, timeout_seconds, cancel)) {
     if (cancel != nullptr && cancel->load()) fail("the fetch was cancelled");
     fail("the author did not serve its strategy state within {} s", timeout_seconds);
   }
   Snapshot out;
-  for (Want& want : job->wants) {
+  for (Want& want : wants) {
     if (!want.ok && want.not_found) {
       throw StateNotServed(fmt::format("strategy tensor {}: {}", printable(want.key), want.reason));
     }
@@ -164,7 +185,7 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
   const double per_source = largest == 0 ? options_.tensor_timeout_seconds
                                          : std::clamp(static_cast<double>(largest) / 1e6, 10.0,
                                                       options_.tensor_timeout_seconds);
-  auto job = std::make_shared<Job>();
+  std::vector<Want> wants;
   for (int i = 0; i < state.tensor_names_size(); ++i) {
     Want want;
     want.key = state.tensor_names(i);
@@ -179,15 +200,15 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
     for (size_t k = 0; k < others.size(); ++k) {
       want.sources.push_back(others[(static_cast<size_t>(i) + k) % others.size()]);
     }
-    job->wants.push_back(std::move(want));
+    wants.push_back(std::move(want));
   }
-  submit(job);
-  if (!wait_for(*job, timeout_seconds)) {
+  // Consecutive tensors start at consecutive holders: a batch asks each for kRequestsPerSource.
+  if (!fetch_batched(wants, kRequestsPerSource * others.size(), timeout_seconds)) {
     fail("fetching the parameters after step {} took longer than {} s", state.applied_steps(),
          timeout_seconds);
   }
   Snapshot out;
-  for (Want& want : job->wants) {
+  for (Want& want : wants) {
     if (!want.ok) {
       fail("tensor {} of the parameters after step {}: {}", printable(want.key),
            state.applied_steps(), want.reason);

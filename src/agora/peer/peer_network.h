@@ -166,7 +166,14 @@ class PeerNetwork final : public PeerLink {
   // Blocks until the I/O thread finished `job` or `timeout_seconds` pass; a job given up on is
   // cancelled (the I/O thread drops it). True when it finished.
   // With `cancel`, it gives up as soon as *cancel is true.
-  bool wait_for(Job& job, double timeout_seconds, const std::atomic<bool>* cancel = nullptr)
+  bool wait_for(Job& job, double timeout_seconds, const std::atomic<bool>* cancel = nullptr);
+  // Fetches `wants` as jobs of at most `batch` wants, one after another, within
+  // `timeout_seconds` in all (wait_for's contract for `cancel`); true when every job finished.
+  // A server keeps at most replies_per_connection (64) replies waiting per connection and drops
+  // requests beyond them, which then wait out their timeout: a model of more tensors than that,
+  // asked of one source at once, never arrived.
+  bool fetch_batched(std::vector<Want>& wants, size_t batch, double timeout_seconds,
+                     const std::atomic<bool>* cancel = nullptr)
       EXCLUDES(mutex_);
 
   // Set at construction, then read-only.

@@ -50,8 +50,8 @@ struct PeerServerLimits {
   double connection_requests_per_second = 64, connection_burst = 512;
   // Refusals are answered (so a joiner knows to retry) at most this often, in all.
   double refusal_replies_per_second = 20;
-  // Above the tensors a joiner asks one holder for at once in the bundled presets (tiny has
-  // 20): beyond it requests are dropped and wait out a timeout (docs/protocol.md, Known limits).
+  // Twice what a fetcher asks of one source at once (PeerNetwork::fetch_batched, 32): beyond it
+  // requests are dropped and wait out a timeout.
   int replies_per_connection = 64;
   int64_t max_bytes_in_flight = int64_t{4} << 30;
   // Serialized tensors kept for further requests.
