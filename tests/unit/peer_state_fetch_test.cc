@@ -80,7 +80,8 @@ TEST(PeerStateFetchTest, AStrategyStateOfManyTensorsArrivesFromItsAuthor) {
   author.net->publish_strategy_state(hash, snapshot, 4);
   std::vector<std::string> names;
   for (const auto& [name, t] : *snapshot) names.push_back(name);
-  const Snapshot got = verifier.net->fetch_strategy_state(hash, names, author.member(), 20, nullptr);
+  const Snapshot got =
+      verifier.net->fetch_strategy_state(hash, names, author.member(), 20, nullptr);
   ASSERT_EQ(got.size(), snapshot->size());
   for (const auto& [name, t] : *snapshot) EXPECT_EQ(got.at(name).data, t.data) << name;
   // A state it does not hold is said so, tensor by tensor: not a timeout.

@@ -173,8 +173,7 @@ class PeerNetwork final : public PeerLink {
   // requests beyond them, which then wait out their timeout: a model of more tensors than that,
   // asked of one source at once, never arrived.
   bool fetch_batched(std::vector<Want>& wants, size_t batch, double timeout_seconds,
-                     const std::atomic<bool>* cancel = nullptr)
-      EXCLUDES(mutex_);
+                     const std::atomic<bool>* cancel = nullptr) EXCLUDES(mutex_);
 
   // Set at construction, then read-only.
   const net::Identity& identity_;

@@ -502,8 +502,8 @@ wire::Verdict Verification::judge(const Gathered& gathered, const std::atomic<bo
   const auto started = std::chrono::steady_clock::now();
   Recomputed redo;
   try {
-    redo = recompute(*step_, *scratch_,
-                     {gathered.queued.params, &gathered.before, context, ranges}, stop);
+    redo = recompute(*step_, *scratch_, {gathered.queued.params, &gathered.before, context, ranges},
+                     stop);
   } catch (const Cancelled&) {
     throw;
   } catch (const std::exception& e) {

@@ -157,7 +157,7 @@ class Verification {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Queued> queue_;     // to gather
-  std::deque<Gathered> ready_;  // to recompute
+  std::deque<Gathered> ready_;   // to recompute
   std::vector<Queued> waiting_;  // for parameters after more steps than applied yet
   // applied steps -> the parameters rounds trained from after that many steps
   std::map<uint64_t, std::vector<torch::Tensor>> parameters_;
