@@ -129,7 +129,7 @@ std::optional<wire::Envelope> Peer::next_message() {
     verification_.run_ready_checks();
   }
   PeerMetrics::Timer waiting(peer_.metrics, PeerMetrics::Activity::kWaiting);
-  // A check being gathered is ready in milliseconds: look again soon.
+  // A check being gathered is recomputed as soon as it is ready: look again soon.
   return peer_.link.next_from_coordinator(verification_.gathering() ? 0.02 : 0.2);
 }
 
