@@ -15,7 +15,7 @@
 namespace agora::peer {
 namespace {
 
-TEST(PeerNetworkTest, FetchesAStateTensorByTensorAndChecksEachHash) {
+TEST(PeerStateFetchTest, FetchesAStateTensorByTensorAndChecksEachHash) {
   FakeCoordinator coordinator;
   Node a(coordinator), b(coordinator), c(coordinator);
   introduce(coordinator, {&a, &b, &c});

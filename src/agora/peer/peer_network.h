@@ -166,7 +166,8 @@ class PeerNetwork final : public PeerLink {
   // Blocks until the I/O thread finished `job` or `timeout_seconds` pass; a job given up on is
   // cancelled (the I/O thread drops it). True when it finished.
   // With `cancel`, it gives up as soon as *cancel is true.
-  bool wait_for(Job& job, double timeout_seconds, const std::atomic<bool>* cancel = nullptr);
+  bool wait_for(Job& job, double timeout_seconds, const std::atomic<bool>* cancel = nullptr)
+      EXCLUDES(mutex_);
   // Fetches `wants` as jobs of at most `batch` wants, one after another, within
   // `timeout_seconds` in all (wait_for's contract for `cancel`); true when every job finished.
   // A server keeps at most replies_per_connection (64) replies waiting per connection and drops

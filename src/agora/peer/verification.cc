@@ -179,9 +179,13 @@ void Verification::forget_parameters() {
   {
     std::lock_guard lock(mutex_);
     parameters_.clear();
-    // Their parameters were pinned before the sync, and may be the minority's.
+    // Their parameters were pinned before the sync, and may be the minority's; so were those of
+    // a check being gathered or recomputed (current() says so when it ends).
+    ++generation_;
     for (Queued& q : queue_) dropped.push_back(std::move(q.check));
     queue_.clear();
+    for (Gathered& g : ready_) dropped.push_back(std::move(g.queued.check));
+    ready_.clear();
   }
   for (const wire::SpotCheck& c : dropped) {
     wire::Verdict v;
@@ -193,6 +197,7 @@ void Verification::forget_parameters() {
 }
 
 void Verification::enqueue(Queued queued) {
+  queued.generation = generation_;
   if (queued.check.attempt() > 1) {
     queue_.push_front(std::move(queued));
   } else {
@@ -265,6 +270,11 @@ void Verification::prepare() {
 void Verification::make_scratch() {
   scratch_ = std::make_unique<Learner>(Learner::create(peer_.config, peer_.device));
   step_ = std::make_unique<TrainStep>(peer_.config, peer_.device);
+  // Names and shapes only (tensors_of needs them): the scratch's own tensors are written by
+  // recompute() on another thread.
+  for (const auto& [name, t] : scratch_->strategy->state()) {
+    if (name.starts_with(kMomentumPrefix)) momentum_like_[name] = torch::empty_like(t);
+  }
 }
 
 void Verification::submit(const wire::SpotCheck& check) {
@@ -275,7 +285,7 @@ void Verification::submit(const wire::SpotCheck& check) {
     if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
     const auto params = parameters_.find(check.apply_through());
     const auto now = std::chrono::steady_clock::now();
-    if (queue_.size() + waiting_.size() >= kMaxQueued) {
+    if (queue_.size() + waiting_.size() + ready_.size() + (gathering_ ? 1 : 0) >= kMaxQueued) {
       refusal = fmt::format("this verifier has {} checks waiting", kMaxQueued);
     } else if (params != parameters_.end()) {
       enqueue({check, params->second, now});
@@ -296,6 +306,21 @@ void Verification::submit(const wire::SpotCheck& check) {
   wake_.notify_one();
 }
 
+bool Verification::current(const Queued& queued) const {
+  std::lock_guard lock(mutex_);
+  return queued.generation == generation_;
+}
+
+void Verification::settle(const Queued& queued, wire::Verdict verdict, bool background) {
+  if (!current(queued)) {
+    verdict = {};
+    verdict.set_outcome(wire::Verdict::ABSTAINS);
+    verdict.set_reason("this verifier resynchronised its parameters");
+    background = false;
+  }
+  answer(queued.check, std::move(verdict), background);
+}
+
 bool Verification::stale(const Queued& queued) const {
   // The coordinator asked another verifier after verify.seconds, and ends a check
   // verify.window rounds on: an answer now would only be ignored, and its states may be gone.
@@ -304,7 +329,7 @@ bool Verification::stale(const Queued& queued) const {
 }
 
 double Verification::idle_seconds() const {
-  return std::clamp(2.0 * round_seconds_.load(), 0.5, peer_.config.verify.seconds / 4);
+  return std::max(0.5, std::min(2.0 * round_seconds_.load(), peer_.config.verify.seconds / 4));
 }
 
 void Verification::run_ready_checks() {
@@ -324,7 +349,7 @@ void Verification::run_ready_checks() {
       return;
     }
     try {
-      answer(next.queued.check, judge(next, &peer_.stop), false);
+      settle(next.queued, judge(next, &peer_.stop), false);
     } catch (const Cancelled&) {
       return;  // this peer is stopping
     }
@@ -347,7 +372,15 @@ void Verification::work() {
   // One thread: OpenMP sizes a new thread's team to every core, and on a machine that trains on
   // all of them a second full team only makes both slower.
   torch::set_num_threads(1);
+  std::vector<wire::SpotCheck> resynced;  // gathered with parameters a resync replaced
   while (true) {
+    for (const wire::SpotCheck& c : resynced) {
+      wire::Verdict v;
+      v.set_outcome(wire::Verdict::ABSTAINS);
+      v.set_reason("this verifier resynchronised its parameters");
+      answer(c, std::move(v));
+    }
+    resynced.clear();
     std::optional<Queued> next;
     std::optional<Gathered> left;
     {
@@ -385,11 +418,15 @@ void Verification::work() {
           verdict->set_reason(
               fmt::format("this verifier failed to gather the check: {}", e.what()));
         }
-        if (verdict) answer(gathered.queued.check, std::move(*verdict));
+        if (verdict) settle(gathered.queued, std::move(*verdict), false);
       }
       std::lock_guard lock(mutex_);
       if (!verdict && gathered.ready_at != std::chrono::steady_clock::time_point{}) {
-        ready_.push_back(std::move(gathered));
+        if (gathered.queued.generation == generation_) {
+          ready_.push_back(std::move(gathered));
+        } else {
+          resynced.push_back(std::move(gathered.queued.check));
+        }
       }
       gathering_ = false;
       continue;
@@ -397,8 +434,9 @@ void Verification::work() {
     if (stale(left->queued)) continue;
     std::unique_lock computing(compute_mutex_, std::try_to_lock);
     if (!computing.owns_lock()) {  // the training thread took one: it runs the rest
-      std::lock_guard lock(mutex_);
+      std::unique_lock lock(mutex_);
       ready_.push_front(std::move(*left));
+      wake_.wait_for(lock, std::chrono::milliseconds(100));  // not a spin while it recomputes
       continue;
     }
     {
@@ -409,7 +447,7 @@ void Verification::work() {
       running_ = true;
     }
     try {
-      answer(left->queued.check, judge(*left, &cancel_), true);
+      settle(left->queued, judge(*left, &cancel_), true);
     } catch (const Cancelled&) {
       // its window passed while it ran: the coordinator ended or moved the check
     }
@@ -443,10 +481,7 @@ std::optional<wire::Verdict> Verification::gather(Queued queued, Gathered& out) 
   if (!payload) return abstain("this verifier does not hold the payload");
   if (c.author().relayed()) return abstain("nobody can dial the author to fetch its state");
   out.payload = std::move(*payload);
-  std::map<std::string, torch::Tensor> like;
-  for (const auto& [name, t] : scratch_->strategy->state()) {
-    if (name.starts_with(kMomentumPrefix)) like[name] = t;
-  }
+  const std::map<std::string, torch::Tensor>& like = momentum_like_;
   std::vector<std::string> names;
   for (const auto& [name, t] : like) names.push_back(name);
   const std::string* hashes[2] = {&c.strategy_before(), &c.strategy_after()};
@@ -488,6 +523,21 @@ std::optional<wire::Verdict> Verification::gather(Queued queued, Gathered& out) 
 }
 
 wire::Verdict Verification::judge(const Gathered& gathered, const std::atomic<bool>* stop) {
+  try {
+    return recompute_and_compare(gathered, stop);
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Out of memory, a device error, states that do not compare: no evidence either way.
+    wire::Verdict v;
+    v.set_outcome(wire::Verdict::ABSTAINS);
+    v.set_reason(fmt::format("this verifier failed to recompute: {}", e.what()));
+    return v;
+  }
+}
+
+wire::Verdict Verification::recompute_and_compare(const Gathered& gathered,
+                                                  const std::atomic<bool>* stop) {
   const wire::SpotCheck& c = gathered.queued.check;
   wire::Verdict v;
   const auto disagree = [&](std::string why) {
@@ -500,17 +550,8 @@ wire::Verdict Verification::judge(const Gathered& gathered, const std::atomic<bo
   const auto index = static_cast<int64_t>(c.step());
   const StepContext context{index, peer_.config.learning_rate(index), 1};
   const auto started = std::chrono::steady_clock::now();
-  Recomputed redo;
-  try {
-    redo = recompute(*step_, *scratch_, {gathered.queued.params, &gathered.before, context, ranges},
-                     stop);
-  } catch (const Cancelled&) {
-    throw;
-  } catch (const std::exception& e) {
-    v.set_outcome(wire::Verdict::ABSTAINS);
-    v.set_reason(fmt::format("this verifier failed to recompute: {}", e.what()));
-    return v;
-  }
+  const Recomputed redo = recompute(
+      *step_, *scratch_, {gathered.queued.params, &gathered.before, context, ranges}, stop);
   v.set_recompute_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   PayloadAgreement agreement;

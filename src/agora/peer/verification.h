@@ -124,6 +124,7 @@ class Verification {
     wire::SpotCheck check;
     std::vector<torch::Tensor> params;  // the copy kept for its count; never written
     std::chrono::steady_clock::time_point received;
+    uint64_t generation = 0;  // generation_ when its parameters were pinned
   };
   // A check whose inputs arrived and match the author's commitments: ready to recompute.
   struct Gathered {
@@ -134,13 +135,19 @@ class Verification {
   };
   void enqueue(Queued queued);  // mutex_ held
   bool stale(const Queued& queued) const;
+  // False once a resync replaced the parameters `queued` pinned (forget_parameters).
+  bool current(const Queued& queued) const;
+  // Answers `verdict`, or ABSTAINS when the check is no longer current().
+  void settle(const Queued& queued, wire::Verdict verdict, bool background);
   // How long a ready check waits for the training thread before it runs beside training.
   double idle_seconds() const;
   // Waits for the payload, fetches the author's states and checks them against its
   // commitments: a verdict when that already decides (or cannot), else `out` is ready.
   std::optional<wire::Verdict> gather(Queued queued, Gathered& out);
-  // Recomputes and compares; compute_mutex_ held. Throws Cancelled when `stop` is set.
+  // Recomputes and compares; compute_mutex_ held. Throws Cancelled when `stop` is set; any other
+  // failure (out of memory, a device error) is ABSTAINS.
   wire::Verdict judge(const Gathered& gathered, const std::atomic<bool>* stop);
+  wire::Verdict recompute_and_compare(const Gathered& gathered, const std::atomic<bool>* stop);
   // `background`: the worker recomputed it, beside training, not the training thread.
   void answer(const wire::SpotCheck& check, wire::Verdict verdict, bool background = false);
 
@@ -171,13 +178,16 @@ class Verification {
   std::thread worker_;
   // Held by whichever thread recomputes: scratch_ and step_ are one.
   std::mutex compute_mutex_;
-  bool gathering_ = false;  // mutex_; the worker fetches a check's inputs
+  bool gathering_ = false;   // mutex_; the worker fetches a check's inputs
+  uint64_t generation_ = 0;  // mutex_; bumped by each resync (forget_parameters)
   // Step start to step start, on the training thread (before_step).
   std::atomic<double> round_seconds_ = 1.0;
   std::optional<std::chrono::steady_clock::time_point> last_step_started_;
   // Made by prepare() (before the worker starts); used under compute_mutex_.
   std::unique_ptr<Learner> scratch_;
   std::unique_ptr<TrainStep> step_;
+  // The scratch's momentum tensors' names and shapes, set with it.
+  std::map<std::string, torch::Tensor> momentum_like_;
 };
 
 }  // namespace agora::peer
