@@ -87,6 +87,7 @@ bench: build data
 	$(BUILD)/bench/poisoning/bench_poisoning --json out/bench/poisoning.json
 	$(BUILD)/bench/verify/bench_verify --json out/bench/verify.json
 	python3 bench/verify/bench_spot_checks.py --agora $(AGORA) --data $(DATA)/tokens/sp8k --peers 2 --pin --steps 120 --rates 0,0.02,0.05 --json out/bench/spot_checks.json
+	python3 bench/pipeline/bench_pipeline.py --agora $(AGORA) --set data.dir=$(DATA)/tokens/sp8k --json out/bench/pipeline.json
 
 # The 30-minute chaos soak (tests/integration/chaos_soak.py; a 3-minute one runs in make test):
 # 8 peers through shaped links, kills, pauses, cuts, joiners and coordinator kills, audited.

@@ -1,7 +1,9 @@
 // agora train: train a model locally from a run config.
 #include <fmt/format.h>
 
+#include "agora/core/error.h"
 #include "agora/obs/progress.h"
+#include "agora/pipeline/pipeline_trainer.h"
 #include "agora/train/trainer.h"
 #include "commands.h"
 
@@ -31,6 +33,25 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--quiet", args->quiet, "No live progress line");
   cmd->callback([args] {
     RunConfig config = RunConfig::load(args->config, args->overrides);
+    if (config.pipeline.enabled()) {
+      if (args->simulate_peers != 1 || !args->resume.empty() || !args->save_payloads.empty()) {
+        fail(
+            "a pipelined run (pipeline.stages = {}) takes neither --simulate-peers, --resume "
+            "nor --save-payloads yet",
+            config.pipeline.stages);
+      }
+      PipelineTrainOptions options;
+      options.progress = !args->quiet;
+      options.events = std::filesystem::path(config.train.out_dir) / "pipeline.jsonl";
+      const PipelineTrainSummary s = train_pipeline(std::move(config), options);
+      fmt::print("trained {} steps through the pipeline {} in {} ({:.0f} tokens/s)\n", s.steps,
+                 s.cut, format_duration(s.seconds), s.tokens_per_second);
+      fmt::print("final train loss {:.4f}, val_loss {:.4f}\n", s.final_loss, s.val_loss);
+      fmt::print("each boundary carried {:.1f} bytes per token forward and {:.1f} backward\n",
+                 s.forward_bytes_per_token, s.backward_bytes_per_token);
+      fmt::print("checkpoint {}\n", s.checkpoint.string());
+      return;
+    }
     TrainOptions options;
     options.resume = args->resume;
     options.progress = !args->quiet;

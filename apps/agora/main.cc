@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   agora::cli::add_peer_command(app);
   agora::cli::add_demo_command(app);
   agora::cli::add_link_command(app);
+  agora::cli::add_stage_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -70,6 +70,9 @@ const std::vector<std::string> kOptimizers = {"demo", "adamw", "diloco"};
 const std::vector<std::string> kGradientDtypes = {"float32", "bfloat16"};
 const std::vector<std::string> kPseudoGradientDtypes = {"float32", "bfloat16", "int8"};
 const std::vector<std::string> kScheduleKinds = {"constant", "cosine", "wsd"};
+const std::vector<std::string> kPipelineSchedules = {"gpipe", "async"};
+const std::vector<std::string> kPipelineOptimizers = {"adamw", "nadam"};
+const std::vector<std::string> kPipelineCodecs = {"float32", "bfloat16", "int8", "subspace"};
 
 constexpr IntRange kVocabRange = {0, std::numeric_limits<int32_t>::max()};
 constexpr IntRange kSeqLenRange = {2, 1 << 24};
@@ -235,6 +238,65 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
       toml.get_double("verify.seconds", verify.seconds, DoubleRange::greater_than(0));
   verify.max_failures = toml.get_int("verify.max_failures", verify.max_failures, {1, 1000});
   verify.window = toml.get_int("verify.window", verify.window, {2, 1024});
+
+  PipelineConfig& pipe = config.pipeline;
+  pipe.stages = toml.get_int("pipeline.stages", pipe.stages, {1, 1024});
+  pipe.schedule = toml.get_choice("pipeline.schedule", pipe.schedule, kPipelineSchedules);
+  pipe.micro_batches = toml.get_int("pipeline.micro_batches", pipe.micro_batches, {1, 1 << 16});
+  pipe.optimizer = toml.get_choice("pipeline.optimizer", pipe.optimizer, kPipelineOptimizers);
+  pipe.nadam_beta1 = toml.get_double("pipeline.nadam_beta1", pipe.nadam_beta1,
+                                     DoubleRange::between(0, 1, false, true));
+  pipe.nadam_momentum_decay = toml.get_double("pipeline.nadam_momentum_decay",
+                                              pipe.nadam_momentum_decay, DoubleRange::at_least(0));
+  pipe.codec = toml.get_choice("pipeline.codec", pipe.codec, kPipelineCodecs);
+  pipe.int8_block = toml.get_int("pipeline.int8_block", pipe.int8_block, {1, 1 << 16});
+  pipe.subspace_rank = toml.get_int("pipeline.subspace_rank", pipe.subspace_rank, {0, 1 << 20});
+}
+
+// The [pipeline] rules that span keys (docs/pipeline.md).
+void check_pipeline(const TomlConfig& toml, const RunConfig& config) {
+  const PipelineConfig& pipe = config.pipeline;
+  const bool subspace = pipe.codec == "subspace";
+  if (subspace && (pipe.subspace_rank < 1 || pipe.subspace_rank > config.model.hidden_size)) {
+    fail(
+        "{}: pipeline.subspace_rank = {} is invalid for codec \"subspace\" (allowed: an integer "
+        "in [1, model.hidden_size = {}])",
+        origin(toml, {"pipeline.subspace_rank", "pipeline.codec", "model.hidden_size"}),
+        pipe.subspace_rank, config.model.hidden_size);
+  }
+  if (!subspace && pipe.subspace_rank != 0) {
+    fail(
+        "{}: pipeline.subspace_rank = {} is set but pipeline.codec = \"{}\" (allowed: 0, or "
+        "codec = \"subspace\")",
+        origin(toml, {"pipeline.subspace_rank", "pipeline.codec"}), pipe.subspace_rank, pipe.codec);
+  }
+  if (!pipe.enabled()) return;
+  if (pipe.stages > config.model.num_layers) {
+    fail(
+        "{}: pipeline.stages = {} is more than model.num_layers = {} (allowed: every stage holds "
+        "at least one layer, so stages <= num_layers)",
+        origin(toml, {"pipeline.stages", "model.num_layers", "model.preset"}), pipe.stages,
+        config.model.num_layers);
+  }
+  if (config.model.tie_embeddings) {
+    fail(
+        "{}: pipeline.stages = {} with model.tie_embeddings = true (allowed: false; the embedding "
+        "lives on the first stage and the output head on the last)",
+        origin(toml, {"pipeline.stages", "model.tie_embeddings", "model.preset"}), pipe.stages);
+  }
+  if (config.tst.bag > 1) {
+    fail(
+        "{}: pipeline.stages = {} with tst.bag = {} (allowed: tst.bag = 1; superposition is not "
+        "implemented for pipelines)",
+        origin(toml, {"pipeline.stages", "tst.bag"}), pipe.stages, config.tst.bag);
+  }
+  if (pipe.schedule == "gpipe" && config.train.batch_size % pipe.micro_batches != 0) {
+    fail(
+        "{}: train.batch_size = {} is not a multiple of pipeline.micro_batches = {} (allowed: "
+        "batch_size = k * micro_batches, so every micro-batch weighs the same)",
+        origin(toml, {"train.batch_size", "pipeline.micro_batches"}), config.train.batch_size,
+        pipe.micro_batches);
+  }
 }
 
 // The rules that span keys; each single key was range-checked as it was read.
@@ -283,6 +345,7 @@ void check_cross_field(const TomlConfig& toml, const RunConfig& config) {
         origin(toml, {"tst.bag", "tst.fraction", "train.steps"}), config.tst.bag,
         config.tst.fraction, train.steps);
   }
+  check_pipeline(toml, config);
   // The model's shape is checked now even before the data's vocabulary is known, with a stand-in
   // vocabulary, so a bad hidden_size / num_heads fails at load rather than minutes later.
   ModelConfig model = config.model;
@@ -421,6 +484,17 @@ std::string RunConfig::to_toml() const {
   out += fmt::format("seconds = {}\n", toml_float(verify.seconds));
   out += fmt::format("max_failures = {}\n", verify.max_failures);
   out += fmt::format("window = {}\n", verify.window);
+
+  out += "\n[pipeline]\n";
+  out += fmt::format("stages = {}\n", pipeline.stages);
+  out += fmt::format("schedule = {}\n", toml_quote(pipeline.schedule));
+  out += fmt::format("micro_batches = {}\n", pipeline.micro_batches);
+  out += fmt::format("optimizer = {}\n", toml_quote(pipeline.optimizer));
+  out += fmt::format("nadam_beta1 = {}\n", toml_float(pipeline.nadam_beta1));
+  out += fmt::format("nadam_momentum_decay = {}\n", toml_float(pipeline.nadam_momentum_decay));
+  out += fmt::format("codec = {}\n", toml_quote(pipeline.codec));
+  out += fmt::format("int8_block = {}\n", pipeline.int8_block);
+  out += fmt::format("subspace_rank = {}\n", pipeline.subspace_rank);
   return out;
 }
 
@@ -482,8 +556,8 @@ bool RunConfig::operator==(const RunConfig& other) const {
   return seed == other.seed && models_equal(model, other.model) &&
          model_overrides == other.model_overrides && data == other.data && train == other.train &&
          optimizer == other.optimizer && demo == other.demo && adamw == other.adamw &&
-         diloco == other.diloco && schedule == other.schedule && tst == other.tst && verify == other.verify &&
-         network == other.network;
+         diloco == other.diloco && schedule == other.schedule && tst == other.tst &&
+         verify == other.verify && pipeline == other.pipeline && network == other.network;
 }
 
 void check_decentralized(const RunConfig& config) {

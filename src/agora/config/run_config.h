@@ -44,6 +44,11 @@
 //   heartbeat_timeout_seconds = 15.0, max_strikes = 3, hash_interval = 10, quorum = 0.5,
 //   checkpointers = 1, finish_grace_seconds = 60.0, max_members = 256,
 //   state_db = "coordinator.db"
+//   [verify]
+//   rate = 0.02, seconds = 60.0, max_failures = 2, window = 8
+//   [pipeline]                  # model parallelism (docs/pipeline.md); stages = 1 is off
+//   stages = 1, schedule = "gpipe", micro_batches = 4, optimizer = "adamw", nadam_beta1 = 0.99,
+//   nadam_momentum_decay = 0.004, codec = "float32", int8_block = 64, subspace_rank = 0
 //
 // Torch-free: the CLI, tests and the coordinator read configs without libtorch.
 #pragma once
@@ -194,6 +199,30 @@ struct VerifyConfig {
   bool operator==(const VerifyConfig&) const = default;
 };
 
+// Model parallelism (docs/pipeline.md): the model cut into `stages` contiguous stages, each
+// holding only its layers and their optimizer state, exchanging activations forward and their
+// gradients backward through a (compressed) boundary. The optimizer's lr, betas (AdamW), eps,
+// weight decay and grad_clip (per stage, local) come from [optimizer]; optimizer.name is not used.
+struct PipelineConfig {
+  int64_t stages = 1;  // 1 = the whole model in one place (no pipeline)
+  // gpipe: synchronous (micro-batches, flush, one update per step: the gradients of the whole
+  // model). async: PipeDream's 1F1B without flush, one update per step, stage i's gradient stale
+  // by stages - 1 - i updates, with weight stashing.
+  std::string schedule = "gpipe";
+  int64_t micro_batches = 4;        // gpipe: a step's batch in this many equal micro-batches
+  std::string optimizer = "adamw";  // per stage: adamw | nadam (decoupled weight decay)
+  double nadam_beta1 = 0.99;        // the asynchronous method's momentum (torch's default 0.9)
+  double nadam_momentum_decay = 0.004;
+  // What crosses a boundary: float32 | bfloat16 | int8 (blockwise absmax) | subspace (k
+  // coefficients per token, the residual stream constrained to a fixed rank-k basis).
+  std::string codec = "float32";
+  int64_t int8_block = 64;    // values per int8 scale
+  int64_t subspace_rank = 0;  // k for codec = "subspace", in [1, hidden_size]
+
+  bool enabled() const { return stages > 1; }
+  bool operator==(const PipelineConfig&) const = default;
+};
+
 struct RunConfig {
   uint64_t seed = 1234;
   // The preset's shape with the [model] overrides applied; max_seq_len = data.seq_len and
@@ -212,6 +241,7 @@ struct RunConfig {
   TstConfig tst;
   NetworkConfig network;
   VerifyConfig verify;
+  PipelineConfig pipeline;
 
   // Reads `path`, applies each "key=value" override in order, validates. Throws Error.
   static RunConfig load(const std::filesystem::path& path,

@@ -109,6 +109,18 @@ LlamaBodyImpl::LlamaBodyImpl(const ModelConfig& config) {
   norm = register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps));
 }
 
+torch::Tensor logn_attention_scales(const ModelConfig& config, int64_t start, int64_t T,
+                                    torch::Device device) {
+  if (!config.logn_attention_scaling) return {};
+  // Query at position p attends n = p + 1 keys; the factor is 1 at the training length.
+  const int64_t train_len =
+      config.yarn_factor > 1.0 ? config.yarn_original_max_seq_len : config.max_seq_len;
+  return torch::log(
+             torch::arange(start + 1, start + T + 1, torch::TensorOptions().dtype(torch::kFloat32)))
+      .div(std::log(double(train_len)))
+      .to(device);
+}
+
 LlamaImpl::LlamaImpl(const ModelConfig& config) : config_(config) {
   config_.validate();
   model = register_module("model", LlamaBody(config_));
@@ -167,16 +179,7 @@ torch::Tensor LlamaImpl::forward_embeddings(const torch::Tensor& input, KvCache*
   const auto& [cos_all, sin_all] = rotary(start + T, input.device());
   const torch::Tensor cos = cos_all.narrow(0, start, T), sin = sin_all.narrow(0, start, T);
 
-  torch::Tensor logn_scale;
-  if (config_.logn_attention_scaling) {
-    // Query at position p attends n = p + 1 keys; the factor is 1 at the training length.
-    const int64_t train_len =
-        config_.yarn_factor > 1.0 ? config_.yarn_original_max_seq_len : config_.max_seq_len;
-    logn_scale = torch::log(torch::arange(start + 1, start + T + 1,
-                                          torch::TensorOptions().dtype(torch::kFloat32)))
-                     .div(std::log(double(train_len)))
-                     .to(input.device());
-  }
+  const torch::Tensor logn_scale = logn_attention_scales(config_, start, T, input.device());
 
   if (cache && cache->keys.empty()) {
     cache->keys.resize(config_.num_layers);

@@ -75,6 +75,12 @@ class DecoderLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderLayer);
 
+// Attention logit scales for queries at positions start..start+T-1 when
+// config.logn_attention_scaling is on (log n / log of the training length, n = keys attended);
+// an undefined tensor when it is off.
+torch::Tensor logn_attention_scales(const ModelConfig& config, int64_t start, int64_t T,
+                                    torch::Device device);
+
 // The body (HF's LlamaModel, registered as "model").
 class LlamaBodyImpl : public torch::nn::Module {
  public:

@@ -20,7 +20,7 @@ Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits) {
     return DecodeFailure{DecodeError::kNoBody,
                          "message has no body (an unknown kind, or from a newer agora)"};
   }
-  const bool data = envelope.has_blob() || envelope.has_tensor_data();
+  const bool data = envelope.has_blob() || envelope.has_tensor_data() || envelope.has_stage_data();
   const size_t limit = data ? limits.max_data : limits.max_control;
   if (bytes.size() > limit) {
     return DecodeFailure{DecodeError::kOverLimit,
@@ -65,6 +65,8 @@ std::string kind_name(const wire::Envelope& envelope) {
     case E::kBlob: return "blob";
     case E::kGetTensor: return "get_tensor";
     case E::kTensorData: return "tensor_data";
+    case E::kStageData:
+      return "stage_data";
     case E::kNotFound: return "not_found";
     case E::BODY_NOT_SET: break;
   }

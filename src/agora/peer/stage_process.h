@@ -1,0 +1,58 @@
+// One pipeline stage as its own process (docs/pipeline.md section 4): the stage's layers and
+// optimizer state only, talking to its neighbours over the CURVE transport. Stage i > 0 serves
+// (a Server) on `listen`; stage i < S - 1 connects (a Client) to the next stage. Activations go
+// forward on that connection as StageData messages, and their gradients come back on it.
+//
+// Schedules, with B = train.batch_size and the data read by every stage from its own copy (the
+// step fixes the sequences, so no stage sends tokens it need not):
+//   gpipe  per step: the M micro-batches forward (the last stage computes the loss and sends each
+//          gradient back at once), then the M gradients back in order, then one update.
+//   async  1F1B without flush: stage i runs the forwards of steps 0 .. S-i-1, then alternates
+//          the backward of step k and the forward of step k + S - i. A forward runs at the
+//          current weights and stashes them; the backward recomputes the forward at the stashed
+//          weights, applies the gradient to the newest ones, and drops the stash. So stage i's
+//          step-s gradient is taken at its weights after s - (S-1-i) updates, as in
+//          pipeline/simulation.h, and the processes compute the simulation's numbers bit for bit
+//          (tested).
+// Each stage handles messages in that fixed order whatever order they arrive in; it holds at
+// most S steps' messages from a neighbour (more is a protocol error that stops the stage).
+//
+// Failure: a neighbour silent for `timeout_seconds` while this stage waits on it, a message that
+// does not decode or does not belong, or any error of this stage's own stops this stage with an
+// Error naming the stage and what happened; before it stops, it tells both neighbours, which stop
+// at once naming the stage that failed first (rather than waiting out their timeouts).
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "agora/config/run_config.h"
+#include "agora/net/identity.h"
+
+namespace agora::peer {
+
+struct StageOptions {
+  int64_t stage = 0;
+  std::string listen;             // stage > 0: where the previous stage connects
+  std::string next;               // stage < S - 1: the next stage's endpoint
+  net::PublicKey next_key;        // ... and its ed25519 key
+  std::filesystem::path events;   // JSON lines (start, step, finish), if set
+  std::filesystem::path out_dir;  // the stage's checkpoint folder at the end, if set
+  double timeout_seconds = 60;
+  bool progress = true;
+};
+
+struct StageSummary {
+  int64_t steps = 0;
+  double seconds = 0, tokens_per_second = 0;
+  double last_loss = 0;        // the last stage's
+  std::string parameter_hash;  // hex BLAKE2b of the stage's parameters (hash_tensors)
+  int64_t peak_rss_bytes = 0;
+  uint64_t bytes_sent = 0, bytes_received = 0;
+};
+
+// Runs the whole run as stage options.stage of config.pipeline.stages. Throws Error on failure.
+StageSummary run_stage(const RunConfig& config, const net::Identity& identity,
+                       const StageOptions& options);
+
+}  // namespace agora::peer

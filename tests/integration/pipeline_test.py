@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Pipeline stages as real processes (docs/pipeline.md): `agora stage` x S on loopback.
+
+    pipeline_test.py AGORA DATA SCENARIO
+
+  gpipe_int8       3 stage processes, synchronous schedule, int8 boundaries: every stage ends
+                   with the parameters the in-process pipeline (`agora train`, same config)
+                   computes, bit for bit, and the losses are the same.
+  async_subspace   the same with the asynchronous 1F1B schedule, NAdam and subspace boundaries.
+  stage_killed     stage 1 is SIGKILLed mid-run: stages 0 and 2 stop on their own within their
+                   timeout, with an error event naming stage 1.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from network_run import free_port  # noqa: E402
+
+CONFIG = os.path.join(HERE, "pipeline.toml")
+STAGES = 3
+
+
+def events(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class Pipeline:
+    def __init__(self, agora, data, sets):
+        self.agora, self.sets = agora, [f"data.dir={data}", *sets]
+        self.dir = tempfile.mkdtemp(prefix="agora-pipeline-")
+        self.keys = [self.keygen(i) for i in range(STAGES)]
+        self.ports = [free_port() for _ in range(STAGES)]
+        self.procs = []
+
+    def keygen(self, i):
+        out = subprocess.run([self.agora, "keygen", "--out", os.path.join(self.dir, f"stage-{i}.key")],
+                             check=True, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    def start(self, timeout=60):
+        # The last stage first: each connects to the next, which ZeroMQ retries until it is up.
+        for i in reversed(range(STAGES)):
+            args = [self.agora, "stage", "--config", CONFIG, "--stage", str(i), "--key",
+                    os.path.join(self.dir, f"stage-{i}.key"), "--events",
+                    os.path.join(self.dir, f"stage-{i}.jsonl"), "--timeout", str(timeout),
+                    "--out", os.path.join(self.dir, "stages")]
+            if i > 0:
+                args += ["--listen", f"tcp://127.0.0.1:{self.ports[i]}"]
+            if i < STAGES - 1:
+                args += ["--next", f"tcp://127.0.0.1:{self.ports[i + 1]}", "--next-key",
+                         self.keys[i + 1]]
+            for s in self.sets:
+                args += ["--set", s]
+            err = open(os.path.join(self.dir, f"stage-{i}.log"), "w")
+            self.procs.insert(0, subprocess.Popen(args, stdout=err, stderr=err))
+
+    def wait(self, limit):
+        deadline = time.time() + limit
+        for i, p in enumerate(self.procs):
+            try:
+                p.wait(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                self.fail(f"stage {i} did not finish within {limit} s")
+        return [p.returncode for p in self.procs]
+
+    def stage_events(self, i):
+        return events(os.path.join(self.dir, f"stage-{i}.jsonl"))
+
+    def fail(self, message):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for i in range(STAGES):
+            log = os.path.join(self.dir, f"stage-{i}.log")
+            if os.path.exists(log):
+                print(f"--- stage {i} log:\n" + open(log).read()[-3000:], file=sys.stderr)
+        sys.exit(f"FAIL: {message} (files in {self.dir})")
+
+    def simulate(self):
+        """The same run in one process (pipeline/simulation.h): its finish event."""
+        out = os.path.join(self.dir, "simulated")
+        args = [self.agora, "train", "--config", CONFIG, "--quiet", "--set", f"train.out_dir={out}"]
+        for s in self.sets:
+            args += ["--set", s]
+        subprocess.run(args, check=True, capture_output=True, text=True)
+        return events(os.path.join(out, "pipeline.jsonl"))
+
+
+def same_as_simulation(agora, data, sets):
+    run = Pipeline(agora, data, sets)
+    run.start()
+    codes = run.wait(240)
+    if any(codes):
+        run.fail(f"stage exit codes {codes}")
+    simulated = run.simulate()
+    finish = next(e for e in simulated if e["event"] == "finish")
+    for i in range(STAGES):
+        mine = next(e for e in run.stage_events(i) if e["event"] == "finish")
+        if mine["parameter_hash"] != finish["stage_hashes"][i]:
+            run.fail(f"stage {i} ended with parameters {mine['parameter_hash'][:16]}, the "
+                     f"in-process pipeline with {finish['stage_hashes'][i][:16]}")
+    # The last stage's losses are the simulation's, step for step.
+    losses = [e["loss"] for e in run.stage_events(STAGES - 1) if e["event"] == "step"]
+    expected = [e["loss"] for e in simulated if e["event"] == "step"]
+    if losses != expected:
+        run.fail(f"losses {losses} differ from the in-process pipeline's {expected}")
+    if not os.path.exists(os.path.join(run.dir, "stages", f"stage_{STAGES - 1}.safetensors")):
+        run.fail("the last stage wrote no parameters")
+    print(f"OK: {STAGES} stage processes ended bit-identical to the in-process pipeline "
+          f"({len(losses)} steps, {sets})")
+    shutil.rmtree(run.dir, ignore_errors=True)
+
+
+def stage_killed(agora, data):
+    timeout = 8
+    run = Pipeline(agora, data, ["train.steps=100000"])
+    run.start(timeout=timeout)
+    # Let the pipeline run a few steps, then kill the middle stage.
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if os.path.exists(os.path.join(run.dir, "stage-2.jsonl")) and any(
+                e["event"] == "step" for e in run.stage_events(2)):
+            break
+        time.sleep(0.2)
+    else:
+        run.fail("the pipeline trained no step")
+    run.procs[1].send_signal(signal.SIGKILL)
+    killed = time.time()
+    codes = run.wait(timeout + 60)
+    took = time.time() - killed
+    for i in (0, 2):
+        if codes[i] == 0:
+            run.fail(f"stage {i} exited 0 although stage 1 was killed")
+        errors = [e for e in run.stage_events(i) if e["event"] == "error"]
+        if not errors or errors[-1]["blamed"] != 1:
+            run.fail(f"stage {i}'s error event does not name stage 1: {errors}")
+    if took > timeout + 30:
+        run.fail(f"the stages took {took:.0f} s to stop (timeout {timeout} s)")
+    print(f"OK: stage 1 killed; stages 0 and 2 stopped in {took:.1f} s naming stage 1")
+    shutil.rmtree(run.dir, ignore_errors=True)
+
+
+def main():
+    agora, data, scenario = sys.argv[1], sys.argv[2], sys.argv[3]
+    if scenario == "gpipe_int8":
+        same_as_simulation(agora, data, ["pipeline.codec=int8"])
+    elif scenario == "async_subspace":
+        same_as_simulation(agora, data, ["pipeline.schedule=async", "pipeline.optimizer=nadam",
+                                         "pipeline.codec=subspace", "pipeline.subspace_rank=16"])
+    elif scenario == "stage_killed":
+        stage_killed(agora, data)
+    else:
+        sys.exit(f"unknown scenario {scenario}")
+
+
+if __name__ == "__main__":
+    main()
