@@ -48,9 +48,11 @@
 // What a round trip promises: decode_boundary(encode_boundary(h, v, t)) has header h, tokens t,
 // and values: v exactly (f32 and subspace; -0 stays -0), the bf16 rounding of v (bf16), and
 // within scale / 2 of v per value, up to the float rounding of q * scale (int8; the scale is
-// absmax / 127 rounded up to a float, so that |v| / scale <= 127). The encoding has exactly
-// boundary_encoded_size(h) bytes. f32, bf16 and subspace encodings are canonical (a message has
-// one encoding); int8 is not quite (a forged block may use a larger scale than its codes need).
+// absmax / 127 rounded up to a float, so that |v| / scale <= 127, or down where 127 * scale
+// would overflow: a block holding values within 2^-23 of the largest float). The encoding has
+// exactly boundary_encoded_size(h) bytes. f32, bf16 and subspace encodings are canonical (a
+// message has one encoding); int8 is not quite (a forged block may use a larger scale than its
+// codes need, and re-encoding may move a scale by an ulp).
 //
 // Torch-free: the network and the fuzz target use it without libtorch.
 #pragma once

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <utility>
 
 #include "agora/core/error.h"
 
@@ -39,19 +40,25 @@ std::vector<StageSpan> partition_model(const ModelConfig& model, int64_t stages)
     if (stage == stages - 1) c += head_parameters(model);
     return c;
   };
-  // best[s][l]: the smallest possible largest stage when stages 0..s-1 cover layers [0, l);
-  // cut[s][l] the first layer of stage s-1 in that cut. O(S L^2), L is at most a few hundred.
+  // best[s][l]: for stages 0..s-1 covering layers [0, l), the smallest (largest stage, sum of
+  // squared stage sizes), compared in that order: the largest stage first, then the most even
+  // spread of the rest. cut[s][l]: the first layer of stage s-1 in that cut. O(S L^2) over at
+  // most a few hundred layers.
+  using Cost = std::pair<int64_t, double>;
   constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
-  std::vector<std::vector<int64_t>> best(stages + 1, std::vector<int64_t>(L + 1, kNone));
+  std::vector<std::vector<Cost>> best(stages + 1, std::vector<Cost>(L + 1, Cost{kNone, 0.0}));
   std::vector<std::vector<int64_t>> cut(stages + 1, std::vector<int64_t>(L + 1, 0));
-  best[0][0] = 0;
+  best[0][0] = {0, 0.0};
   for (int64_t s = 1; s <= stages; ++s) {
     for (int64_t end = s; end <= L; ++end) {
       for (int64_t first = s - 1; first < end; ++first) {
-        if (best[s - 1][first] == kNone) continue;
-        const int64_t largest = std::max(best[s - 1][first], cost(s - 1, first, end));
-        if (largest < best[s][end]) {
-          best[s][end] = largest;
+        const Cost& before = best[s - 1][first];
+        if (before.first == kNone) continue;
+        const int64_t c = cost(s - 1, first, end);
+        const Cost candidate{std::max(before.first, c),
+                             before.second + static_cast<double>(c) * static_cast<double>(c)};
+        if (candidate < best[s][end]) {
+          best[s][end] = candidate;
           cut[s][end] = first;
         }
       }

@@ -4,9 +4,10 @@
 // libtorch.
 //
 // What it promises: every stage holds at least one layer; the layers are covered once, in
-// order; among all such cuts, the one chosen minimises the largest stage's parameter count
-// (ties: the earliest cut), so the stages hold about 1/S of the model each, the embedding and
-// head counting as the layers they outweigh. The same (model, stages) gives the same cut on
+// order; among all such cuts, the one chosen minimises the largest stage's parameter count and,
+// among those, spreads the rest most evenly (the smallest sum of squared stage sizes), so the
+// stages hold about 1/S of the model each, the embedding and head counting as the layers they
+// outweigh. The same (model, stages) gives the same cut on
 // every peer.
 #pragma once
 
