@@ -21,15 +21,14 @@
 #include "agora/net/identity.h"
 #include "agora/obs/log.h"
 #include "agora/obs/progress.h"
+#include "cmd_demo_pipeline.h"
 #include "commands.h"
 #include "signals.h"
 
 namespace agora::cli {
 namespace fs = std::filesystem;
-namespace {
 
-// A TCP port that was free a moment ago on 127.0.0.1.
-int free_port() {
+int free_loopback_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -43,6 +42,8 @@ int free_port() {
   ::close(fd);
   return ntohs(addr.sin_port);
 }
+
+namespace {
 
 // Starts one process of the demo with its stderr (and its stdout, unless piped) appended to
 // `log`, in a process group of its own: a Ctrl-C reaches the demo, which stops its children in
@@ -65,6 +66,8 @@ struct DemoArgs {
   std::string out = "runs/network-demo";
   std::string prompt = "And God said";
   std::string log_format = "text";  // the children's log lines (in their .log files)
+  int64_t pipeline = 0;             // > 0: a pipelined run of this many stage processes
+  std::string schedule, codec;      // the pipeline's, when set
 };
 
 void run_demo(const DemoArgs& args) {
@@ -92,8 +95,8 @@ void run_demo(const DemoArgs& args) {
   }
   allowlist.close();
 
-  const std::string endpoint = fmt::format("tcp://127.0.0.1:{}", free_port());
-  const int http_port = free_port();
+  const std::string endpoint = fmt::format("tcp://127.0.0.1:{}", free_loopback_port());
+  const int http_port = free_loopback_port();
   std::vector<std::string> coordinator_argv = {
       agora,
       "coordinator",
@@ -255,7 +258,28 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--log-format", args->log_format,
                   "The coordinator's and peers' log lines (in --out): text or json")
       ->capture_default_str();
-  cmd->callback([args] { run_demo(*args); });
+  cmd->add_option("--pipeline", args->pipeline,
+                  "Run a pipelined run instead: this many stage processes, each holding part of "
+                  "the model (default config configs/pipeline.toml)")
+      ->check(CLI::Range(2, 64));
+  cmd->add_option("--schedule", args->schedule, "With --pipeline: gpipe or async");
+  cmd->add_option("--codec", args->codec,
+                  "With --pipeline: float32, bfloat16, int8 (subspace needs --config with a rank)");
+  auto* config_option = cmd->get_option("--config");
+  auto* out_option = cmd->get_option("--out");
+  cmd->callback([args, config_option, out_option] {
+    if (args->pipeline == 0) return run_demo(*args);
+    PipelineDemoArgs p;
+    p.stages = args->pipeline;
+    p.steps = args->steps;
+    if (config_option->count() > 0) p.config = args->config;
+    if (out_option->count() > 0) p.out = args->out;
+    p.data = args->data;
+    p.schedule = args->schedule;
+    p.codec = args->codec;
+    p.prompt = args->prompt;
+    run_pipeline_demo(p);
+  });
 }
 
 }  // namespace agora::cli

@@ -5,7 +5,8 @@
 
   gpipe_int8       3 stage processes, synchronous schedule, int8 boundaries: every stage ends
                    with the parameters the in-process pipeline (`agora train`, same config)
-                   computes, bit for bit, and the losses are the same.
+                   computes, bit for bit, the losses are the same, and the stages' files merge
+                   (agora merge-stages) into a checkpoint that evaluates as the in-process one.
   async_subspace   the same with the asynchronous 1F1B schedule, NAdam and subspace boundaries.
   stage_killed     stage 1 is SIGKILLed mid-run: stages 0 and 2 stop on their own within their
                    timeout, with an error event naming stage 1.
@@ -112,8 +113,23 @@ def same_as_simulation(agora, data, sets):
     expected = [e["loss"] for e in simulated if e["event"] == "step"]
     if losses != expected:
         run.fail(f"losses {losses} differ from the in-process pipeline's {expected}")
-    if not os.path.exists(os.path.join(run.dir, "stages", f"stage_{STAGES - 1}.safetensors")):
-        run.fail("the last stage wrote no parameters")
+    # The stages' files merge into one checkpoint that evaluates as the in-process one does.
+    merged = os.path.join(run.dir, "merged")
+    args = [agora, "merge-stages", "--config", CONFIG, "--stages", os.path.join(run.dir, "stages"),
+            "--out", merged]
+    for s in run.sets:
+        args += ["--set", s]
+    subprocess.run(args, check=True, capture_output=True, text=True)
+    losses_by = {}
+    for name, checkpoint in (("merged", merged), ("in-process", finish["checkpoint"])):
+        out = subprocess.run([agora, "eval", "--checkpoint", checkpoint, "--data",
+                              os.path.join(data, "val_000000.bin"), "--max-windows", "8",
+                              "--device", "cpu", "--json"],
+                             check=True, capture_output=True, text=True).stdout
+        losses_by[name] = json.loads(out)["val_loss"]
+    if losses_by["merged"] != losses_by["in-process"]:
+        run.fail(f"the merged stage files evaluate to {losses_by['merged']}, the in-process "
+                 f"checkpoint to {losses_by['in-process']}")
     print(f"OK: {STAGES} stage processes ended bit-identical to the in-process pipeline "
           f"({len(losses)} steps, {sets})")
     shutil.rmtree(run.dir, ignore_errors=True)

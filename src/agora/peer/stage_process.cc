@@ -21,12 +21,12 @@
 #include "agora/net/curve_socket.h"
 #include "agora/pipeline/boundary.h"
 #include "agora/pipeline/partition.h"
+#include "agora/pipeline/stage_files.h"
 #include "agora/pipeline/stage_model.h"
 #include "agora/pipeline/stage_optimizer.h"
 #include "agora/pipeline/subspace.h"
 #include "agora/train/batches.h"
 #include "agora/train/loss.h"
-#include "agora/train/torch_safetensors.h"
 
 namespace agora::peer {
 namespace {
@@ -270,7 +270,7 @@ class StageRunner {
     summary.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
     summary.bytes_sent = net_.bytes_sent();
     summary.bytes_received = net_.bytes_received();
-    if (!options_.out_dir.empty()) save(options_.out_dir);
+    if (!options_.out_dir.empty()) save_stage_file(options_.out_dir, live_, subspace_.get(), N);
     event({{"event", "finish"},
            {"stage", span_.stage},
            {"steps", N},
@@ -340,7 +340,9 @@ class StageRunner {
            {"lr", lr},
            {"grad_norm", norm},
            {"seconds", seconds},
-           {"elapsed", seconds_since(run_started_)}});
+           {"elapsed", seconds_since(run_started_)},
+           {"bytes_sent", net_.bytes_sent()},
+           {"bytes_received", net_.bytes_received()}});
     if (options_.progress && last() &&
         ((s + 1) % std::max<int64_t>(1, config_.train.log_interval) == 0 ||
          s + 1 == config_.train.steps)) {
@@ -431,22 +433,6 @@ class StageRunner {
       loss += loss_and_backward(live_, s, j, input(s, j, w.narrow(1, 0, T())), w.narrow(1, 1, T()));
     }
     update(s, loss, started);
-  }
-
-  // The stage's parameters under the whole model's names, so the stages' files together are
-  // one Hugging Face checkpoint's tensors; stage 0's embedding is what it computes with.
-  void save(const fs::path& dir) {
-    fs::create_directories(dir);
-    std::vector<std::pair<std::string, torch::Tensor>> tensors;
-    for (const NamedParameter& p : live_->hf_parameters()) {
-      torch::Tensor t = p.tensor.detach();
-      if (p.name == "model.embed_tokens.weight" && subspace_) t = t + subspace_->fixed_embedding();
-      tensors.emplace_back(p.name, t);
-    }
-    save_tensors(dir / fmt::format("stage_{}.safetensors", span_.stage), tensors,
-                 {{"stage", std::to_string(span_.stage)},
-                  {"first_layer", std::to_string(span_.first_layer)},
-                  {"end_layer", std::to_string(span_.end_layer)}});
   }
 
   void event(const nlohmann::json& e) {
