@@ -391,6 +391,21 @@ def rounds_to_draw(rate, times, risk):
     return n
 
 
+def shares_of(run, i):
+    """Round -> the sequences peer i was handed, from the coordinator's "round N opened: ...
+    (key=count ...)" rows."""
+    out = {}
+    short = run.short(i)
+    for r in run.rows():
+        text = r.get("text", "")
+        if r.get("kind") == "round" and " opened: " in text and "(" in text:
+            for part in text[text.index("(") + 1:text.index(")")].split():
+                key, _, count = part.partition("=")
+                if key == short and count.isdigit():
+                    out[r["round"]] = int(count)
+    return out
+
+
 def check_honest_unaccused(run, ledger, honest):
     """No honest member failed a check, as author or as verifier, nor was dropped for it."""
     for i in honest:
@@ -534,9 +549,12 @@ def scenario_lazy(agora, data, cheat):
         run.fail(f"the cheater was dropped after {len(failed)} failed checks as an author, "
                  f"expected verify.max_failures = {cfg['max_failures']}: "
                  f"{ledger.failures_of(cheater)}")
-    # Every honest verifier that judged the cheater's work found it wrong.
+    # Every honest verifier that judged the cheater's work found it wrong, except where the
+    # cheat changed nothing: half_batch trains max(1, share / 2) sequences, all of a share of 1.
+    did_honest_work = {r for r, n in shares_of(run, cheater).items()
+                       if cheat == "half_batch" and n == 1}
     covered = [(c.round, v) for c, v, o in ledger.verdicts(about=cheater)
-               if v in honest and o == "agrees"]
+               if v in honest and o == "agrees" and c.round not in did_honest_work]
     if covered:
         run.fail(f"honest verifiers agreed with the cheater's contributions (round, verifier): "
                  f"{covered}")

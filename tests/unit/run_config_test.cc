@@ -374,7 +374,7 @@ TEST(RunConfigTest, UnknownKeys) {
       "yarn_beta_slow, yarn_factor, yarn_original_max_seq_len)");
   EXPECT_EQ(error_of("[whatever]\n"),
             "configs/x.toml: unknown key 'whatever' (allowed at the top level: adamw, data, demo, "
-            "diloco, model, network, optimizer, schedule, seed, train, tst, verify)");
+            "diloco, model, network, optimizer, pipeline, schedule, seed, train, tst, verify)");
   EXPECT_EQ(error_of("sed = 1\n[data]\nseqlen = 5\n"),
             "configs/x.toml: unknown key 'data.seqlen' (did you mean 'data.seq_len'?)\n"
             "configs/x.toml: unknown key 'sed' (did you mean 'seed'?)");
