@@ -14,11 +14,11 @@ namespace agora::cli {
 
 void add_stage_command(CLI::App& app) {
   struct Args {
-    std::string config, key, listen, next, next_key, events, out;
+    std::string config, key, listen, next, next_key, events, out, checkpoints;
     std::vector<std::string> overrides;
     int64_t stage = 0;
     double timeout = 60;
-    bool quiet = false;
+    bool quiet = false, resume = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -37,8 +37,14 @@ void add_stage_command(CLI::App& app) {
   cmd->add_option("--events", args->events, "Write JSON lines (start, step, finish) here");
   cmd->add_option("--out", args->out,
                   "Write this stage's parameters here at the end (stage_<i>.safetensors)");
+  cmd->add_option("--checkpoints", args->checkpoints,
+                  "Write this stage's state here every train.checkpoint_interval steps "
+                  "(default: OUT/checkpoints with --out)");
+  cmd->add_flag("--resume", args->resume,
+                "Start from the newest checkpoint every stage holds (all stages need --resume)");
   cmd->add_option("--timeout", args->timeout,
-                  "Seconds a neighbour may stay silent before this stage stops with an error")
+                  "Seconds a neighbour may stay silent before this stage stops with an error "
+                  "(at the start, while the stages are being launched: at least 600)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--quiet", args->quiet, "No progress lines");
   cmd->callback([args] {
@@ -58,6 +64,13 @@ void add_stage_command(CLI::App& app) {
     if (!args->next.empty()) o.next_key = net::key_from_hex(args->next_key, "--next-key");
     o.events = args->events;
     o.out_dir = args->out;
+    o.checkpoint_dir = !args->checkpoints.empty() ? std::filesystem::path(args->checkpoints)
+                       : !args->out.empty()       ? std::filesystem::path(args->out) / "checkpoints"
+                                                  : std::filesystem::path();
+    o.resume = args->resume;
+    if (o.resume && o.checkpoint_dir.empty()) {
+      fail("agora stage --resume needs --checkpoints DIR or --out DIR (where the checkpoints are)");
+    }
     o.timeout_seconds = args->timeout;
     o.progress = !args->quiet;
     const peer::StageSummary s = peer::run_stage(config, identity, o);

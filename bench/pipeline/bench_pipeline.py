@@ -3,14 +3,17 @@
 
     bench_pipeline.py --agora build/apps/agora/agora [--config configs/pipeline.toml]
                       [--scenario codecs|schedules|layouts|all] [--steps N] [--out DIR]
+                      [--families float32,bfloat16,int8,subspace,columns]
                       [--json FILE] [--set key=value ...]
 
 Side by side in one invocation, each variant an `agora train` of the same config (the in-process
 pipeline, pipeline/simulation.h), read back from its pipeline.jsonl events:
 
-  codecs     gpipe with S = 4: float32, bfloat16, int8, and subspace at k/d = 1/4, 1/8, 1/16,
-             1/32: validation loss against steps, final validation loss against float32's, and
-             the bytes per token each boundary carried forward and backward.
+  codecs     gpipe with S = 4: float32, bfloat16, int8, subspace at k/d = 1/4, 1/8, 1/16,
+             1/32, and the column sparsifier keeping 1/4, 1/8, 1/16 of the columns: validation
+             loss against steps, final validation loss against float32's, and the bytes per
+             token each boundary carried forward and backward. --families picks which of them
+             run (float32 always does: the others are measured against it).
   schedules  on the same steps: synchronous AdamW (gpipe), asynchronous AdamW and asynchronous
              NAdam(beta1 0.99) (1F1B with weight stashing, stage i stale by S - 1 - i updates).
   layouts    bytes per token per boundary for the 1b and a 40B-class geometry, from the layouts
@@ -64,14 +67,20 @@ def run_variant(agora, config, name, sets, steps, out):
     }
 
 
-def codecs(agora, config, steps, out, extra, d):
-    variants = [("float32", "float32", ["pipeline.codec=float32"]),
-                ("bfloat16", "bfloat16", ["pipeline.codec=bfloat16"]),
-                ("int8", "int8", ["pipeline.codec=int8"])]
-    for denominator in (4, 8, 16, 32):
+def codecs(agora, config, steps, out, extra, d, families):
+    variants = [("float32", "float32", ["pipeline.codec=float32"])]
+    if "bfloat16" in families:
+        variants.append(("bfloat16", "bfloat16", ["pipeline.codec=bfloat16"]))
+    if "int8" in families:
+        variants.append(("int8", "int8", ["pipeline.codec=int8"]))
+    for denominator in (4, 8, 16, 32) if "subspace" in families else ():
         k = max(1, d // denominator)
         variants.append((f"subspace 1/{denominator} (k={k})", f"subspace_{k}",
                          ["pipeline.codec=subspace", f"pipeline.subspace_rank={k}"]))
+    for denominator in (4, 8, 16) if "columns" in families else ():
+        variants.append((f"columns 1/{denominator} (k={round(d / denominator)})",
+                         f"columns_{denominator}",
+                         ["pipeline.codec=columns", f"pipeline.columns_kept={1 / denominator}"]))
     results = []
     for label, directory, sets in variants:
         print(f"  {label} ...", file=sys.stderr, flush=True)
@@ -260,6 +269,8 @@ def main():
                         help="processes: steps left out of tokens/s (start-up, pipeline fill)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--hidden-size", type=int, default=288, help="the config's model width")
+    parser.add_argument("--families", default="float32,bfloat16,int8,subspace,columns",
+                        help="codecs: which codec families run (float32 always)")
     parser.add_argument("--out", default="out/bench/pipeline")
     parser.add_argument("--json")
     parser.add_argument("--set", action="append", default=[], dest="sets")
@@ -270,7 +281,7 @@ def main():
         report["layouts"] = layouts()
     if args.scenario in ("codecs", "all"):
         report["codecs"] = codecs(args.agora, args.config, args.steps, args.out, args.sets,
-                                  args.hidden_size)
+                                  args.hidden_size, args.families.split(","))
         plot(args.out, report["codecs"], "pipeline_codecs",
              f"S = 4 gpipe, boundary codecs ({args.steps} steps)")
     if args.scenario in ("schedules", "all"):

@@ -100,6 +100,16 @@ int Adversary::run() {
       break;
     }
   }
+  if (o_.attack == "flood" && flood_start_ >= 0 && !flood_done_) {
+    // The run ended (or the adversary timed out) mid-flood: say what was sent all the same, so
+    // a test waiting for the flood's end learns the run was too short rather than hanging.
+    const double seconds = std::max(1e-9, now() - flood_start_);
+    report_.emit("flood", {{"kind", o_.flood_kind},
+                           {"sent", flood_sent_},
+                           {"seconds", seconds},
+                           {"per_second", double(flood_sent_) / seconds},
+                           {"cut_short", true}});
+  }
   report_.emit("summary", {{"finalized_steps", finalized_},
                            {"commits", own_.size()},
                            {"honest_payloads_fetched", honest_.size()},

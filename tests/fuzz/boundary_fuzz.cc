@@ -2,8 +2,9 @@
 // promises hold.
 //
 // An accepted message has boundary_encoded_size(header) == the input's size, finite values only,
-// and tokens exactly for subspace forward. The writer must accept whatever the reader accepted,
-// and re-encoding must keep what the round trip promises: f32, bf16 and subspace are canonical
+// tokens exactly for subspace forward, and for columns width increasing indices below block. The
+// writer must accept whatever the reader accepted, and re-encoding must keep what the round trip
+// promises: f32, bf16, subspace and columns are canonical
 // (the bytes come back exactly); int8 is not (a forged block may use a larger scale than its
 // codes need), so there the re-encoded message must decode to the same header, and values within
 // half of its block's new scale (up to the float rounding of q * scale).
@@ -75,12 +76,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                       h.direction == agora::BoundaryDirection::kForward;
   check(message.values.size() == uint64_t{h.rows} * h.width);
   check(message.tokens.size() == (tokens ? h.rows : 0));
+  const bool columns = h.codec == agora::BoundaryCodec::kColumns;
+  check(message.columns.size() == (columns ? h.width : 0));
+  for (size_t c = 0; c < message.columns.size(); ++c) {
+    check(message.columns[c] < h.block && (c == 0 || message.columns[c] > message.columns[c - 1]));
+  }
   for (const float v : message.values) check(std::isfinite(v));
 
   std::string again;
   try {
     check(agora::boundary_encoded_size(h) == size);
-    again = agora::encode_boundary(h, message.values, message.tokens);
+    again = agora::encode_boundary(h, message.values, message.tokens, message.columns);
   } catch (const agora::Error&) {
     std::abort();  // the writer refused what the reader accepted
   }
@@ -89,6 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const agora::BoundaryMessage reread = agora::decode_boundary(again);
   check(reread.header == h);
   check(reread.tokens == message.tokens);
+  check(reread.columns == message.columns);
   if (h.codec == agora::BoundaryCodec::kInt8) {
     check_int8(message, again, reread);
   } else {

@@ -135,16 +135,21 @@ def scenario_coordinator(agora, adversary, data):
     Deadlines keep firing during the flood (no gap between finalized steps longer than a round's
     deadline plus the witness window, with room), and an honest peer that joins after both is
     handed the honest members' state, catches up and ends identical."""
-    flood = steps(8, 60)
+    # The run must outlast the flood (the joiner comes after it): a quiet 2-core machine trains
+    # the tiny model's rounds in about 0.45 s, so 40 steps take 18 s or more against 2 + 5 s.
+    flood = steps(5, 60)
     run = AdversaryRun(agora, adversary, data, "adv-coordinator", honest=4, adversaries=2,
-                       steps=steps(24, 100), sets=["network.min_peers=3"])
+                       steps=steps(40, 100), sets=["network.min_peers=3"])
     run.honest = [0, 1, 2]  # peer 3 joins later and is checked on its own
     run.start_coordinator()
     run.start_honest()
     run.start_adversary(4, "flood", "--flood-kind", "heartbeat", "--rate", 0,
-                        "--flood-seconds", flood, "--flood-after", 3)
+                        "--flood-seconds", flood, "--flood-after", 2)
     run.start_adversary(5, "forged-state", "--state-mode", "huge")
     run.wait_until("the flood to end", lambda: run.actions(4, "flood"), 120)
+    if run.actions(4, "flood")[0].get("cut_short"):
+        run.fail(f"the run ended before the flood of {flood} s did: the joiner has nothing to "
+                 f"join; give the run more steps than {run.steps}")
     run.start_peer(3)
     run.honest = [0, 1, 2, 3]
     run.finish()

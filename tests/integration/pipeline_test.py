@@ -10,6 +10,13 @@
   async_subspace   the same with the asynchronous 1F1B schedule, NAdam and subspace boundaries.
   stage_killed     stage 1 is SIGKILLed mid-run: stages 0 and 2 stop on their own within their
                    timeout, with an error event naming stage 1.
+  resume_gpipe     a run checkpointing every 4 of 12 steps, stage 1 killed (a crash point) after
+                   its 10th step: restarted with --resume, every stage resumes at step 8 and
+                   ends bit-identical to the in-process pipeline that never stopped.
+  resume_async     the same under async 1F1B, NAdam and subspace boundaries (what resumes there:
+                   stashed forwards and the messages in flight), stage 0 killed between the two
+                   files of its step-8 checkpoint: the stages resume at step 4, the newest step
+                   all of them hold whole, and end bit-identical too.
 """
 import json
 import os
@@ -46,7 +53,9 @@ class Pipeline:
                              check=True, capture_output=True, text=True)
         return out.stdout.strip()
 
-    def start(self, timeout=60):
+    def start(self, timeout=60, resume=False, crash_at=None):
+        """Launches the stages; crash_at: {stage: AGORA_CRASH_AT value}."""
+        self.procs = []
         # The last stage first: each connects to the next, which ZeroMQ retries until it is up.
         for i in reversed(range(STAGES)):
             args = [self.agora, "stage", "--config", CONFIG, "--stage", str(i), "--key",
@@ -58,10 +67,16 @@ class Pipeline:
             if i < STAGES - 1:
                 args += ["--next", f"tcp://127.0.0.1:{self.ports[i + 1]}", "--next-key",
                          self.keys[i + 1]]
+            if resume:
+                args.append("--resume")
             for s in self.sets:
                 args += ["--set", s]
-            err = open(os.path.join(self.dir, f"stage-{i}.log"), "w")
-            self.procs.insert(0, subprocess.Popen(args, stdout=err, stderr=err))
+            env = dict(os.environ)
+            env.pop("AGORA_CRASH_AT", None)
+            if crash_at and i in crash_at:
+                env["AGORA_CRASH_AT"] = crash_at[i]
+            err = open(os.path.join(self.dir, f"stage-{i}.log"), "a")
+            self.procs.insert(0, subprocess.Popen(args, stdout=err, stderr=err, env=env))
 
     def wait(self, limit):
         deadline = time.time() + limit
@@ -164,6 +179,36 @@ def stage_killed(agora, data):
     shutil.rmtree(run.dir, ignore_errors=True)
 
 
+def resumed(agora, data, sets, crash_at, resumes_at):
+    run = Pipeline(agora, data, [*sets, "train.steps=12", "train.checkpoint_interval=4"])
+    run.start(timeout=8, crash_at=crash_at)
+    codes = run.wait(120)
+    for i in crash_at:
+        if codes[i] != -signal.SIGKILL:
+            run.fail(f"stage {i} exited {codes[i]}, expected its crash point "
+                     f"{crash_at[i]} to kill it")
+    run.start(timeout=60, resume=True)
+    codes = run.wait(240)
+    if any(codes):
+        run.fail(f"the resumed stages exited {codes}")
+    starts = [[e["step"] for e in run.stage_events(i) if e["event"] == "resume"]
+              for i in range(STAGES)]
+    if starts != [[resumes_at]] * STAGES:
+        run.fail(f"the stages resumed at {starts}, expected each once at step {resumes_at} "
+                 f"(the newest checkpoint all of them hold whole)")
+    finish = next(e for e in run.simulate() if e["event"] == "finish")
+    for i in range(STAGES):
+        mine = [e for e in run.stage_events(i) if e["event"] == "finish"][-1]
+        if mine["resumed_at"] != resumes_at or \
+                mine["parameter_hash"] != finish["stage_hashes"][i]:
+            run.fail(f"stage {i} ended (resumed at {mine['resumed_at']}) with parameters "
+                     f"{mine['parameter_hash'][:16]}, the in-process pipeline that never "
+                     f"stopped with {finish['stage_hashes'][i][:16]}")
+    print(f"OK: crashed by {crash_at}, resumed at step {resumes_at}, ended bit-identical to "
+          f"the uninterrupted pipeline ({sets})")
+    shutil.rmtree(run.dir, ignore_errors=True)
+
+
 def main():
     agora, data, scenario = sys.argv[1], sys.argv[2], sys.argv[3]
     if scenario == "gpipe_int8":
@@ -173,6 +218,12 @@ def main():
                                          "pipeline.codec=subspace", "pipeline.subspace_rank=16"])
     elif scenario == "stage_killed":
         stage_killed(agora, data)
+    elif scenario == "resume_gpipe":
+        resumed(agora, data, ["pipeline.codec=int8"], {1: "stage.after_step:10"}, 8)
+    elif scenario == "resume_async":
+        resumed(agora, data, ["pipeline.schedule=async", "pipeline.optimizer=nadam",
+                              "pipeline.codec=subspace", "pipeline.subspace_rank=16"],
+                {0: "stage.checkpoint.after_state:2"}, 4)
     else:
         sys.exit(f"unknown scenario {scenario}")
 

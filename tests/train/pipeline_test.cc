@@ -229,10 +229,52 @@ TEST(Pipeline, CompressedBoundariesCarryFewerBytes) {
   EXPECT_LT(r.backward_bytes, tokens * 8 * 4 + 512);
 }
 
+TEST(Pipeline, ColumnsSendTheLargestColumnsAndTheirExactGradient) {
+  const RunConfig run = config(2, "gpipe", "codec = \"columns\"\ncolumns_kept = 0.25");
+  const int64_t d = run.model.hidden_size, k = d / 4;
+  BoundaryCoder coder(run.pipeline, d, nullptr);
+  torch::manual_seed(3);
+  // Columns 5, 9, ... made large: they are the ones kept, whatever the others hold.
+  torch::Tensor x = torch::randn({2, 8, d});
+  std::vector<int64_t> big;
+  for (int64_t c = 5; static_cast<int64_t>(big.size()) < k; c += 3) big.push_back(c);
+  for (const int64_t c : big) x.select(2, c).mul_(10);
+  const torch::Tensor tokens = torch::zeros({2, 8}, torch::kInt64);
+  const BoundaryPosition at{0, 0, 0};
+  const std::string bytes = coder.encode_forward(at, x, tokens);
+  EXPECT_EQ(bytes.size(), kBoundaryHeaderBytes + 4 * k + 2 * 8 * k * 4);
+  const torch::Tensor in = coder.decode_forward(bytes, at, tokens, torch::kCPU);
+  const torch::Tensor kept = torch::tensor(big);
+  torch::Tensor mask = torch::zeros({d});
+  mask.index_fill_(0, kept, 1);
+  EXPECT_TRUE(torch::equal(in, x * mask)) << "the kept columns exactly, zeros elsewhere";
+  // Backward: the gradient of the kept columns, which is the masked forward's exact gradient.
+  const torch::Tensor g = torch::randn({2, 8, d});
+  const BoundaryPosition back{0, 0, 1};
+  const torch::Tensor received =
+      coder.decode_backward(coder.encode_backward(back, g, in), back, 2, 8, torch::kCPU);
+  EXPECT_TRUE(torch::equal(received, g * mask));
+  // A forward with fewer nonzero columns than k sends only those (all-zero columns never).
+  torch::Tensor sparse = torch::zeros({2, 8, d});
+  sparse.select(2, 7).fill_(1);
+  const BoundaryMessage m = decode_boundary(coder.encode_forward(at, sparse, tokens));
+  EXPECT_EQ(m.columns, std::vector<uint32_t>{7});
+  EXPECT_TRUE(torch::equal(coder.decode_forward(coder.encode_forward(at, sparse, tokens), at,
+                                                tokens, torch::kCPU),
+                           sparse));
+  // The stages' in-process training runs with it (the gradient flows through the mask).
+  PipelineSimulation sim(run, torch::kCPU);
+  const PipelineStepReport r = sim.step(0);
+  EXPECT_TRUE(std::isfinite(r.loss));
+  EXPECT_LT(r.forward_bytes, 4 * 32 * (k * 4) + 2 * (36 + 4 * k) + 1);
+}
+
 TEST(Pipeline, ConfigRejectsWhatAPipelineCannotRun) {
   EXPECT_THROW(config(5, "gpipe"), Error) << "more stages than layers";
   EXPECT_THROW(config(2, "gpipe", "codec = \"subspace\""), Error) << "no rank";
   EXPECT_THROW(config(2, "gpipe", "subspace_rank = 4"), Error) << "rank without subspace";
+  EXPECT_THROW(config(2, "gpipe", "codec = \"columns\""), Error) << "columns without a fraction";
+  EXPECT_THROW(config(2, "gpipe", "columns_kept = 0.5"), Error) << "a fraction without columns";
   EXPECT_THROW(config(2, "gpipe", "", 3), Error) << "4 sequences in 3";
   EXPECT_THROW(RunConfig::parse("[model]\npreset = \"tiny\"\n[pipeline]\nstages = 2\n", "test"),
                Error)

@@ -1,6 +1,6 @@
 // The pipeline boundary codec: the format byte for byte, round trips of every codec in both
-// directions with each codec's promise (f32 and subspace exact, bf16 rounded, int8 within half a
-// scale), the size formulas, and rejections, each naming its field.
+// directions with each codec's promise (f32, subspace and columns exact, bf16 rounded, int8
+// within half a scale), the size formulas, and rejections, each naming its field.
 //
 // The hand-made fuzz seeds in tests/fuzz/corpus/boundary_fuzz/ are what seeds() below encodes;
 // CommittedSeedsMatchTheGenerator checks them. After a deliberate format change, rewrite them
@@ -67,6 +67,16 @@ std::vector<uint32_t> token_ids(const BoundaryHeader& h) {
   return t;
 }
 
+// For columns messages: `width` increasing indices spread over the full width `block`.
+std::vector<uint32_t> column_ids(const BoundaryHeader& h) {
+  std::vector<uint32_t> c;
+  if (h.codec != BoundaryCodec::kColumns) return c;
+  for (uint32_t i = 0; i < h.width; ++i) {
+    c.push_back(static_cast<uint32_t>(uint64_t{i} * h.block / h.width));
+  }
+  return c;
+}
+
 std::vector<uint32_t> bits_of(const std::vector<float>& v) {
   std::vector<uint32_t> bits;
   for (const float x : v) bits.push_back(std::bit_cast<uint32_t>(x));
@@ -119,16 +129,19 @@ void expect_int8_bound(const std::vector<float>& v, const std::string& bytes,
 // Encodes, checks the size and each codec's promise, and returns the bytes.
 std::string round_trip(const BoundaryHeader& h, const std::vector<float>& v,
                        const std::vector<uint32_t>& tokens) {
-  const std::string bytes = encode_boundary(h, v, tokens);
+  const std::vector<uint32_t> columns = column_ids(h);
+  const std::string bytes = encode_boundary(h, v, tokens, columns);
   EXPECT_EQ(bytes.size(), boundary_encoded_size(h));
   const BoundaryMessage m = decode_boundary(bytes);
   EXPECT_EQ(m.header, h);
   EXPECT_EQ(m.tokens, tokens);
+  EXPECT_EQ(m.columns, columns);
   switch (h.codec) {
     case BoundaryCodec::kF32:
     case BoundaryCodec::kSubspace:
+    case BoundaryCodec::kColumns:
       EXPECT_EQ(bits_of(m.values), bits_of(v));
-      EXPECT_EQ(encode_boundary(m.header, m.values, m.tokens), bytes);
+      EXPECT_EQ(encode_boundary(m.header, m.values, m.tokens, m.columns), bytes);
       break;
     case BoundaryCodec::kBF16: {
       std::vector<float> rounded;
@@ -147,7 +160,7 @@ std::string round_trip(const BoundaryHeader& h, const std::vector<float>& v,
 std::string valid(BoundaryCodec codec, BoundaryDirection direction = BoundaryDirection::kForward,
                   uint32_t rows = 2, uint32_t width = 3, uint32_t block = 0) {
   const BoundaryHeader h = header(codec, direction, rows, width, block);
-  return encode_boundary(h, random_values(size_t{rows} * width, 1), token_ids(h));
+  return encode_boundary(h, random_values(size_t{rows} * width, 1), token_ids(h), column_ids(h));
 }
 
 std::string patched(std::string bytes, size_t offset, uint64_t value, size_t n) {
@@ -238,18 +251,21 @@ TEST(BoundaryFormat, BytesPerTokenMatchTheEncodedSize) {
   EXPECT_EQ(boundary_bytes_per_token(kSubspace, 32, 0, true), 132.0);
   EXPECT_EQ(boundary_bytes_per_token(kSubspace, 32, 0, false), 128.0);
   EXPECT_EQ(boundary_bytes_per_token(kF32, 768, 64, true), 3072.0);  // block ignored
+  EXPECT_EQ(boundary_bytes_per_token(BoundaryCodec::kColumns, 192, 768, false), 768.0);
   EXPECT_ERROR_WITH(boundary_bytes_per_token(kInt8, 768, 0, true), "block is 0 with codec int8");
   EXPECT_ERROR_WITH(boundary_bytes_per_token(static_cast<BoundaryCodec>(9), 768, 0, true),
                     "codec 9 is unknown");
   // A GPT-2-small boundary of 8 x 1024 tokens from the layout alone, against the exact size.
-  for (const BoundaryCodec c : {kF32, kBF16, kInt8, kSubspace}) {
+  for (const BoundaryCodec c : {kF32, kBF16, kInt8, kSubspace, BoundaryCodec::kColumns}) {
     for (const bool forward : {true, false}) {
-      const uint32_t width = c == kSubspace ? 64 : 768;
-      const uint32_t block = c == kInt8 ? 64 : 0;
+      const bool columns = c == BoundaryCodec::kColumns;
+      const uint32_t width = c == kSubspace ? 64 : columns ? 192 : 768;
+      const uint32_t block = c == kInt8 ? 64 : columns ? 768 : 0;
       const BoundaryHeader h =
           header(c, forward ? BoundaryDirection::kForward : BoundaryDirection::kBackward, 8192,
                  width, block);
-      EXPECT_EQ(kBoundaryHeaderBytes + 8192 * boundary_bytes_per_token(c, width, block, forward),
+      EXPECT_EQ(kBoundaryHeaderBytes + 8192 * boundary_bytes_per_token(c, width, block, forward) +
+                    (columns ? 4 * width : 0),  // the indices, once per message
                 static_cast<double>(boundary_encoded_size(h)))
           << to_string(c) << " " << forward;
     }
@@ -265,6 +281,7 @@ TEST(BoundaryFormat, NamesOfEnums) {
   EXPECT_STREQ(to_string(BoundaryCodec::kBF16), "bf16");
   EXPECT_STREQ(to_string(BoundaryCodec::kInt8), "int8");
   EXPECT_STREQ(to_string(BoundaryCodec::kSubspace), "subspace");
+  EXPECT_STREQ(to_string(BoundaryCodec::kColumns), "columns");
   EXPECT_STREQ(to_string(static_cast<BoundaryCodec>(0)), "unknown");
   EXPECT_STREQ(to_string(BoundaryDirection::kForward), "forward");
   EXPECT_STREQ(to_string(BoundaryDirection::kBackward), "backward");
@@ -277,13 +294,15 @@ TEST(BoundaryFormat, NamesOfEnums) {
 TEST(BoundaryRoundTrip, EveryCodecAndDirection) {
   uint32_t seed = 0;
   for (const BoundaryCodec c : {BoundaryCodec::kF32, BoundaryCodec::kBF16, BoundaryCodec::kInt8,
-                                BoundaryCodec::kSubspace}) {
+                                BoundaryCodec::kSubspace, BoundaryCodec::kColumns}) {
     for (const BoundaryDirection d : {BoundaryDirection::kForward, BoundaryDirection::kBackward}) {
       for (const auto& [rows, width] :
            std::vector<std::pair<uint32_t, uint32_t>>{{1, 1}, {3, 7}, {16, 64}, {5, 1000}}) {
         for (const uint32_t block : {1u, 7u, 64u, 60000u}) {
-          if (c != BoundaryCodec::kInt8 && block != 1) continue;
-          const BoundaryHeader h = header(c, d, rows, width, c == BoundaryCodec::kInt8 ? block : 0);
+          if (c != BoundaryCodec::kInt8 && c != BoundaryCodec::kColumns && block != 1) continue;
+          if (c == BoundaryCodec::kColumns && block < width) continue;
+          const BoundaryHeader h =
+              header(c, d, rows, width, c == BoundaryCodec::kInt8 || c == BoundaryCodec::kColumns ? block : 0);
           SCOPED_TRACE(::testing::Message() << to_string(c) << " " << to_string(d) << " " << rows
                                             << " x " << width << " block " << h.block);
           round_trip(h, random_values(size_t{rows} * width, ++seed), token_ids(h));
@@ -369,9 +388,11 @@ TEST(BoundaryRoundTrip, Int8ShortLastBlock) {
 
 TEST(BoundaryReject, EveryTruncationNamesWhatIsMissing) {
   for (const BoundaryCodec c : {BoundaryCodec::kF32, BoundaryCodec::kBF16, BoundaryCodec::kInt8,
-                                BoundaryCodec::kSubspace}) {
-    const std::string bytes =
-        valid(c, BoundaryDirection::kForward, 2, 3, c == BoundaryCodec::kInt8 ? 4 : 0);
+                                BoundaryCodec::kSubspace, BoundaryCodec::kColumns}) {
+    const std::string bytes = valid(c, BoundaryDirection::kForward, 2, 3,
+                                    c == BoundaryCodec::kInt8      ? 4
+                                    : c == BoundaryCodec::kColumns ? 8
+                                                                   : 0);
     for (size_t n = 0; n < bytes.size(); ++n) {
       SCOPED_TRACE(::testing::Message() << to_string(c) << " prefix " << n);
       EXPECT_ERROR_WITH(decode_boundary(std::string_view(bytes).substr(0, n)), "boundary message",
@@ -405,15 +426,42 @@ TEST(BoundaryReject, HeaderFields) {
                     "version 2 is not supported (allowed: 1)");
   EXPECT_ERROR_WITH(decode_boundary(patched(bytes, 6, 0, 1)),
                     "direction 0 is unknown (allowed: 1 forward, 2 backward)");
-  EXPECT_ERROR_WITH(decode_boundary(patched(bytes, 7, 5, 1)),
-                    "codec 5 is unknown (allowed: 1 f32, 2 bf16, 3 int8, 4 subspace)");
+  EXPECT_ERROR_WITH(decode_boundary(patched(bytes, 7, 6, 1)),
+                    "codec 6 is unknown (allowed: 1 f32, 2 bf16, 3 int8, 4 subspace, 5 columns)");
   EXPECT_ERROR_WITH(decode_boundary(patched(bytes, 24, 0, 4)), "rows is 0 (allowed: 1 or more)");
   EXPECT_ERROR_WITH(decode_boundary(patched(bytes, 28, 0, 4)), "width is 0 (allowed: 1 or more)");
   EXPECT_ERROR_WITH(decode_boundary(patched(bytes, 32, 4, 4)),
-                    "block is 4 with codec f32 (allowed: 0; only int8 has blocks)");
+                    "block is 4 with codec f32 (allowed: 0; only int8 and columns use it)");
   const std::string int8 = valid(BoundaryCodec::kInt8, BoundaryDirection::kForward, 2, 3, 4);
   EXPECT_ERROR_WITH(decode_boundary(patched(int8, 32, 0, 4)),
                     "block is 0 with codec int8 (allowed: 1 or more)");
+}
+
+TEST(BoundaryReject, ColumnIndices) {
+  // 2 rows, 3 of 8 columns: indices 0, 2, 5 at offsets 36, 40, 44.
+  const std::string bytes = valid(BoundaryCodec::kColumns, BoundaryDirection::kBackward, 2, 3, 8);
+  EXPECT_EQ(decode_boundary(bytes).columns, (std::vector<uint32_t>{0, 2, 5}));
+  EXPECT_ERROR_WITH(decode_boundary(patched(bytes, 44, 8, 4)),
+                    "column index 2 is 8 (allowed: increasing, below the full width 8)");
+  EXPECT_ERROR_WITH(decode_boundary(patched(bytes, 40, 0, 4)),
+                    "column index 1 is 0 (allowed: increasing");
+  EXPECT_ERROR_WITH(decode_boundary(patched(bytes, 32, 2, 4)),
+                    "block is 2 with codec columns and width 3 (allowed: the row's full width");
+  BoundaryLimits narrow;
+  narrow.max_width = 4;
+  EXPECT_ERROR_WITH(decode_boundary(bytes, narrow),
+                    "the full width (block) 8 is too large (allowed: width to 4)");
+  // The writer holds to the same rules.
+  const BoundaryHeader h = header(BoundaryCodec::kColumns, BoundaryDirection::kForward, 2, 3, 8);
+  const std::vector<float> v = random_values(6, 3);
+  EXPECT_ERROR_WITH(encode_boundary(h, v, {}, std::vector<uint32_t>{1, 1, 2}),
+                    "column index 1 is 1 (allowed: increasing");
+  EXPECT_ERROR_WITH(encode_boundary(h, v, {}, std::vector<uint32_t>{1, 2}),
+                    "2 column indices given, expected 3 (one per kept column)");
+  EXPECT_ERROR_WITH(
+      encode_boundary(header(BoundaryCodec::kF32, BoundaryDirection::kForward, 2, 3), v, {},
+                      std::vector<uint32_t>{0, 1, 2}),
+      "3 column indices given, expected 0 (only columns messages carry them)");
 }
 
 TEST(BoundaryReject, SizesAboveTheLimitsBeforeAllocating) {
@@ -540,6 +588,7 @@ std::vector<std::pair<std::string, std::string>> seeds() {
       {"int8_backward_one_value_blocks", header(BoundaryCodec::kInt8, bwd, 2, 2, 1)},
       {"subspace_forward", header(BoundaryCodec::kSubspace, fwd, 3, 2)},
       {"subspace_backward", header(BoundaryCodec::kSubspace, bwd, 2, 3)},
+      {"columns_forward", header(BoundaryCodec::kColumns, fwd, 3, 2, 6)},
   };
   std::vector<std::pair<std::string, std::string>> out;
   for (const Seed& s : list) {
@@ -549,7 +598,8 @@ std::vector<std::pair<std::string, std::string>> seeds() {
       v[i] = static_cast<float>(static_cast<int>(i * 37 % 101) - 50) / 16;
     // An all-zero block for the int8 seed with blocks of 8.
     if (s.header.block == 8) std::fill(v.begin() + 8, v.begin() + 16, 0.0f);
-    out.emplace_back(s.name, encode_boundary(s.header, v, token_ids(s.header)));
+    out.emplace_back(s.name,
+                     encode_boundary(s.header, v, token_ids(s.header), column_ids(s.header)));
   }
   return out;
 }

@@ -72,7 +72,8 @@ const std::vector<std::string> kPseudoGradientDtypes = {"float32", "bfloat16", "
 const std::vector<std::string> kScheduleKinds = {"constant", "cosine", "wsd"};
 const std::vector<std::string> kPipelineSchedules = {"gpipe", "async"};
 const std::vector<std::string> kPipelineOptimizers = {"adamw", "nadam"};
-const std::vector<std::string> kPipelineCodecs = {"float32", "bfloat16", "int8", "subspace"};
+const std::vector<std::string> kPipelineCodecs = {"float32", "bfloat16", "int8", "subspace",
+                                                  "columns"};
 
 constexpr IntRange kVocabRange = {0, std::numeric_limits<int32_t>::max()};
 constexpr IntRange kSeqLenRange = {2, 1 << 24};
@@ -251,6 +252,8 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
   pipe.codec = toml.get_choice("pipeline.codec", pipe.codec, kPipelineCodecs);
   pipe.int8_block = toml.get_int("pipeline.int8_block", pipe.int8_block, {1, 1 << 16});
   pipe.subspace_rank = toml.get_int("pipeline.subspace_rank", pipe.subspace_rank, {0, 1 << 20});
+  pipe.columns_kept =
+      toml.get_double("pipeline.columns_kept", pipe.columns_kept, DoubleRange::between(0, 1));
 }
 
 // The [pipeline] rules that span keys (docs/pipeline.md).
@@ -269,6 +272,19 @@ void check_pipeline(const TomlConfig& toml, const RunConfig& config) {
         "{}: pipeline.subspace_rank = {} is set but pipeline.codec = \"{}\" (allowed: 0, or "
         "codec = \"subspace\")",
         origin(toml, {"pipeline.subspace_rank", "pipeline.codec"}), pipe.subspace_rank, pipe.codec);
+  }
+  const bool columns = pipe.codec == "columns";
+  if (columns && pipe.columns_kept <= 0) {
+    fail(
+        "{}: pipeline.columns_kept = {} is invalid for codec \"columns\" (allowed: the fraction "
+        "of the hidden size sent, in (0, 1])",
+        origin(toml, {"pipeline.columns_kept", "pipeline.codec"}), pipe.columns_kept);
+  }
+  if (!columns && pipe.columns_kept != 0) {
+    fail(
+        "{}: pipeline.columns_kept = {} is set but pipeline.codec = \"{}\" (allowed: 0, or "
+        "codec = \"columns\")",
+        origin(toml, {"pipeline.columns_kept", "pipeline.codec"}), pipe.columns_kept, pipe.codec);
   }
   if (!pipe.enabled()) return;
   if (pipe.stages > config.model.num_layers) {
@@ -495,6 +511,7 @@ std::string RunConfig::to_toml() const {
   out += fmt::format("codec = {}\n", toml_quote(pipeline.codec));
   out += fmt::format("int8_block = {}\n", pipeline.int8_block);
   out += fmt::format("subspace_rank = {}\n", pipeline.subspace_rank);
+  out += fmt::format("columns_kept = {}\n", toml_float(pipeline.columns_kept));
   return out;
 }
 

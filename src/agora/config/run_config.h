@@ -48,7 +48,8 @@
 //   rate = 0.02, seconds = 60.0, max_failures = 2, window = 8
 //   [pipeline]                  # model parallelism (docs/pipeline.md); stages = 1 is off
 //   stages = 1, schedule = "gpipe", micro_batches = 4, optimizer = "adamw", nadam_beta1 = 0.99,
-//   nadam_momentum_decay = 0.004, codec = "float32", int8_block = 64, subspace_rank = 0
+//   nadam_momentum_decay = 0.004, codec = "float32", int8_block = 64, subspace_rank = 0,
+//   columns_kept = 0.0
 //
 // Torch-free: the CLI, tests and the coordinator read configs without libtorch.
 #pragma once
@@ -214,10 +215,12 @@ struct PipelineConfig {
   double nadam_beta1 = 0.99;        // the asynchronous method's momentum (torch's default 0.9)
   double nadam_momentum_decay = 0.004;
   // What crosses a boundary: float32 | bfloat16 | int8 (blockwise absmax) | subspace (k
-  // coefficients per token, the residual stream constrained to a fixed rank-k basis).
+  // coefficients per token, the residual stream constrained to a fixed rank-k basis) | columns
+  // (the largest columns of each micro-batch's activations, the same columns' gradients back).
   std::string codec = "float32";
   int64_t int8_block = 64;    // values per int8 scale
   int64_t subspace_rank = 0;  // k for codec = "subspace", in [1, hidden_size]
+  double columns_kept = 0;    // for codec = "columns": the fraction of hidden_size sent, (0, 1]
 
   bool enabled() const { return stages > 1; }
   bool operator==(const PipelineConfig&) const = default;

@@ -52,6 +52,10 @@
 //   symlink.before_rename   replace_symlink: the temporary link made, not renamed
 //   symlink.after_rename    renamed over the link, its folder not yet fsynced
 //
+// A pipeline stage process (peer/stage_process.cc, pipeline/stage_checkpoint.cc):
+//   stage.after_step        one iteration of the schedule done (and its checkpoint, if due)
+//   stage.checkpoint.after_state  a stage checkpoint's state file written, its parameters not
+//
 // The pass count is atomic: passes from several threads are each counted once.
 #pragma once
 

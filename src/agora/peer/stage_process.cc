@@ -11,16 +11,15 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <thread>
-#include <tuple>
-#include <zmq.hpp>
 
+#include "agora/core/crash_point.h"
 #include "agora/core/error.h"
 #include "agora/data/data_meta.h"
 #include "agora/data/sampler.h"
-#include "agora/net/curve_socket.h"
+#include "agora/peer/stage_link.h"
 #include "agora/pipeline/boundary.h"
 #include "agora/pipeline/partition.h"
+#include "agora/pipeline/stage_checkpoint.h"
 #include "agora/pipeline/stage_files.h"
 #include "agora/pipeline/stage_model.h"
 #include "agora/pipeline/stage_optimizer.h"
@@ -38,165 +37,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The two connections of a stage and the messages that arrived before their turn.
-class Neighbours {
- public:
-  Neighbours(const RunConfig& config, const net::Identity& identity, const StageOptions& options,
-             int64_t in_flight)
-      : stage_(options.stage),
-        stages_(config.pipeline.stages),
-        timeout_(options.timeout_seconds),
-        max_waiting_(in_flight) {
-    net::DecodeLimits limits;
-    if (stage_ > 0) {
-      server_.emplace(context_, identity, options.listen, limits);
-    }
-    if (stage_ < stages_ - 1) {
-      client_.emplace(context_, identity, options.next, options.next_key, limits);
-    }
-    last_heard_prev_ = last_heard_next_ = Clock::now();
-  }
-
-  std::string endpoint() const { return server_ ? server_->bound_endpoint() : ""; }
-
-  void send_forward(std::string bytes) { client_->send(envelope(std::move(bytes), "", stage_)); }
-
-  void send_backward(std::string bytes) {
-    if (prev_route_.empty()) fail("stage {}: no previous stage to answer", stage_);
-    server_->send(prev_route_, envelope(std::move(bytes), "", stage_));
-  }
-
-  // Waits for the message (direction, step, piece) from the neighbour it comes from, keeping
-  // any other that arrives meanwhile.
-  std::string await(BoundaryDirection direction, int64_t step, int64_t piece) {
-    const auto key = std::make_tuple(static_cast<int>(direction), step, piece);
-    const bool forward = direction == BoundaryDirection::kForward;
-    while (true) {
-      const auto found = waiting_.find(key);
-      if (found != waiting_.end()) {
-        std::string bytes = std::move(found->second);
-        waiting_.erase(found);
-        return bytes;
-      }
-      pump(std::chrono::milliseconds(50));
-      const double silent = seconds_since(forward ? last_heard_prev_ : last_heard_next_);
-      if (silent > timeout_) {
-        blamed_ = forward ? stage_ - 1 : stage_ + 1;
-        fail(
-            "stage {}: stage {} sent nothing for {:.0f} s while this stage waited for its {} of "
-            "step {} (it stopped, or the link is down; pipeline stages cannot be replaced during "
-            "a run yet)",
-            stage_, forward ? stage_ - 1 : stage_ + 1, silent,
-            forward ? "activations" : "gradients", step);
-      }
-    }
-  }
-
-  // Best effort: the neighbours learn why this stage stops.
-  void tell_failure(const std::string& what) {
-    const int64_t first = blamed_ >= 0 ? blamed_ : stage_;
-    try {
-      if (client_) client_->send(envelope("", what, first));
-      if (server_ && !prev_route_.empty()) server_->send(prev_route_, envelope("", what, first));
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let ZeroMQ write them
-    } catch (const std::exception&) {
-    }
-  }
-
-  // Once the run is over: wait until what was sent is written (the neighbour may still read).
-  void drain() { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }
-
-  // The neighbour whose message or silence made this stage fail (-1: its own error), and the
-  // first stage's own words when a neighbour relayed them.
-  int64_t blamed() const { return blamed_; }
-
-  uint64_t bytes_sent() const {
-    return (server_ ? server_->bytes_sent() : 0) + (client_ ? client_->bytes_sent() : 0);
-  }
-  uint64_t bytes_received() const {
-    return (server_ ? server_->bytes_received() : 0) + (client_ ? client_->bytes_received() : 0);
-  }
-
- private:
-  // `stage`: the sender's, or in an error the stage that failed first.
-  static wire::Envelope envelope(std::string bytes, const std::string& error, int64_t stage) {
-    wire::Envelope e;
-    wire::StageData* data = e.mutable_stage_data();
-    data->set_boundary(std::move(bytes));
-    data->set_error(error);
-    data->set_stage(static_cast<uint32_t>(stage));
-    return e;
-  }
-
-  void pump(std::chrono::milliseconds wait) {
-    std::vector<zmq::pollitem_t> items;
-    if (server_) items.push_back({server_->socket().handle(), 0, ZMQ_POLLIN, 0});
-    if (client_) items.push_back({client_->socket().handle(), 0, ZMQ_POLLIN, 0});
-    zmq::poll(items.data(), items.size(), wait);
-    if (server_) {
-      while (auto in = server_->recv()) {
-        prev_route_ = in->route;
-        take(in->message, BoundaryDirection::kForward);
-      }
-    }
-    if (client_) {
-      while (auto in = client_->recv()) take(*in, BoundaryDirection::kBackward);
-    }
-  }
-
-  void take(const wire::Envelope& message, BoundaryDirection expected) {
-    const bool forward = expected == BoundaryDirection::kForward;
-    const int64_t from = forward ? stage_ - 1 : stage_ + 1;
-    if (!message.has_stage_data()) {
-      fail("stage {}: stage {} sent a {} message (allowed: stage_data)", stage_, from,
-           net::kind_name(message));
-    }
-    const wire::StageData& data = message.stage_data();
-    if (!data.error().empty()) {
-      // A stopped stage names the stage that failed first (itself, or the one that stopped it).
-      blamed_ = static_cast<int64_t>(data.stage()) < stages_ ? data.stage() : from;
-      fail("stage {}: stopping because stage {} stopped: {}", stage_, data.stage(), data.error());
-    }
-    blamed_ = from;  // until the message proves well-formed
-    const BoundaryMessage decoded = decode_boundary(data.boundary());
-    const BoundaryHeader& h = decoded.header;
-    if (h.direction != expected || static_cast<int64_t>(h.stage) != from) {
-      fail(
-          "stage {}: a message from the {} neighbour claims direction {} from stage {} "
-          "(allowed: direction {} from stage {})",
-          stage_, forward ? "previous" : "next", static_cast<int>(h.direction), h.stage,
-          static_cast<int>(expected), from);
-    }
-    blamed_ = -1;
-    (forward ? last_heard_prev_ : last_heard_next_) = Clock::now();
-    if (static_cast<int64_t>(waiting_.size()) >= max_waiting_) {
-      blamed_ = from;
-      fail(
-          "stage {}: stage {} sent more than {} messages ahead of this stage (allowed: the "
-          "schedule's messages in flight)",
-          stage_, from, max_waiting_);
-    }
-    const auto key = std::make_tuple(static_cast<int>(h.direction), static_cast<int64_t>(h.step),
-                                     static_cast<int64_t>(h.micro_batch));
-    if (!waiting_.emplace(key, data.boundary()).second) {
-      blamed_ = from;
-      fail("stage {}: stage {} sent step {} micro-batch {} twice", stage_, from, h.step,
-           h.micro_batch);
-    }
-  }
-
-  int64_t stage_, stages_;
-  double timeout_;
-  int64_t max_waiting_;
-  net::Context context_;
-  std::optional<net::Server> server_;
-  std::optional<net::Client> client_;
-  std::string prev_route_;
-  int64_t blamed_ = -1;
-  Clock::time_point last_heard_prev_, last_heard_next_;
-  std::map<std::tuple<int, int64_t, int64_t>, std::string> waiting_;
-};
-
 class StageRunner {
  public:
   StageRunner(const RunConfig& config, const net::Identity& identity, const StageOptions& options)
@@ -211,7 +51,8 @@ class StageRunner {
                        : config.pipeline.micro_batches),
         data_(Sampler::from_directory(config.data.dir, "train",
                                       static_cast<uint32_t>(config.data.seq_len), config.seed)),
-        net_(config, identity, options, 2 * (S_ + 1) * pieces_) {
+        net_(identity, link_options(config, options, 2 * (S_ + 1) * pieces_)),
+        fingerprint_(stage_run_fingerprint(config)) {
     if (config.pipeline.codec == "subspace") {
       subspace_ = std::make_unique<SubspaceBasis>(config.model, config.pipeline.subspace_rank,
                                                   config.seed, torch::kCPU);
@@ -226,7 +67,7 @@ class StageRunner {
     optimizer_ = std::make_unique<StageOptimizer>(config, live_->hf_parameters());
     if (!options.events.empty()) {
       if (options.events.has_parent_path()) fs::create_directories(options.events.parent_path());
-      events_.open(options.events, std::ios::trunc);
+      events_.open(options.events, options.resume ? std::ios::app : std::ios::trunc);
     }
   }
 
@@ -242,27 +83,43 @@ class StageRunner {
     say(fmt::format("stage {} of {}: layers {}-{}{}{}, {:.2f}M parameters", span_.stage, S_,
                     span_.first_layer, span_.end_layer - 1, first() ? " + embedding" : "",
                     last() ? " + norm and head" : "", span_.parameters / 1e6));
-    const auto started = run_started_ = Clock::now();
     const int64_t N = config_.train.steps;
+    const std::vector<uint64_t> held =
+        options_.resume ? stage_checkpoint_steps(options_.checkpoint_dir, span_.stage, fingerprint_)
+                        : std::vector<uint64_t>{};
+    const auto from = static_cast<int64_t>(net_.start(fingerprint_, held));
+    if (from > 0) resume(from);
+    const auto started = run_started_ = Clock::now();
     if (!async_) {
-      for (int64_t s = 0; s < N; ++s) gpipe_step(s);
+      for (int64_t s = from; s < N; ++s) {
+        gpipe_step(s);
+        checkpoint_after(s);
+      }
     } else if (last()) {
-      for (int64_t s = 0; s < N; ++s) last_stage_step(s);
+      for (int64_t s = from; s < N; ++s) {
+        last_stage_step(s);
+        checkpoint_after(s);
+      }
     } else {
-      // 1F1B: S - i forwards in flight, then one backward, one forward.
+      // 1F1B: S - i forwards in flight, then one backward, one forward. A resumed stage has
+      // its forwards in flight from the checkpoint.
       const int64_t warm = std::min<int64_t>(S_ - span_.stage, N);
-      for (int64_t s = 0; s < warm; ++s) forward_only(s);
-      for (int64_t k = 0; k < N; ++k) {
+      if (from == 0) {
+        for (int64_t s = 0; s < warm; ++s) forward_only(s);
+      }
+      for (int64_t k = from; k < N; ++k) {
         backward_and_update(k);
         if (k + warm < N) forward_only(k + warm);
+        forget_consumed(k);
+        checkpoint_after(k);
       }
     }
     net_.drain();
     StageSummary summary;
-    summary.steps = N;
+    summary.steps = N - from;
     summary.seconds = seconds_since(started);
-    summary.tokens_per_second =
-        static_cast<double>(N * B_ * config_.data.seq_len) / std::max(summary.seconds, 1e-9);
+    summary.tokens_per_second = static_cast<double>((N - from) * B_ * config_.data.seq_len) /
+                                std::max(summary.seconds, 1e-9);
     summary.last_loss = last_loss_;
     summary.parameter_hash = stage_parameter_hash(live_);
     rusage usage{};
@@ -274,6 +131,7 @@ class StageRunner {
     event({{"event", "finish"},
            {"stage", span_.stage},
            {"steps", N},
+           {"resumed_at", from},
            {"seconds", summary.seconds},
            {"tokens_per_second", summary.tokens_per_second},
            {"parameter_hash", summary.parameter_hash},
@@ -320,7 +178,7 @@ class StageRunner {
     const torch::Tensor loss = next_token_loss(module->forward(in), targets) /
                                (static_cast<double>(B_) / static_cast<double>(B_ / pieces_));
     loss.backward();
-    net_.send_backward(coder_->encode_backward(position(s, j, span_.stage), in.grad()));
+    net_.send_backward(coder_->encode_backward(position(s, j, span_.stage), in.grad(), in));
     return loss.item<double>();
   }
 
@@ -381,7 +239,7 @@ class StageRunner {
                                             from_next, output.size(0), output.size(1),
                                             torch::kCPU));
     if (!first()) {
-      net_.send_backward(coder_->encode_backward(position(s, j, span_.stage), in.grad()));
+      net_.send_backward(coder_->encode_backward(position(s, j, span_.stage), in.grad(), in));
     }
   }
 
@@ -395,7 +253,9 @@ class StageRunner {
       const torch::Tensor in = input(s, j, tokens);
       if (!first()) stash.inputs.push_back(in.detach());
       const torch::Tensor out = live_->forward(in);
-      net_.send_forward(coder_->encode_forward(position(s, j, span_.stage), out, tokens));
+      std::string bytes = coder_->encode_forward(position(s, j, span_.stage), out, tokens);
+      if (checkpointing()) sent_[{s, j}] = bytes;
+      net_.send_forward(std::move(bytes));
     }
   }
 
@@ -435,6 +295,106 @@ class StageRunner {
     update(s, loss, started);
   }
 
+  static StageLinkOptions link_options(const RunConfig& config, const StageOptions& options,
+                                       int64_t max_waiting) {
+    StageLinkOptions o;
+    o.stage = options.stage;
+    o.stages = config.pipeline.stages;
+    o.listen = options.listen;
+    o.next = options.next;
+    o.next_key = options.next_key;
+    o.timeout_seconds = options.timeout_seconds;
+    o.start_timeout_seconds = std::max(600.0, options.timeout_seconds);
+    o.max_waiting = max_waiting;
+    return o;
+  }
+
+  // async: drops the forward messages the next stage has used by the end of its iteration k
+  // (stage_checkpoint.h): the last stage uses step k's in iteration k, a stage j < S - 1 the
+  // forward of step k + S - j.
+  void forget_consumed(int64_t k) {
+    const int64_t next = span_.stage + 1;
+    const int64_t used = next == S_ - 1 ? k : k + std::min<int64_t>(S_ - next, config_.train.steps);
+    while (!sent_.empty() && sent_.begin()->first.first <= used) sent_.erase(sent_.begin());
+  }
+
+  // After iteration k, every train.checkpoint_interval steps (not after the last: the run's
+  // end writes the stage file), the stage's state into options.checkpoint_dir.
+  void checkpoint_after(int64_t k) {
+    save_checkpoint_if_due(k);
+    crash_point("stage.after_step");
+  }
+  bool checkpointing() const {
+    return config_.train.checkpoint_interval > 0 && !options_.checkpoint_dir.empty();
+  }
+
+  void save_checkpoint_if_due(int64_t k) {
+    const int64_t every = config_.train.checkpoint_interval;
+    if (!checkpointing() || (k + 1) % every != 0 || k + 1 >= config_.train.steps) return;
+    const auto started = Clock::now();
+    StageCheckpoint state;
+    state.steps = k + 1;
+    state.optimizer = optimizer_->state();
+    for (const auto& [step, stash] : stashed_) {
+      state.stashes[step] = {stash.version, stash.inputs};
+    }
+    state.unconsumed = sent_;
+    // Stages drift apart by up to S + 1 steps under async (one under gpipe): each keeps enough
+    // checkpoints that the newest step all hold survives on every stage, and no stage prunes
+    // a step folder another is still writing.
+    const int keep = static_cast<int>(2 + (async_ ? (S_ + 1 + every - 1) / every : 0));
+    save_stage_checkpoint(options_.checkpoint_dir, live_, subspace_.get(), fingerprint_, state,
+                          keep);
+    event({{"event", "checkpoint"},
+           {"stage", span_.stage},
+           {"steps", k + 1},
+           {"seconds", seconds_since(started)},
+           {"dir", options_.checkpoint_dir.string()}});
+  }
+
+  // Continues from the checkpoint of `steps` updates: weights, optimizer state, the forwards in
+  // flight (async) and, sent again, the messages the next stage had not used.
+  void resume(int64_t steps) {
+    StageCheckpoint state =
+        load_stage_checkpoint(options_.checkpoint_dir, steps, live_, fingerprint_);
+    optimizer_->load_state(state.optimizer);  // the weights were saved constrained already
+    // What the schedule holds after iteration steps - 1 (stage_checkpoint.h), and nothing else.
+    const int64_t N = config_.train.steps;
+    const int64_t warm = async_ && !last() ? std::min<int64_t>(S_ - span_.stage, N) : 0;
+    const auto params = live_->parameters();
+    for (auto& [step, stash] : state.stashes) {
+      bool fits = step >= steps && step < std::min(steps + warm, N) &&
+                  stash.inputs.size() == static_cast<size_t>(first() ? 0 : pieces_);
+      for (size_t k = 0; fits && k < params.size(); ++k) {
+        fits = stash.version[k].sizes() == params[k].sizes();
+      }
+      if (!fits) {
+        fail("stage {}: the checkpoint at step {} stashes a forward of step {} that this stage's "
+             "schedule cannot hold (allowed: steps {} to {}, {} inputs, the stage's shapes)",
+             span_.stage, steps, step, steps, std::min(steps + warm, N) - 1,
+             first() ? 0 : pieces_);
+      }
+      stashed_[step] = {std::move(stash.version), std::move(stash.inputs)};
+    }
+    if (static_cast<int64_t>(stashed_.size()) != std::max<int64_t>(0, std::min(steps + warm, N) - steps)) {
+      fail("stage {}: the checkpoint at step {} stashes {} forwards (expected {})", span_.stage,
+           steps, stashed_.size(), std::min(steps + warm, N) - steps);
+    }
+    for (const auto& [at, bytes] : state.unconsumed) {
+      if (!async_ || last() || at.first < steps || at.first >= steps + warm ||
+          at.second < 0 || at.second >= pieces_) {
+        fail("stage {}: the checkpoint at step {} holds a sent message of step {} piece {} "
+             "(allowed: async, steps {} to {}, pieces below {})",
+             span_.stage, steps, at.first, at.second, steps, steps + warm - 1, pieces_);
+      }
+    }
+    sent_ = std::move(state.unconsumed);
+    for (const auto& [at, bytes] : sent_) net_.send_forward(bytes);
+    event({{"event", "resume"}, {"stage", span_.stage}, {"step", steps}});
+    say(fmt::format("stage {}: resumed at step {} from {}", span_.stage, steps,
+                    options_.checkpoint_dir.string()));
+  }
+
   void event(const nlohmann::json& e) {
     if (events_.is_open()) events_ << e.dump() << '\n' << std::flush;
   }
@@ -455,12 +415,15 @@ class StageRunner {
   bool async_;
   int64_t pieces_;
   Sampler data_;
-  Neighbours net_;
+  StageLink net_;
+  std::string fingerprint_;
   std::unique_ptr<SubspaceBasis> subspace_;
   std::optional<BoundaryCoder> coder_;
   StageModel live_{nullptr}, work_{nullptr};
   std::unique_ptr<StageOptimizer> optimizer_;
   std::map<int64_t, Stashed> stashed_;
+  // async: the forward messages sent that the next stage may not have used yet, for checkpoints.
+  std::map<std::pair<int64_t, int64_t>, std::string> sent_;
   double last_loss_ = 0;
   Clock::time_point run_started_ = Clock::now();
   std::ofstream events_;

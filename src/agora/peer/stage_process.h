@@ -14,13 +14,19 @@
 //          step-s gradient is taken at its weights after s - (S-1-i) updates, as in
 //          pipeline/simulation.h, and the processes compute the simulation's numbers bit for bit
 //          (tested).
-// Each stage handles messages in that fixed order whatever order they arrive in; it holds at
-// most S steps' messages from a neighbour (more is a protocol error that stops the stage).
+// Each stage handles messages in that fixed order whatever order they arrive in (stage_link.h:
+// the start handshake, the bound on messages waiting, how failures spread).
 //
-// Failure: a neighbour silent for `timeout_seconds` while this stage waits on it, a message that
-// does not decode or does not belong, or any error of this stage's own stops this stage with an
-// Error naming the stage and what happened; before it stops, it tells both neighbours, which stop
-// at once naming the stage that failed first (rather than waiting out their timeouts).
+// Checkpoints and resume: every train.checkpoint_interval steps each stage writes its state
+// into `checkpoint_dir` (pipeline/stage_checkpoint.h: weights, optimizer state, and under async
+// the stashed forwards and the messages its next stage had not used). With `resume`, the stages
+// agree at the start on the newest step every one of them holds, load it and go on; the run
+// then ends with the same bits as one never stopped (tested). Without a common step they start
+// from the seeded beginning.
+//
+// Failure: any error, of this stage or a neighbour's, stops this stage with an Error naming the
+// stage and what happened; before it stops, it tells both neighbours, which stop at once naming
+// the stage that failed first (rather than waiting out their timeouts).
 #pragma once
 
 #include <filesystem>
@@ -38,12 +44,14 @@ struct StageOptions {
   net::PublicKey next_key;        // ... and its ed25519 key
   std::filesystem::path events;   // JSON lines (start, step, finish), if set
   std::filesystem::path out_dir;  // the stage's checkpoint folder at the end, if set
+  std::filesystem::path checkpoint_dir;  // periodic checkpoints (train.checkpoint_interval)
+  bool resume = false;                   // start from the newest checkpoint all stages hold
   double timeout_seconds = 60;
   bool progress = true;
 };
 
 struct StageSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;  // run by this process (a resumed run skips those checkpointed)
   double seconds = 0, tokens_per_second = 0;
   double last_loss = 0;        // the last stage's
   std::string parameter_hash;  // hex BLAKE2b of the stage's parameters (hash_tensors)

@@ -10,6 +10,13 @@
 //   subspace  forward c = U^T (x - E_fix[token]) and the token ids, rebuilt as E_fix + U c (exact
 //             when x - E_fix[token] lies in span(U)); backward U^T g, rebuilt as U U^T g, which is
 //             exactly the gradient every upstream parameter receives through c
+//   columns   a column-space sparsifier: forward, of the micro-batch's rows x d activations,
+//             the k = round(columns_kept * d) columns with the largest sums of squares (over all
+//             its tokens; all-zero columns never, ties to the lower index), every other column
+//             received as 0; backward, the gradient of exactly those columns (the receiver reads
+//             them off its input: its nonzero columns), which is the exact gradient of the
+//             masked forward, so what reaches upstream parameters is the true gradient of what
+//             was computed. Indices cost 4 bytes per kept column per message.
 #pragma once
 
 #include <torch/torch.h>
@@ -46,8 +53,10 @@ class BoundaryCoder {
   torch::Tensor decode_forward(std::string_view bytes, const BoundaryPosition& at,
                                const torch::Tensor& tokens, torch::Device device) const;
 
-  // g [B, T, d]: the loss's gradient with respect to the receiver's input.
-  std::string encode_backward(const BoundaryPosition& at, const torch::Tensor& g) const;
+  // g [B, T, d]: the loss's gradient with respect to the receiver's input, `input` [B, T, d]
+  // (what decode_forward gave: the columns codec sends the gradient of its nonzero columns).
+  std::string encode_backward(const BoundaryPosition& at, const torch::Tensor& g,
+                              const torch::Tensor& input) const;
   torch::Tensor decode_backward(std::string_view bytes, const BoundaryPosition& at, int64_t batch,
                                 int64_t time, torch::Device device) const;
 
@@ -59,7 +68,9 @@ class BoundaryCoder {
 
   BoundaryCodec codec_;
   uint32_t block_;
-  int64_t width_;  // values per token on the wire: hidden_size, or the subspace's rank
+  int64_t width_;  // values per token on the wire: hidden_size, the subspace's rank, or at most
+                   // the columns kept
+  int64_t hidden_;
   const SubspaceBasis* subspace_;
 };
 

@@ -35,7 +35,7 @@ float round_bf16(float value) {
 
 bool known_codec(BoundaryCodec codec) {
   const auto c = static_cast<uint8_t>(codec);
-  return c >= 1 && c <= 4;
+  return c >= 1 && c <= 5;
 }
 bool known_direction(BoundaryDirection direction) {
   const auto d = static_cast<uint8_t>(direction);
@@ -78,7 +78,7 @@ void check_header(const BoundaryHeader& h) {
          static_cast<int>(h.direction));
   }
   if (!known_codec(h.codec)) {
-    fail("{}: codec {} is unknown (allowed: 1 f32, 2 bf16, 3 int8, 4 subspace)", kTop,
+    fail("{}: codec {} is unknown (allowed: 1 f32, 2 bf16, 3 int8, 4 subspace, 5 columns)", kTop,
          static_cast<int>(h.codec));
   }
   if (h.rows < 1) fail("{}: rows is 0 (allowed: 1 or more)", kTop);
@@ -86,8 +86,13 @@ void check_header(const BoundaryHeader& h) {
   if (h.codec == BoundaryCodec::kInt8 && h.block < 1) {
     fail("{}: block is 0 with codec int8 (allowed: 1 or more)", kTop);
   }
-  if (h.codec != BoundaryCodec::kInt8 && h.block != 0) {
-    fail("{}: block is {} with codec {} (allowed: 0; only int8 has blocks)", kTop, h.block,
+  if (h.codec == BoundaryCodec::kColumns && h.block < h.width) {
+    fail("{}: block is {} with codec columns and width {} (allowed: the row's full width, at "
+         "least the kept columns)",
+         kTop, h.block, h.width);
+  }
+  if (h.codec != BoundaryCodec::kInt8 && h.codec != BoundaryCodec::kColumns && h.block != 0) {
+    fail("{}: block is {} with codec {} (allowed: 0; only int8 and columns use it)", kTop, h.block,
          to_string(h.codec));
   }
 }
@@ -121,6 +126,10 @@ uint64_t body_bytes(const BoundaryHeader& h) {
     case BoundaryCodec::kSubspace:
       overflow = __builtin_mul_overflow(n, uint64_t{4}, &size) ||
                  (has_tokens(h) && __builtin_add_overflow(size, uint64_t{4} * h.rows, &size));
+      break;
+    case BoundaryCodec::kColumns:
+      overflow = __builtin_mul_overflow(n, uint64_t{4}, &size) ||
+                 __builtin_add_overflow(size, uint64_t{4} * h.width, &size);
       break;
   }
   if (overflow || size > std::numeric_limits<uint64_t>::max() - kBoundaryHeaderBytes) {
@@ -230,7 +239,7 @@ const char* name_of(const char* const (&names)[N], uint8_t value) {
 }  // namespace
 
 const char* to_string(BoundaryCodec codec) {
-  static const char* const kNames[] = {"", "f32", "bf16", "int8", "subspace"};
+  static const char* const kNames[] = {"", "f32", "bf16", "int8", "subspace", "columns"};
   return name_of(kNames, static_cast<uint8_t>(codec));
 }
 
@@ -256,13 +265,15 @@ double boundary_bytes_per_token(BoundaryCodec codec, uint32_t width, uint32_t bl
       return w + 4 * w / block;
     case BoundaryCodec::kSubspace:
       return 4 * w + (forward ? 4 : 0);
+    case BoundaryCodec::kColumns:
+      return 4 * w;
   }
-  fail("{}: codec {} is unknown (allowed: 1 f32, 2 bf16, 3 int8, 4 subspace)", kTop,
+  fail("{}: codec {} is unknown (allowed: 1 f32, 2 bf16, 3 int8, 4 subspace, 5 columns)", kTop,
        static_cast<int>(codec));
 }
 
 std::string encode_boundary(const BoundaryHeader& header, std::span<const float> values,
-                            std::span<const uint32_t> tokens) {
+                            std::span<const uint32_t> tokens, std::span<const uint32_t> columns) {
   check_header(header);
   const uint64_t size = kBoundaryHeaderBytes + body_bytes(header);
   const std::string where = describe(header);
@@ -275,6 +286,17 @@ std::string encode_boundary(const BoundaryHeader& header, std::span<const float>
     fail("{}: {} tokens given, expected {} ({})", where, tokens.size(), want_tokens,
          has_tokens(header) ? "one per row for subspace forward"
                             : "only subspace forward messages carry tokens");
+  }
+  const size_t want_columns = header.codec == BoundaryCodec::kColumns ? header.width : 0;
+  if (columns.size() != want_columns) {
+    fail("{}: {} column indices given, expected {} ({})", where, columns.size(), want_columns,
+         want_columns ? "one per kept column" : "only columns messages carry them");
+  }
+  for (size_t c = 0; c < columns.size(); ++c) {
+    if (columns[c] >= header.block || (c > 0 && columns[c] <= columns[c - 1])) {
+      fail("{}: column index {} is {} (allowed: increasing, below the full width {})", where, c,
+           columns[c], header.block);
+    }
   }
   for (size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) fail_value(where, header, i, values[i], "finite numbers");
@@ -307,6 +329,10 @@ std::string encode_boundary(const BoundaryHeader& header, std::span<const float>
       break;
     case BoundaryCodec::kSubspace:
       for (const uint32_t t : tokens) append_le(out, t, 4);
+      for (const float v : values) store_f32(out, v);
+      break;
+    case BoundaryCodec::kColumns:
+      for (const uint32_t c : columns) append_le(out, c, 4);
       for (const float v : values) store_f32(out, v);
       break;
   }
@@ -349,6 +375,10 @@ BoundaryMessage decode_boundary(std::string_view bytes, const BoundaryLimits& li
   if (h.codec == BoundaryCodec::kInt8 && h.block > limits.max_block) {
     fail("{}: block {} is too large (allowed: 1 to {})", kTop, h.block, limits.max_block);
   }
+  if (h.codec == BoundaryCodec::kColumns && h.block > limits.max_width) {
+    fail("{}: the full width (block) {} is too large (allowed: width to {})", kTop, h.block,
+         limits.max_width);
+  }
   const std::string where = describe(h);
   const uint64_t body = body_bytes(h);
   if (r.remaining() < body) {
@@ -382,6 +412,19 @@ BoundaryMessage decode_boundary(std::string_view bytes, const BoundaryLimits& li
         for (size_t i = 0; i < h.rows; ++i) m.tokens[i] = load_le32(p + 4 * i);
         p += 4 * size_t{h.rows};
       }
+      for (size_t i = 0; i < n; ++i) m.values[i] = load_f32(p + 4 * i);
+      check_finite(m.values, h, where);
+      break;
+    case BoundaryCodec::kColumns:
+      m.columns.resize(h.width);
+      for (size_t c = 0; c < h.width; ++c) {
+        m.columns[c] = load_le32(p + 4 * c);
+        if (m.columns[c] >= h.block || (c > 0 && m.columns[c] <= m.columns[c - 1])) {
+          fail("{}: column index {} is {} (allowed: increasing, below the full width {})", where,
+               c, m.columns[c], h.block);
+        }
+      }
+      p += 4 * size_t{h.width};
       for (size_t i = 0; i < n; ++i) m.values[i] = load_f32(p + 4 * i);
       check_finite(m.values, h, where);
       break;

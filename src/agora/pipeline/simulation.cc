@@ -99,7 +99,7 @@ double PipelineSimulation::run_micro_batch(std::vector<StageModel>& modules,
   for (size_t i = S - 1; i > 0; --i) {
     const BoundaryPosition at{static_cast<uint64_t>(step), static_cast<uint32_t>(micro),
                               static_cast<uint32_t>(i)};
-    const std::string bytes = coder_->encode_backward(at, inputs[i].grad());
+    const std::string bytes = coder_->encode_backward(at, inputs[i].grad(), inputs[i]);
     traffic.backward += static_cast<int64_t>(bytes.size());
     outputs[i - 1].backward(coder_->decode_backward(bytes, at, B, T, device_));
   }

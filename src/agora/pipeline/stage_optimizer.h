@@ -11,10 +11,13 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "agora/config/run_config.h"
+#include "agora/optim/adamw.h"
 #include "agora/optim/nadam.h"
 #include "agora/optim/strategy.h"
 
@@ -27,11 +30,15 @@ class StageOptimizer {
   // Clips the gradients in place (the norm before clipping is returned), then steps with `lr`.
   double step(double lr);
 
+  // The moments and step counts, by stable names, for a stage checkpoint (copies);
+  // load_state() continues bit-identically from what state() gave.
+  std::map<std::string, torch::Tensor> state() const;
+  void load_state(const std::map<std::string, torch::Tensor>& state);
+
  private:
-  std::vector<NamedParameter> params_;
   std::vector<torch::Tensor> tensors_;
   double grad_clip_;
-  std::unique_ptr<torch::optim::AdamW> adamw_;
+  std::unique_ptr<AdamWStrategy> adamw_;
   std::unique_ptr<NAdam> nadam_;
 };
 
