@@ -23,6 +23,8 @@ pipeline, pipeline/simulation.h), read back from its pipeline.jsonl events:
              step to the last) and loss per step of synchronous AdamW (gpipe) against
              asynchronous NAdam (1F1B), and each stage process's peak RSS against the whole
              model trained in one process (`agora train` with pipeline.stages = 1).
+             --process-stages S (4) and --pin (stage i on core i) measure the schedules with
+             a core per stage: on a 2-core machine, S = 2 pinned.
 
 Writes OUT/pipeline.csv (step, variant, val_loss) and OUT/pipeline_codecs.png and
 OUT/pipeline_schedules.png (gnuplot), and --json. Losses are the result; the in-process tokens/s
@@ -160,7 +162,7 @@ def wait_rss(proc):
     return proc.returncode, usage.ru_maxrss * 1024
 
 
-def run_processes(agora, config, name, sets, steps, out, link, stages):
+def run_processes(agora, config, name, sets, steps, out, link, stages, pin):
     work = os.path.join(out, name)
     os.makedirs(work, exist_ok=True)
     keys = []
@@ -187,6 +189,8 @@ def run_processes(agora, config, name, sets, steps, out, link, stages):
             args += ["--next", f"tcp://127.0.0.1:{link_ports[i + 1]}", "--next-key", keys[i + 1]]
         for s in all_sets:
             args += ["--set", s]
+        if pin:
+            args = ["taskset", "-c", str(i % os.cpu_count())] + args
         procs.insert(0, subprocess.Popen(args, stdout=subprocess.DEVNULL,
                                          stderr=open(os.path.join(work, f"stage-{i}.log"), "w")))
     rss = []
@@ -205,8 +209,7 @@ def run_processes(agora, config, name, sets, steps, out, link, stages):
     return {"rss": rss, "events": last}
 
 
-def processes(agora, config, steps, out, extra, link, skip):
-    stages = 4
+def processes(agora, config, steps, out, extra, link, skip, stages, pin):
     variants = [("sync AdamW (gpipe)", "proc_sync", ["pipeline.schedule=gpipe",
                                                      "pipeline.optimizer=adamw"]),
                 ("async NAdam(0.99)", "proc_async", ["pipeline.schedule=async",
@@ -215,7 +218,8 @@ def processes(agora, config, steps, out, extra, link, skip):
     for label, directory, sets in variants:
         print(f"  {label}, {stages} processes over {link} ...", file=sys.stderr, flush=True)
         started = time.time()
-        r = run_processes(agora, config, directory, extra + sets, steps, out, link, stages)
+        r = run_processes(agora, config, directory, extra + [f"pipeline.stages={stages}"] + sets,
+                          steps, out, link, stages, pin)
         steps_ev = [e for e in r["events"] if e["event"] == "step"]
         start = next(e for e in r["events"] if e["event"] == "start")
         finish = next(e for e in r["events"] if e["event"] == "finish")
@@ -230,11 +234,14 @@ def processes(agora, config, steps, out, extra, link, skip):
     whole_dir = os.path.join(out, "proc_whole")
     proc = subprocess.Popen([agora, "train", "--config", config, "--quiet",
                              "--set", "pipeline.stages=1", "--set", "pipeline.micro_batches=1",
-                             "--set", "optimizer.name=adamw", "--set", f"train.steps={min(steps, 20)}",
+                             "--set", "optimizer.name=adamw", "--set", f"train.steps={steps}",
                              "--set", f"train.out_dir={whole_dir}", *sum((["--set", s] for s in extra), [])],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, whole_rss = wait_rss(proc)
-    return {"stages": stages, "link": link, "variants": results, "whole_rss": whole_rss}
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    code, whole_rss = wait_rss(proc)
+    if code != 0:
+        sys.exit(f"the whole-model run failed ({code}): {proc.stderr.read()[-2000:]}")
+    return {"stages": stages, "pinned": pin, "link": link, "variants": results,
+            "whole_rss": whole_rss}
 
 
 def plot(out, series, name, title):
@@ -265,6 +272,10 @@ def main():
     parser.add_argument("--link", default="rate=80mbit,delay=50ms",
                         help="processes: each boundary's link, each way (agora link --profile)")
     parser.add_argument("--process-steps", type=int, default=40, help="processes: steps per run")
+    parser.add_argument("--process-stages", type=int, default=4, help="processes: S")
+    parser.add_argument("--pin", action="store_true",
+                        help="processes: stage i on core i mod cores (taskset), so that with S "
+                             "no larger than the cores every stage has a core of its own")
     parser.add_argument("--skip", type=int, default=8,
                         help="processes: steps left out of tokens/s (start-up, pipeline fill)")
     parser.add_argument("--steps", type=int, default=300)
@@ -290,10 +301,11 @@ def main():
              f"S = 4, synchronous against asynchronous ({args.steps} steps)")
     if args.scenario in ("processes", "all"):
         p = processes(args.agora, args.config, args.process_steps, args.out, args.sets, args.link,
-                      args.skip)
+                      args.skip, args.process_stages, args.pin)
         report["processes"] = p
-        print(f"\nStage processes over {p['link']} each way, {args.process_steps} steps, "
-              f"tokens/s from step {args.skip}:\n")
+        print(f"\n{p['stages']} stage processes{' (pinned)' if p['pinned'] else ''} over "
+              f"{p['link']} each way, {args.process_steps} steps, tokens/s from step "
+              f"{args.skip}:\n")
         print("| schedule | tokens/s | vs sync | final train loss | peak RSS per stage (MiB) |")
         print("|---|---|---|---|---|")
         base = p["variants"][0]["tokens_per_second"]
