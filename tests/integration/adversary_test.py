@@ -135,21 +135,26 @@ def scenario_coordinator(agora, adversary, data):
     Deadlines keep firing during the flood (no gap between finalized steps longer than a round's
     deadline plus the witness window, with room), and an honest peer that joins after both is
     handed the honest members' state, catches up and ends identical."""
-    # The run must outlast the flood (the joiner comes after it): a quiet 2-core machine trains
-    # the tiny model's rounds in about 0.45 s, so 40 steps take 18 s or more against 2 + 5 s.
+    # The run must outlast the flood and the joiner's arrival after it: a quiet 2-core machine
+    # trains the tiny model's rounds in about 0.45 s, so 60 steps take 27 s or more against
+    # 3 + 5 s of flood (a loaded one is slower at both).
     flood = steps(5, 60)
     run = AdversaryRun(agora, adversary, data, "adv-coordinator", honest=4, adversaries=2,
-                       steps=steps(40, 100), sets=["network.min_peers=3"])
+                       steps=steps(60, 100), sets=["network.min_peers=3"])
     run.honest = [0, 1, 2]  # peer 3 joins later and is checked on its own
     run.start_coordinator()
     run.start_honest()
     run.start_adversary(4, "flood", "--flood-kind", "heartbeat", "--rate", 0,
-                        "--flood-seconds", flood, "--flood-after", 2)
+                        "--flood-seconds", flood, "--flood-after", 3)
     run.start_adversary(5, "forged-state", "--state-mode", "huge")
     run.wait_until("the flood to end", lambda: run.actions(4, "flood"), 120)
     if run.actions(4, "flood")[0].get("cut_short"):
         run.fail(f"the run ended before the flood of {flood} s did: the joiner has nothing to "
                  f"join; give the run more steps than {run.steps}")
+    # The joiner must find a state to fetch: a step made final by the honest members (on a
+    # loaded machine the flood can end before the first one).
+    run.wait_until("a finalized step to join at",
+                   lambda: any(r["step"] >= 1 for r in run.steps_final()), 120)
     run.start_peer(3)
     run.honest = [0, 1, 2, 3]
     run.finish()
