@@ -108,7 +108,8 @@ void run_pipeline_demo(const PipelineDemoArgs& args) {
                                      "--events", (out / fmt::format("stage-{}.jsonl", i)).string(),
                                      "--out",    (out / "stages").string()};
     if (i > 0) {
-      argv.insert(argv.end(), {"--listen", fmt::format("tcp://127.0.0.1:{}", ports[i])});
+      argv.insert(argv.end(), {"--listen", fmt::format("tcp://127.0.0.1:{}", ports[i]),
+                               "--prev-key", public_keys[static_cast<size_t>(i - 1)]});
     }
     if (i < S - 1) {
       argv.insert(argv.end(), {"--next", fmt::format("tcp://127.0.0.1:{}", ports[i + 1]),

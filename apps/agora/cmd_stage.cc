@@ -14,7 +14,7 @@ namespace agora::cli {
 
 void add_stage_command(CLI::App& app) {
   struct Args {
-    std::string config, key, listen, next, next_key, events, out, checkpoints;
+    std::string config, key, listen, next, next_key, prev_key, events, out, checkpoints;
     std::vector<std::string> overrides;
     int64_t stage = 0;
     double timeout = 60;
@@ -34,6 +34,9 @@ void add_stage_command(CLI::App& app) {
                   "Stages after the first: where the previous stage connects (tcp://IP:PORT)");
   cmd->add_option("--next", args->next, "Stages before the last: the next stage, tcp://HOST:PORT");
   cmd->add_option("--next-key", args->next_key, "The next stage's public key (64 hex characters)");
+  cmd->add_option("--prev-key", args->prev_key,
+                  "Stages after the first: the previous stage's public key; messages from any "
+                  "other key are dropped (without it, the first key to connect is trusted)");
   cmd->add_option("--events", args->events, "Write JSON lines (start, step, finish) here");
   cmd->add_option("--out", args->out,
                   "Write this stage's parameters here at the end (stage_<i>.safetensors)");
@@ -62,6 +65,7 @@ void add_stage_command(CLI::App& app) {
     o.listen = args->listen;
     o.next = args->next;
     if (!args->next.empty()) o.next_key = net::key_from_hex(args->next_key, "--next-key");
+    if (!args->prev_key.empty()) o.prev_key = net::key_from_hex(args->prev_key, "--prev-key");
     o.events = args->events;
     o.out_dir = args->out;
     o.checkpoint_dir = !args->checkpoints.empty() ? std::filesystem::path(args->checkpoints)

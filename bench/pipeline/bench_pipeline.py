@@ -184,7 +184,7 @@ def run_processes(agora, config, name, sets, steps, out, link, stages, pin):
                 os.path.join(work, f"stage-{i}.key"), "--events",
                 os.path.join(work, f"stage-{i}.jsonl"), "--quiet", "--timeout", "120"]
         if i > 0:
-            args += ["--listen", f"tcp://127.0.0.1:{ports[i]}"]
+            args += ["--listen", f"tcp://127.0.0.1:{ports[i]}", "--prev-key", keys[i - 1]]
         if i < stages - 1:
             args += ["--next", f"tcp://127.0.0.1:{link_ports[i + 1]}", "--next-key", keys[i + 1]]
         for s in all_sets:

@@ -63,7 +63,8 @@ class Pipeline:
                     os.path.join(self.dir, f"stage-{i}.jsonl"), "--timeout", str(timeout),
                     "--out", os.path.join(self.dir, "stages")]
             if i > 0:
-                args += ["--listen", f"tcp://127.0.0.1:{self.ports[i]}"]
+                args += ["--listen", f"tcp://127.0.0.1:{self.ports[i]}", "--prev-key",
+                         self.keys[i - 1]]
             if i < STAGES - 1:
                 args += ["--next", f"tcp://127.0.0.1:{self.ports[i + 1]}", "--next-key",
                          self.keys[i + 1]]

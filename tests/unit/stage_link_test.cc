@@ -188,6 +188,79 @@ TEST_F(HostilePrevious, SilenceIsATimeoutNamingTheStage) {
   EXPECT_EQ(link_->blamed(), 0);
 }
 
+// Outsiders who complete the CURVE handshake with stage 1 (they know its endpoint and key).
+wire::Envelope stop_message() {
+  wire::Envelope e;
+  e.mutable_stage_data()->set_stage(0);
+  e.mutable_stage_data()->set_error("stop, says an outsider");
+  return e;
+}
+
+TEST(StageLinkAdmission, OnlyTheNamedPreviousStageIsHeard) {
+  const net::Identity me = net::Identity::generate(), previous = net::Identity::generate();
+  StageLinkOptions o;
+  o.stage = 1;
+  o.stages = 2;
+  o.listen = "tcp://127.0.0.1:*";
+  o.timeout_seconds = o.start_timeout_seconds = 5;
+  o.prev_key = previous.public_key();
+  StageLink link(me, o);
+  net::Context context;
+  net::Client outsider(context, net::Identity::generate(), link.endpoint(), me.public_key(), {});
+  outsider.send(stop_message());  // first to speak, and still not heard
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  net::Client real(context, previous, link.endpoint(), me.public_key(), {});
+  wire::Envelope hello;
+  hello.mutable_stage_data()->mutable_hello()->set_fingerprint(kRun);
+  real.send(hello);
+  EXPECT_EQ(link.start(kRun, {}), 0u);
+  EXPECT_EQ(link.ignored(), 1u);
+}
+
+TEST(StageLinkAdmission, WithoutAKeyTheFirstToSpeakIsThePreviousStage) {
+  const net::Identity me = net::Identity::generate();
+  StageLinkOptions o;
+  o.stage = 1;
+  o.stages = 2;
+  o.listen = "tcp://127.0.0.1:*";
+  o.timeout_seconds = o.start_timeout_seconds = 5;
+  StageLink link(me, o);
+  net::Context context;
+  net::Client real(context, net::Identity::generate(), link.endpoint(), me.public_key(), {});
+  wire::Envelope hello;
+  hello.mutable_stage_data()->mutable_hello()->set_fingerprint(kRun);
+  real.send(hello);
+  EXPECT_EQ(link.start(kRun, {}), 0u);
+  // Later, an outsider tries to stop the stage and to take the route gradients go back on.
+  net::Client outsider(context, net::Identity::generate(), link.endpoint(), me.public_key(), {});
+  outsider.send(stop_message());
+  BoundaryHeader h;
+  h.rows = 1;
+  h.width = 1;
+  const std::vector<float> v = {1};
+  wire::Envelope data;
+  data.mutable_stage_data()->set_boundary(encode_boundary(h, v, {}));
+  outsider.send(data);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  real.send(data);
+  EXPECT_NO_THROW(link.await(BoundaryDirection::kForward, 0, 0));
+  EXPECT_EQ(link.ignored(), 2u);
+  // The gradient goes back to the real previous stage.
+  h.direction = BoundaryDirection::kBackward;
+  h.stage = 1;
+  link.send_backward(encode_boundary(h, v, {}));
+  std::optional<wire::Envelope> back;
+  for (int i = 0; i < 200 && !back; ++i) {
+    back = real.recv();
+    if (back && back->stage_data().has_hello()) back.reset();  // the start, sent first
+    if (!back) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(decode_boundary(back->stage_data().boundary()).header.direction,
+            BoundaryDirection::kBackward);
+  EXPECT_FALSE(outsider.recv().has_value());
+}
+
 // A hostile next stage answers the hello with a start it was never offered.
 TEST(StageLink, AStartThatWasNotOfferedIsRefused) {
   const net::Identity next_identity = net::Identity::generate();

@@ -42,6 +42,7 @@ StageLink::StageLink(const net::Identity& identity, const StageLinkOptions& opti
       max_waiting_(options.max_waiting) {
   net::DecodeLimits limits;
   if (stage_ > 0) server_.emplace(context_, identity, options.listen, limits);
+  if (options.prev_key) prev_curve_ = net::curve_public_of(*options.prev_key);
   if (stage_ < stages_ - 1) {
     client_.emplace(context_, identity, options.next, options.next_key, limits);
   }
@@ -174,6 +175,11 @@ void StageLink::pump(std::chrono::milliseconds wait) {
   zmq::poll(items.data(), items.size(), wait);
   if (server_) {
     while (auto in = server_->recv()) {
+      if (prev_curve_.empty()) prev_curve_ = in->curve_key;  // trust on first use
+      if (in->curve_key != prev_curve_) {
+        ++ignored_;
+        continue;
+      }
       prev_route_ = in->route;
       take(in->message, BoundaryDirection::kForward);
     }

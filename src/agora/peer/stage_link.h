@@ -17,6 +17,14 @@
 // `max_waiting` may wait for their turn; more is a protocol error (a neighbour racing ahead
 // without bound would otherwise grow this stage's memory).
 //
+// Admission: anyone who knows a stage's endpoint and key can complete the CURVE handshake with
+// it, so a stage > 0 listens to one previous stage only: the key `prev_key` names, or else the
+// first key that speaks to it (trust on first use: enough on a private network, not against an
+// outsider racing the real previous stage, which --prev-key stops). Messages from any other key
+// are dropped unread (ignored() counts them): they cannot stop the stage, fill its queue or take
+// over the route its gradients go back on. The next stage is the one whose key the CURVE
+// handshake proved.
+//
 // Failure: a neighbour silent for `timeout_seconds` while this stage waits on it
 // (`start_timeout_seconds` during the start), a message that
 // does not decode or does not belong, or a neighbour's report that it stopped throws an Error
@@ -51,6 +59,7 @@ struct StageLinkOptions {
   std::string listen;       // stage > 0
   std::string next;         // stage < stages - 1
   net::PublicKey next_key;  // ... and the next stage's ed25519 key
+  std::optional<net::PublicKey> prev_key;  // stage > 0: the only previous stage it listens to
   double timeout_seconds = 60;
   // How long start() waits for a neighbour's hello or start: stages on separate machines are
   // started by hand, minutes apart.
@@ -82,6 +91,8 @@ class StageLink {
   void drain();
 
   int64_t blamed() const { return blamed_; }
+  // Messages dropped because another key than the previous stage's sent them.
+  uint64_t ignored() const { return ignored_; }
   uint64_t bytes_sent() const;
   uint64_t bytes_received() const;
 
@@ -102,6 +113,8 @@ class StageLink {
   std::optional<net::Server> server_;
   std::optional<net::Client> client_;
   std::string prev_route_;
+  std::string prev_curve_;  // the previous stage's curve25519 key, once known
+  uint64_t ignored_ = 0;
   int64_t blamed_ = -1;
   Clock::time_point last_heard_prev_, last_heard_next_;
   std::optional<wire::StageHello> hello_, start_;  // from the previous / next stage

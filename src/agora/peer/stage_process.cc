@@ -137,7 +137,8 @@ class StageRunner {
            {"parameter_hash", summary.parameter_hash},
            {"peak_rss_bytes", summary.peak_rss_bytes},
            {"bytes_sent", summary.bytes_sent},
-           {"bytes_received", summary.bytes_received}});
+           {"bytes_received", summary.bytes_received},
+           {"ignored_messages", net_.ignored()}});
     return summary;
   }
 
@@ -303,6 +304,7 @@ class StageRunner {
     o.listen = options.listen;
     o.next = options.next;
     o.next_key = options.next_key;
+    o.prev_key = options.prev_key;
     o.timeout_seconds = options.timeout_seconds;
     o.start_timeout_seconds = std::max(600.0, options.timeout_seconds);
     o.max_waiting = max_waiting;

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "agora/config/run_config.h"
@@ -42,6 +43,8 @@ struct StageOptions {
   std::string listen;             // stage > 0: where the previous stage connects
   std::string next;               // stage < S - 1: the next stage's endpoint
   net::PublicKey next_key;        // ... and its ed25519 key
+  std::optional<net::PublicKey> prev_key;  // stage > 0: the previous stage's key (else the first
+                                           // to speak; stage_link.h, "Admission")
   std::filesystem::path events;   // JSON lines (start, step, finish), if set
   std::filesystem::path out_dir;  // the stage's checkpoint folder at the end, if set
   std::filesystem::path checkpoint_dir;  // periodic checkpoints (train.checkpoint_interval)
