@@ -9,7 +9,7 @@
 // codes need), so there the re-encoded message must decode to the same header, and values within
 // half of its block's new scale (up to the float rounding of q * scale).
 //
-// Seeds: tests/fuzz/corpus/boundary_fuzz/, written by tests/unit/boundary_codec_test.cc.
+// Seeds: tests/fuzz/corpus/boundary_fuzz/, written by tests/unit/boundary_seeds_test.cc.
 #include <algorithm>
 #include <bit>
 #include <cmath>

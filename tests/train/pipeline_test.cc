@@ -259,9 +259,9 @@ TEST(Pipeline, ColumnsSendTheLargestColumnsAndTheirExactGradient) {
   sparse.select(2, 7).fill_(1);
   const BoundaryMessage m = decode_boundary(coder.encode_forward(at, sparse, tokens));
   EXPECT_EQ(m.columns, std::vector<uint32_t>{7});
-  EXPECT_TRUE(torch::equal(coder.decode_forward(coder.encode_forward(at, sparse, tokens), at,
-                                                tokens, torch::kCPU),
-                           sparse));
+  EXPECT_TRUE(torch::equal(
+      coder.decode_forward(coder.encode_forward(at, sparse, tokens), at, tokens, torch::kCPU),
+      sparse));
   // The stages' in-process training runs with it (the gradient flows through the mask).
   PipelineSimulation sim(run, torch::kCPU);
   const PipelineStepReport r = sim.step(0);

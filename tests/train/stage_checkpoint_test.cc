@@ -10,8 +10,8 @@
 
 #include <filesystem>
 
-#include "agora/config/run_config.h"
 #include "../unit/test_support.h"
+#include "agora/config/run_config.h"
 #include "agora/core/error.h"
 #include "agora/core/hex.h"
 #include "agora/pipeline/partition.h"
@@ -94,7 +94,8 @@ TEST_F(StageCheckpointTest, RoundTripIsExact) {
   StageCheckpoint state;
   state.steps = 3;
   state.optimizer = opt.state();
-  for (const torch::Tensor& p : m->parameters()) state.stashes[4].version.push_back(p.detach().clone() + 1);
+  for (const torch::Tensor& p : m->parameters())
+    state.stashes[4].version.push_back(p.detach().clone() + 1);
   state.unconsumed[{5, 0}] = std::string("\x00\x01\xff raw bytes", 14);
   state.unconsumed[{5, 1}] = "";
   save_stage_checkpoint(dir_, m, &subspace_, fingerprint_, state);
@@ -162,7 +163,8 @@ TEST_F(StageCheckpointTest, AStateFileWithStrangeTensorsIsRefusedByName) {
   };
   StageModel other = model();
   rewrite("weights/x", torch::zeros({1}));
-  EXPECT_ERROR_WITH(load_stage_checkpoint(dir_, 2, other, fingerprint_), "unknown tensor weights/x");
+  EXPECT_ERROR_WITH(load_stage_checkpoint(dir_, 2, other, fingerprint_),
+                    "unknown tensor weights/x");
   rewrite("sent/3/x", torch::zeros({1}, torch::kUInt8));
   EXPECT_ERROR_WITH(load_stage_checkpoint(dir_, 2, other, fingerprint_),
                     "sent/3/x does not name a step and a number");

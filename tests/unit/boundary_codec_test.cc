@@ -1,10 +1,7 @@
 // The pipeline boundary codec: the format byte for byte, round trips of every codec in both
 // directions with each codec's promise (f32, subspace and columns exact, bf16 rounded, int8
 // within half a scale), the size formulas, and rejections, each naming its field.
-//
-// The hand-made fuzz seeds in tests/fuzz/corpus/boundary_fuzz/ are what seeds() below encodes;
-// CommittedSeedsMatchTheGenerator checks them. After a deliberate format change, rewrite them
-// with AGORA_WRITE_BOUNDARY_SEEDS=1 build/tests/boundary_codec_test.
+// (The fuzz target's hand-made seeds: boundary_seeds_test.cc.)
 #include "agora/pipeline/boundary_codec.h"
 
 #include <gtest/gtest.h>
@@ -26,56 +23,16 @@
 #include "agora/core/hex.h"
 #include "agora/core/little_endian.h"
 #include "agora/optim/payload.h"  // round_to_bf16, the reference rounding
+#include "boundary_test_support.h"
 #include "test_support.h"
 
 namespace agora {
 namespace {
 
+using namespace boundary_test;
+
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-BoundaryHeader header(BoundaryCodec codec, BoundaryDirection direction, uint32_t rows,
-                      uint32_t width, uint32_t block = 0) {
-  BoundaryHeader h;
-  h.direction = direction;
-  h.codec = codec;
-  h.step = 0x0123456789abcdefULL;
-  h.micro_batch = 7;
-  h.stage = 2;
-  h.rows = rows;
-  h.width = width;
-  h.block = block;
-  return h;
-}
-
-bool carries_tokens(const BoundaryHeader& h) {
-  return h.codec == BoundaryCodec::kSubspace && h.direction == BoundaryDirection::kForward;
-}
-
-std::vector<float> random_values(size_t n, uint32_t seed, float spread = 3.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, spread);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
-
-std::vector<uint32_t> token_ids(const BoundaryHeader& h) {
-  std::vector<uint32_t> t;
-  if (!carries_tokens(h)) return t;
-  for (uint32_t i = 0; i < h.rows; ++i) t.push_back(i * 2654435761u);  // any u32 is accepted
-  return t;
-}
-
-// For columns messages: `width` increasing indices spread over the full width `block`.
-std::vector<uint32_t> column_ids(const BoundaryHeader& h) {
-  std::vector<uint32_t> c;
-  if (h.codec != BoundaryCodec::kColumns) return c;
-  for (uint32_t i = 0; i < h.width; ++i) {
-    c.push_back(static_cast<uint32_t>(uint64_t{i} * h.block / h.width));
-  }
-  return c;
-}
 
 std::vector<uint32_t> bits_of(const std::vector<float>& v) {
   std::vector<uint32_t> bits;
@@ -302,7 +259,8 @@ TEST(BoundaryRoundTrip, EveryCodecAndDirection) {
           if (c != BoundaryCodec::kInt8 && c != BoundaryCodec::kColumns && block != 1) continue;
           if (c == BoundaryCodec::kColumns && block < width) continue;
           const BoundaryHeader h =
-              header(c, d, rows, width, c == BoundaryCodec::kInt8 || c == BoundaryCodec::kColumns ? block : 0);
+              header(c, d, rows, width,
+                     c == BoundaryCodec::kInt8 || c == BoundaryCodec::kColumns ? block : 0);
           SCOPED_TRACE(::testing::Message() << to_string(c) << " " << to_string(d) << " " << rows
                                             << " x " << width << " block " << h.block);
           round_trip(h, random_values(size_t{rows} * width, ++seed), token_ids(h));
@@ -458,10 +416,9 @@ TEST(BoundaryReject, ColumnIndices) {
                     "column index 1 is 1 (allowed: increasing");
   EXPECT_ERROR_WITH(encode_boundary(h, v, {}, std::vector<uint32_t>{1, 2}),
                     "2 column indices given, expected 3 (one per kept column)");
-  EXPECT_ERROR_WITH(
-      encode_boundary(header(BoundaryCodec::kF32, BoundaryDirection::kForward, 2, 3), v, {},
-                      std::vector<uint32_t>{0, 1, 2}),
-      "3 column indices given, expected 0 (only columns messages carry them)");
+  EXPECT_ERROR_WITH(encode_boundary(header(BoundaryCodec::kF32, BoundaryDirection::kForward, 2, 3),
+                                    v, {}, std::vector<uint32_t>{0, 1, 2}),
+                    "3 column indices given, expected 0 (only columns messages carry them)");
 }
 
 TEST(BoundaryReject, SizesAboveTheLimitsBeforeAllocating) {
@@ -567,64 +524,6 @@ TEST(BoundaryReject, EncodeChecksSizesTokensAndValues) {
   wrong = f32;
   wrong.direction = static_cast<BoundaryDirection>(7);
   EXPECT_ERROR_WITH(boundary_encoded_size(wrong), "direction 7 is unknown");
-}
-
-// ---------------------------------------------------------------------------------------------
-// Fuzz seeds
-
-// The hand-made seeds of tests/fuzz/corpus/boundary_fuzz/: one message per codec and direction
-// with values exact in every format (so the bytes do not depend on a random number generator).
-std::vector<std::pair<std::string, std::string>> seeds() {
-  struct Seed {
-    const char* name;
-    BoundaryHeader header;
-  };
-  const auto fwd = BoundaryDirection::kForward;
-  const auto bwd = BoundaryDirection::kBackward;
-  const Seed list[] = {
-      {"f32_forward", header(BoundaryCodec::kF32, fwd, 3, 4)},
-      {"bf16_backward", header(BoundaryCodec::kBF16, bwd, 2, 5)},
-      {"int8_forward_short_last_block", header(BoundaryCodec::kInt8, fwd, 3, 7, 8)},
-      {"int8_backward_one_value_blocks", header(BoundaryCodec::kInt8, bwd, 2, 2, 1)},
-      {"subspace_forward", header(BoundaryCodec::kSubspace, fwd, 3, 2)},
-      {"subspace_backward", header(BoundaryCodec::kSubspace, bwd, 2, 3)},
-      {"columns_forward", header(BoundaryCodec::kColumns, fwd, 3, 2, 6)},
-  };
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const Seed& s : list) {
-    const size_t n = size_t{s.header.rows} * s.header.width;
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; ++i)
-      v[i] = static_cast<float>(static_cast<int>(i * 37 % 101) - 50) / 16;
-    // An all-zero block for the int8 seed with blocks of 8.
-    if (s.header.block == 8) std::fill(v.begin() + 8, v.begin() + 16, 0.0f);
-    out.emplace_back(s.name,
-                     encode_boundary(s.header, v, token_ids(s.header), column_ids(s.header)));
-  }
-  return out;
-}
-
-TEST(BoundarySeeds, CommittedSeedsMatchTheGenerator) {
-  const std::filesystem::path dir =
-      std::filesystem::path(AGORA_SOURCE_DIR) / "tests/fuzz/corpus/boundary_fuzz";
-  const bool write = std::getenv("AGORA_WRITE_BOUNDARY_SEEDS") != nullptr;
-  if (write) std::filesystem::create_directories(dir);
-  for (const auto& [name, bytes] : seeds()) {
-    SCOPED_TRACE(name);
-    EXPECT_NO_THROW(decode_boundary(bytes));
-    if (write) {
-      std::ofstream(dir / name, std::ios::binary) << bytes;
-    }
-    EXPECT_EQ(hex_encode(read_file(dir / name)), hex_encode(bytes));
-  }
-  // Inputs a fuzz campaign kept (named by their SHA-1) are any bytes: each is refused with an
-  // Error or decodes.
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    try {
-      decode_boundary(read_file(entry.path()));
-    } catch (const Error&) {
-    }
-  }
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ std::vector<Stage> chain(int64_t stages, double timeout = 10, int64_t max_waitin
       o.next = next;
       o.next_key = out[static_cast<size_t>(i + 1)].identity.public_key();
     }
-    out[static_cast<size_t>(i)].link = std::make_unique<StageLink>(out[static_cast<size_t>(i)].identity, o);
+    out[static_cast<size_t>(i)].link =
+        std::make_unique<StageLink>(out[static_cast<size_t>(i)].identity, o);
     next = out[static_cast<size_t>(i)].link->endpoint();
   }
   return out;
@@ -121,8 +122,8 @@ class HostilePrevious : public ::testing::Test {
     o.timeout_seconds = o.start_timeout_seconds = 5;
     o.max_waiting = 4;
     link_ = std::make_unique<StageLink>(identity_, o);
-    client_.emplace(context_, net::Identity::generate(), link_->endpoint(),
-                    identity_.public_key(), net::DecodeLimits{});
+    client_.emplace(context_, net::Identity::generate(), link_->endpoint(), identity_.public_key(),
+                    net::DecodeLimits{});
   }
 
   void send_hello(int steps) {
@@ -153,17 +154,20 @@ class HostilePrevious : public ::testing::Test {
 
 TEST_F(HostilePrevious, ActivationsBeforeTheHello) {
   send_boundary(0);
-  EXPECT_ERROR_WITH(link_->start(kRun, {}), "stage 0 sent activations or gradients before the hello");
+  EXPECT_ERROR_WITH(link_->start(kRun, {}),
+                    "stage 0 sent activations or gradients before the hello");
   EXPECT_EQ(link_->blamed(), 0);
 }
 
 TEST_F(HostilePrevious, TwoHellos) {
   send_hello(1);
   send_hello(1);
-  EXPECT_ERROR_WITH({
-    link_->start(kRun, {});
-    link_->await(BoundaryDirection::kForward, 0, 0);
-  }, "stage 0 sent its hello twice");
+  EXPECT_ERROR_WITH(
+      {
+        link_->start(kRun, {});
+        link_->await(BoundaryDirection::kForward, 0, 0);
+      },
+      "stage 0 sent its hello twice");
   EXPECT_EQ(link_->blamed(), 0);
 }
 

@@ -235,8 +235,7 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
 
   VerifyConfig& verify = config.verify;
   verify.rate = toml.get_double("verify.rate", verify.rate, DoubleRange::between(0, 1));
-  verify.seconds =
-      toml.get_double("verify.seconds", verify.seconds, DoubleRange::greater_than(0));
+  verify.seconds = toml.get_double("verify.seconds", verify.seconds, DoubleRange::greater_than(0));
   verify.max_failures = toml.get_int("verify.max_failures", verify.max_failures, {1, 1000});
   verify.window = toml.get_int("verify.window", verify.window, {2, 1024});
 

@@ -49,13 +49,16 @@ StageLink::StageLink(const net::Identity& identity, const StageLinkOptions& opti
   last_heard_prev_ = last_heard_next_ = Clock::now();
 }
 
-std::string StageLink::endpoint() const { return server_ ? server_->bound_endpoint() : ""; }
+std::string StageLink::endpoint() const {
+  return server_ ? server_->bound_endpoint() : "";
+}
 
 uint64_t StageLink::start(const std::string& fingerprint, std::vector<uint64_t> steps) {
   steps.push_back(0);
   std::sort(steps.begin(), steps.end());
   steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
-  if (steps.size() > kMaxHelloSteps) steps.erase(steps.begin() + 1, steps.end() - kMaxHelloSteps + 1);
+  if (steps.size() > kMaxHelloSteps)
+    steps.erase(steps.begin() + 1, steps.end() - kMaxHelloSteps + 1);
   // Forward: what every stage up to this one holds.
   if (stage_ > 0) {
     wait_for(BoundaryDirection::kForward, "hello", start_timeout_,
@@ -91,9 +94,10 @@ uint64_t StageLink::start(const std::string& fingerprint, std::vector<uint64_t> 
     chosen = start_->start_step();
     if (!std::binary_search(steps.begin(), steps.end(), chosen)) {
       blamed_ = stage_ + 1;
-      fail("stage {}: stage {} starts the run at step {}, which this stage did not offer "
-           "(offered: {})",
-           stage_, stage_ + 1, chosen, steps_text(steps));
+      fail(
+          "stage {}: stage {} starts the run at step {}, which this stage did not offer "
+          "(offered: {})",
+          stage_, stage_ + 1, chosen, steps_text(steps));
     }
   }
   if (stage_ > 0) {
@@ -138,9 +142,9 @@ void StageLink::wait_for(BoundaryDirection direction, const char* what, double t
 
 std::string StageLink::await(BoundaryDirection direction, int64_t step, int64_t piece) {
   const auto key = std::make_tuple(static_cast<int>(direction), step, piece);
-  const std::string what = fmt::format(
-      "{} of step {}", direction == BoundaryDirection::kForward ? "activations" : "gradients",
-      step);
+  const std::string what =
+      fmt::format("{} of step {}",
+                  direction == BoundaryDirection::kForward ? "activations" : "gradients", step);
   wait_for(direction, what.c_str(), timeout_, [&] { return waiting_.contains(key); });
   const auto found = waiting_.find(key);
   std::string bytes = std::move(found->second);
@@ -158,7 +162,9 @@ void StageLink::tell_failure(const std::string& what) {
   }
 }
 
-void StageLink::drain() { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }
+void StageLink::drain() {
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+}
 
 uint64_t StageLink::bytes_sent() const {
   return (server_ ? server_->bytes_sent() : 0) + (client_ ? client_->bytes_sent() : 0);
@@ -197,10 +203,11 @@ void StageLink::take_hello(const wire::StageHello& hello, BoundaryDirection expe
   if (slot) fail("stage {}: stage {} sent its {} twice", stage_, from, forward ? "hello" : "start");
   if (forward && (hello.start() || hello.steps_size() > static_cast<int>(kMaxHelloSteps) ||
                   hello.fingerprint().size() != kFingerprintBytes)) {
-    fail("stage {}: stage {} sent a hello with start {}, {} steps and a fingerprint of {} bytes "
-         "(allowed: no start, at most {} steps, {} bytes)",
-         stage_, from, hello.start(), hello.steps_size(), hello.fingerprint().size(),
-         kMaxHelloSteps, kFingerprintBytes);
+    fail(
+        "stage {}: stage {} sent a hello with start {}, {} steps and a fingerprint of {} bytes "
+        "(allowed: no start, at most {} steps, {} bytes)",
+        stage_, from, hello.start(), hello.steps_size(), hello.fingerprint().size(), kMaxHelloSteps,
+        kFingerprintBytes);
   }
   if (!forward && !hello.start()) {
     fail("stage {}: stage {} answered with a hello (allowed: the start)", stage_, from);

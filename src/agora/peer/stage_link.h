@@ -56,9 +56,9 @@ inline constexpr size_t kFingerprintBytes = 32;
 
 struct StageLinkOptions {
   int64_t stage = 0, stages = 2;
-  std::string listen;       // stage > 0
-  std::string next;         // stage < stages - 1
-  net::PublicKey next_key;  // ... and the next stage's ed25519 key
+  std::string listen;                      // stage > 0
+  std::string next;                        // stage < stages - 1
+  net::PublicKey next_key;                 // ... and the next stage's ed25519 key
   std::optional<net::PublicKey> prev_key;  // stage > 0: the only previous stage it listens to
   double timeout_seconds = 60;
   // How long start() waits for a neighbour's hello or start: stages on separate machines are

@@ -371,23 +371,25 @@ class StageRunner {
         fits = stash.version[k].sizes() == params[k].sizes();
       }
       if (!fits) {
-        fail("stage {}: the checkpoint at step {} stashes a forward of step {} that this stage's "
-             "schedule cannot hold (allowed: steps {} to {}, {} inputs, the stage's shapes)",
-             span_.stage, steps, step, steps, std::min(steps + warm, N) - 1,
-             first() ? 0 : pieces_);
+        fail(
+            "stage {}: the checkpoint at step {} stashes a forward of step {} that this stage's "
+            "schedule cannot hold (allowed: steps {} to {}, {} inputs, the stage's shapes)",
+            span_.stage, steps, step, steps, std::min(steps + warm, N) - 1, first() ? 0 : pieces_);
       }
       stashed_[step] = {std::move(stash.version), std::move(stash.inputs)};
     }
-    if (static_cast<int64_t>(stashed_.size()) != std::max<int64_t>(0, std::min(steps + warm, N) - steps)) {
+    if (static_cast<int64_t>(stashed_.size()) !=
+        std::max<int64_t>(0, std::min(steps + warm, N) - steps)) {
       fail("stage {}: the checkpoint at step {} stashes {} forwards (expected {})", span_.stage,
            steps, stashed_.size(), std::min(steps + warm, N) - steps);
     }
     for (const auto& [at, bytes] : state.unconsumed) {
-      if (!async_ || last() || at.first < steps || at.first >= steps + warm ||
-          at.second < 0 || at.second >= pieces_) {
-        fail("stage {}: the checkpoint at step {} holds a sent message of step {} piece {} "
-             "(allowed: async, steps {} to {}, pieces below {})",
-             span_.stage, steps, at.first, at.second, steps, steps + warm - 1, pieces_);
+      if (!async_ || last() || at.first < steps || at.first >= steps + warm || at.second < 0 ||
+          at.second >= pieces_) {
+        fail(
+            "stage {}: the checkpoint at step {} holds a sent message of step {} piece {} "
+            "(allowed: async, steps {} to {}, pieces below {})",
+            span_.stage, steps, at.first, at.second, steps, steps + warm - 1, pieces_);
       }
     }
     sent_ = std::move(state.unconsumed);

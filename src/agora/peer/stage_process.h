@@ -40,15 +40,15 @@ namespace agora::peer {
 
 struct StageOptions {
   int64_t stage = 0;
-  std::string listen;             // stage > 0: where the previous stage connects
-  std::string next;               // stage < S - 1: the next stage's endpoint
-  net::PublicKey next_key;        // ... and its ed25519 key
+  std::string listen;                      // stage > 0: where the previous stage connects
+  std::string next;                        // stage < S - 1: the next stage's endpoint
+  net::PublicKey next_key;                 // ... and its ed25519 key
   std::optional<net::PublicKey> prev_key;  // stage > 0: the previous stage's key (else the first
                                            // to speak; stage_link.h, "Admission")
-  std::filesystem::path events;   // JSON lines (start, step, finish), if set
-  std::filesystem::path out_dir;  // the stage's checkpoint folder at the end, if set
-  std::filesystem::path checkpoint_dir;  // periodic checkpoints (train.checkpoint_interval)
-  bool resume = false;                   // start from the newest checkpoint all stages hold
+  std::filesystem::path events;            // JSON lines (start, step, finish), if set
+  std::filesystem::path out_dir;           // the stage's checkpoint folder at the end, if set
+  std::filesystem::path checkpoint_dir;    // periodic checkpoints (train.checkpoint_interval)
+  bool resume = false;                     // start from the newest checkpoint all stages hold
   double timeout_seconds = 60;
   bool progress = true;
 };

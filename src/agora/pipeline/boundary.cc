@@ -35,10 +35,9 @@ std::vector<uint32_t> largest_columns(const std::vector<float>& m, int64_t d, in
     if (norm[static_cast<size_t>(c)] > 0) order.push_back(static_cast<uint32_t>(c));
   }
   const size_t keep = std::min(order.size(), static_cast<size_t>(k));
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
-                    [&](uint32_t a, uint32_t b) {
-                      return norm[a] != norm[b] ? norm[a] > norm[b] : a < b;
-                    });
+  std::partial_sort(
+      order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
+      [&](uint32_t a, uint32_t b) { return norm[a] != norm[b] ? norm[a] > norm[b] : a < b; });
   order.resize(keep);
   if (order.empty()) order.push_back(0);
   std::sort(order.begin(), order.end());
@@ -103,9 +102,9 @@ BoundaryCoder::BoundaryCoder(const PipelineConfig& config, int64_t hidden_size,
                                                  : 0),
       width_(subspace != nullptr ? subspace->rank()
              : codec_ == BoundaryCodec::kColumns
-                 ? std::clamp<int64_t>(std::llround(config.columns_kept *
-                                                    static_cast<double>(hidden_size)),
-                                       1, hidden_size)
+                 ? std::clamp<int64_t>(
+                       std::llround(config.columns_kept * static_cast<double>(hidden_size)), 1,
+                       hidden_size)
                  : hidden_size),
       hidden_(hidden_size),
       subspace_(subspace) {

@@ -87,9 +87,10 @@ void check_header(const BoundaryHeader& h) {
     fail("{}: block is 0 with codec int8 (allowed: 1 or more)", kTop);
   }
   if (h.codec == BoundaryCodec::kColumns && h.block < h.width) {
-    fail("{}: block is {} with codec columns and width {} (allowed: the row's full width, at "
-         "least the kept columns)",
-         kTop, h.block, h.width);
+    fail(
+        "{}: block is {} with codec columns and width {} (allowed: the row's full width, at "
+        "least the kept columns)",
+        kTop, h.block, h.width);
   }
   if (h.codec != BoundaryCodec::kInt8 && h.codec != BoundaryCodec::kColumns && h.block != 0) {
     fail("{}: block is {} with codec {} (allowed: 0; only int8 and columns use it)", kTop, h.block,
@@ -420,8 +421,8 @@ BoundaryMessage decode_boundary(std::string_view bytes, const BoundaryLimits& li
       for (size_t c = 0; c < h.width; ++c) {
         m.columns[c] = load_le32(p + 4 * c);
         if (m.columns[c] >= h.block || (c > 0 && m.columns[c] <= m.columns[c - 1])) {
-          fail("{}: column index {} is {} (allowed: increasing, below the full width {})", where,
-               c, m.columns[c], h.block);
+          fail("{}: column index {} is {} (allowed: increasing, below the full width {})", where, c,
+               m.columns[c], h.block);
         }
       }
       p += 4 * size_t{h.width};

@@ -59,8 +59,8 @@
 // within scale / 2 of v per value, up to the float rounding of q * scale (int8; the scale is
 // absmax / 127 rounded up to a float, so that |v| / scale <= 127, or down where 127 * scale
 // would overflow: a block holding values within 2^-23 of the largest float). The encoding has
-// exactly boundary_encoded_size(h) bytes. f32, bf16, subspace and columns encodings are canonical (a
-// message has one encoding); int8 is not quite (a forged block may use a larger scale than its
+// exactly boundary_encoded_size(h) bytes. f32, bf16, subspace and columns encodings are canonical
+// (a message has one encoding); int8 is not quite (a forged block may use a larger scale than its
 // codes need, and re-encoding may move a scale by an ulp).
 //
 // Torch-free: the network and the fuzz target use it without libtorch.
@@ -91,7 +91,7 @@ enum class BoundaryDirection : uint8_t {
   kBackward = 2,  // gradients with respect to the activations, to the previous stage
 };
 
-const char* to_string(BoundaryCodec codec);  // "f32", "bf16", "int8", "subspace", "columns"
+const char* to_string(BoundaryCodec codec);          // "f32", "bf16", "int8", "subspace", "columns"
 const char* to_string(BoundaryDirection direction);  // "forward", "backward"
 
 struct BoundaryHeader {
@@ -108,8 +108,8 @@ struct BoundaryHeader {
 
 struct BoundaryMessage {
   BoundaryHeader header;
-  std::vector<float> values;     // rows * width decoded floats, row-major
-  std::vector<uint32_t> tokens;  // rows token ids for subspace forward; empty otherwise
+  std::vector<float> values;      // rows * width decoded floats, row-major
+  std::vector<uint32_t> tokens;   // rows token ids for subspace forward; empty otherwise
   std::vector<uint32_t> columns;  // width column indices for columns; empty otherwise
   bool operator==(const BoundaryMessage&) const = default;
 };
@@ -128,10 +128,11 @@ size_t boundary_encoded_size(const BoundaryHeader& header);
 
 // The body bytes per token (per row) of a message of this geometry, excluding the fixed header:
 // 4 * width (f32), 2 * width (bf16), width * (1 + 4 / block) (int8), 4 * width + 4 forward and
-// 4 * width backward (subspace), 4 * width (columns, plus 4 * width per message for the indices). Exact for int8 when block divides rows * width; otherwise a
-// message has the ceiling of it for its last, short block (at most 4 bytes more in all).
-// `block` is used by int8 only (and must be >= 1 there), ignored otherwise; `forward` matters to
-// subspace only. Throws Error for an unknown codec or int8 with block 0.
+// 4 * width backward (subspace), 4 * width (columns, plus 4 * width per message for the indices).
+// Exact for int8 when block divides rows * width; otherwise a message has the ceiling of it for its
+// last, short block (at most 4 bytes more in all). `block` is used by int8 only (and must be >= 1
+// there), ignored otherwise; `forward` matters to subspace only. Throws Error for an unknown codec
+// or int8 with block 0.
 double boundary_bytes_per_token(BoundaryCodec codec, uint32_t width, uint32_t block, bool forward);
 
 // Throws Error when the header is not valid (as boundary_encoded_size), when values does not

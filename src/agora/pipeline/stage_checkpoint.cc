@@ -71,7 +71,8 @@ std::pair<int64_t, int64_t> two_numbers(const std::string& name, std::string_vie
                                         const fs::path& path) {
   const size_t slash = rest.find('/');
   const auto a = parse_count(rest.substr(0, slash));
-  const auto b = slash == std::string_view::npos ? std::nullopt : parse_count(rest.substr(slash + 1));
+  const auto b =
+      slash == std::string_view::npos ? std::nullopt : parse_count(rest.substr(slash + 1));
   if (!a || !b) fail("{}: tensor {} does not name a step and a number", path.string(), name);
   return {*a, *b};
 }
@@ -156,9 +157,10 @@ StageCheckpoint load_stage_checkpoint(const fs::path& dir, int64_t steps, StageM
   const int64_t stage = model->span().stage;
   const fs::path path = state_file(dir, steps, stage);
   if (!complete(dir, steps, stage, fingerprint)) {
-    fail("{}: no complete checkpoint of stage {} at step {} for this run (both files, the same "
-         "step, stage and fingerprint)",
-         step_dir(dir, steps).string(), stage, steps);
+    fail(
+        "{}: no complete checkpoint of stage {} at step {} for this run (both files, the same "
+        "step, stage and fingerprint)",
+        step_dir(dir, steps).string(), stage, steps);
   }
   std::map<std::string, torch::Tensor> params = load_tensors(params_file(dir, steps, stage));
   StageCheckpoint out;
@@ -173,9 +175,8 @@ StageCheckpoint load_stage_checkpoint(const fs::path& dir, int64_t steps, StageM
       if (t.scalar_type() != torch::kUInt8 || t.dim() != 1) {
         fail("{}: tensor {} is not bytes (uint8, one dimension)", path.string(), name);
       }
-      out.unconsumed[two_numbers(name, n.substr(5), path)] =
-          std::string(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()),
-                      static_cast<size_t>(t.numel()));
+      out.unconsumed[two_numbers(name, n.substr(5), path)] = std::string(
+          reinterpret_cast<const char*>(t.data_ptr<uint8_t>()), static_cast<size_t>(t.numel()));
     } else if (n.starts_with("stash/")) {
       const std::string_view rest = n.substr(6);
       const size_t slash = rest.find('/');

@@ -48,7 +48,7 @@ struct StageCheckpoint {
     std::vector<torch::Tensor> version;  // the stage's parameters the forward ran at
     std::vector<torch::Tensor> inputs;   // per piece (stages > 0)
   };
-  std::map<int64_t, Stash> stashes;                                // by step
+  std::map<int64_t, Stash> stashes;                               // by step
   std::map<std::pair<int64_t, int64_t>, std::string> unconsumed;  // (step, piece) -> bytes
 };
 
