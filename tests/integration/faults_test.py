@@ -13,6 +13,8 @@
 - checkpointer_rejoin: a checkpointer that rejoins by fetching the state jumped over
   checkpoint steps; it writes a checkpoint of the state it loaded.
 - nat_peer: a peer nobody can dial contributes through the coordinator's relay, unstruck.
+- nat_joiner: every member is behind NAT, and a joiner still loads the parameters from them,
+  chunk by chunk through the coordinator's relay.
 
 The harness is network_run.Run (real processes on loopback; JSON rows and events); every bound
 is derived from the launched config.
@@ -274,12 +276,53 @@ def scenario_nat_peer(agora, data):
     run.cleanup()
 
 
+def scenario_nat_joiner(agora, data):
+    """Every member sits behind NAT (advertises a port nobody listens on), and a joiner still
+    gets the parameters: chunk by chunk through the coordinator's relay from the members nobody
+    can dial, each tensor checked against the majority's hash, and it ends identical."""
+    peers = 2
+    run = Run(agora, data, "nat-joiner", peers=peers + 1, steps=60,
+              sets=["network.min_peers=2"])
+    run.start_coordinator(extra=("--http", "off", "--log-format", "json"))
+    for i in range(peers):
+        run.start_peer(i, extra=("--advertise", f"tcp://127.0.0.1:{free_port()}"))
+    for i in range(peers):
+        run.wait_until(f"peer {i} marked unreachable",
+                       lambda i=i: [r for r in run.log_rows("join", run.short(i))
+                                    if r.get("reason") == "unreachable"], 60)
+    # A state report after the members were marked: the joiner's Welcome names only them.
+    first_report = run.hash_interval * 2
+    run.wait_final(first_report + 1)
+    joiner = peers
+    run.start_peer(joiner)
+    run.wait_finished(timeout=240)
+    run.check_all_steps_final()
+    loaded = run.events(joiner, "state_loaded")
+    if len(loaded) != 1 or loaded[0]["source"] != "members" or loaded[0]["applied_steps"] == 0:
+        run.fail(f"the joiner did not load the parameters from the members: {loaded}")
+    summary = {i: run.events(i, "summary")[-1] for i in range(peers + 1)}
+    fetched = summary[joiner]["relay_chunks_fetched"]
+    served = sum(summary[i]["relay_chunks_served"] for i in range(peers))
+    if fetched == 0 or served < fetched:
+        run.fail(f"the joiner fetched {fetched} chunks through the relay and the members "
+                 f"served {served}: the state did not come through the relay")
+    if run.log_rows("strike"):
+        run.fail(f"strikes: {[r['text'] for r in run.log_rows('strike')]}")
+    run.check_identical(range(peers + 1), throughout=range(peers))
+    run.check_finished(range(peers + 1))
+    print(f"the joiner loaded the parameters after step {loaded[0]['applied_steps']} in "
+          f"{loaded[0]['seconds']:.2f} s through the relay: {fetched} chunks fetched, {served} "
+          f"served by {peers} members nobody can dial")
+    run.cleanup()
+
+
 SCENARIOS = {
     "dead_author": scenario_dead_author,
     "checkpointer_handoff": scenario_checkpointer_handoff,
     "late_peer": scenario_late_peer,
     "checkpointer_rejoin": scenario_checkpointer_rejoin,
     "nat_peer": scenario_nat_peer,
+    "nat_joiner": scenario_nat_joiner,
 }
 
 if __name__ == "__main__":

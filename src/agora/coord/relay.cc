@@ -121,6 +121,20 @@ wire::Envelope Relay::fetch(const RunState& state, const net::PublicKey& from,
   return reply;
 }
 
+std::vector<RelayOutgoing> Relay::fetch_tensor(const StateMachine& machine,
+                                               const net::PublicKey& from,
+                                               const std::string& route,
+                                               const wire::GetTensor& get, double now) {
+  const bool holder_relayed =
+      current(machine.state(), get.holder()) && machine.is_relayed(get.holder());
+  return tensors_.request(from, route, get, current(machine.state(), from), holder_relayed, now);
+}
+
+std::vector<RelayOutgoing> Relay::tensor_answer(const net::PublicKey& from,
+                                                const wire::TensorData& data, double now) {
+  return tensors_.answer(from, data, now);
+}
+
 Actions Relay::check_reachability(StateMachine& machine, double now) {
   for (const auto& [key, m] : machine.state().members) {
     if (!current(machine.state(), key)) continue;
@@ -155,6 +169,27 @@ void Relay::sweep(const RunState& state) {
   std::erase_if(probed_, [&](const auto& item) { return !state.members.contains(item.first); });
   std::erase_if(reprobe_at_,
                 [&](const auto& item) { return !state.members.contains(item.first); });
+  const TensorRelay::Counters& t = tensors_.counters();
+  if (t.chunks != tensors_reported_.chunks || t.refused != tensors_reported_.refused ||
+      t.expired != tensors_reported_.expired || t.unsolicited != tensors_reported_.unsolicited) {
+    const TensorRelay::Counters& was = tensors_reported_;
+    obs::log_info({state.finalized_steps(),
+                   "",
+                   "relay_tensors",
+                   {{"chunks", t.chunks - was.chunks},
+                    {"bytes_in", t.bytes_in - was.bytes_in},
+                    {"bytes_out", t.bytes_out - was.bytes_out},
+                    {"refused", t.refused - was.refused},
+                    {"expired", t.expired - was.expired},
+                    {"unsolicited", t.unsolicited - was.unsolicited}}},
+                  fmt::format("relayed {} chunks of model state ({} bytes in, {} out) since the "
+                              "last report; {} refused (last: {}), {} unanswered, {} unsolicited",
+                              t.chunks - was.chunks, t.bytes_in - was.bytes_in,
+                              t.bytes_out - was.bytes_out, t.refused - was.refused,
+                              tensors_.last_refusal().empty() ? "none" : tensors_.last_refusal(),
+                              t.expired - was.expired, t.unsolicited - was.unsolicited));
+    tensors_reported_ = t;
+  }
   if (refused_ == 0) return;
   obs::log_warn({state.finalized_steps(), "", "relay_refused", {{"uploads", refused_}}},
                 fmt::format("the relay kept none of {} uploads since the last report (last: {})",

@@ -25,6 +25,7 @@
 #include "agora/coord/reachability.h"
 #include "agora/coord/run_state.h"
 #include "agora/coord/state_machine.h"
+#include "agora/coord/tensor_relay.h"
 #include "agora/net/envelope.h"
 #include "agora/net/identity.h"
 
@@ -81,7 +82,8 @@ class RelayStore {
 // What the coordinator's service does for members nobody can dial: it probes every member that
 // joins (again when its endpoint changes, and every kReprobeSeconds while it is unreachable),
 // tells the state machine the answers (StateMachine::set_relayed), keeps relayed members'
-// uploads and serves fetches from the store. On the service's thread, but for the probes.
+// uploads and serves fetches from the store, and passes their model state to joiners chunk by
+// chunk (TensorRelay). On the service's thread, but for the probes.
 class Relay {
  public:
   static constexpr double kProbeSeconds = 5.0;
@@ -100,15 +102,27 @@ class Relay {
   // member, or its fetches of that blob used up).
   wire::Envelope fetch(const RunState& state, const net::PublicKey& from,
                        const wire::GetBlob& request);
+  // The model state of relayed members, chunk by chunk (tensor_relay.h): a GetTensor naming a
+  // holder, from `from` on the connection `route`; a holder's TensorData; and, every tick, the
+  // forwarding and the timeouts. What they return, the service sends.
+  std::vector<RelayOutgoing> fetch_tensor(const StateMachine& machine, const net::PublicKey& from,
+                                          const std::string& route, const wire::GetTensor& get,
+                                          double now);
+  std::vector<RelayOutgoing> tensor_answer(const net::PublicKey& from, const wire::TensorData& data,
+                                           double now);
+  std::vector<RelayOutgoing> pump_tensors(double now) { return tensors_.pump(now); }
   // Starts the probes that are due and applies the answers that came in.
   Actions check_reachability(StateMachine& machine, double now);
   // Every few seconds: forgets departed members, and logs the uploads refused since the last.
   void sweep(const RunState& state);
 
   RelayStore& store() { return store_; }
+  const TensorRelay& tensors() const { return tensors_; }
 
  private:
   RelayStore store_;
+  TensorRelay tensors_;
+  TensorRelay::Counters tensors_reported_;  // as of the last sweep
   Prober prober_;
   std::map<net::PublicKey, std::string> probed_;  // the endpoint each member was probed at
   std::map<net::PublicKey, double> reprobe_at_;   // unreachable members: when to ask again

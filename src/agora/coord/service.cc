@@ -83,6 +83,8 @@ class Service {
   // Every kThrottleLogSeconds: logs who was throttled, forgets idle buckets and the keys of
   // non-members.
   void sweep(double now);
+  // The relay's messages: to a fetcher's connection, or to a member on its own.
+  void send_relayed(const std::vector<RelayOutgoing>& messages);
   StepRow row_of(uint64_t step, double now, double seconds);
   void print_row(const StepRow& row);
   void refuse(const net::Incoming& in, const std::string& reason, bool may_rejoin = false);
@@ -250,6 +252,16 @@ bool Service::admit(const net::Incoming& in, double now) {
   ++b.throttled;
   ++throttled_total_;
   return false;
+}
+
+void Service::send_relayed(const std::vector<RelayOutgoing>& messages) {
+  for (const RelayOutgoing& o : messages) {
+    if (!o.route.empty()) {
+      server_->send(o.route, o.message);
+    } else if (const auto route = route_of_.find(o.member); route != route_of_.end()) {
+      server_->send(route->second, o.message);
+    }
+  }
 }
 
 void Service::sweep(double now) {
@@ -532,6 +544,15 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
         relay_->upload(*machine_, key->second, m.blob());
         continue;
       }
+      if (m.has_get_tensor()) {
+        send_relayed(relay_->fetch_tensor(*machine_, key->second, in->route, m.get_tensor(),
+                                          unix_seconds()));
+        continue;
+      }
+      if (m.has_tensor_data()) {
+        send_relayed(relay_->tensor_answer(key->second, m.tensor_data(), unix_seconds()));
+        continue;
+      }
       route_of_[key->second] = in->route;
       if (auto pending = undelivered_.find(key->second); pending != undelivered_.end()) {
         // Saved by an earlier batch already: safe to send now.
@@ -561,6 +582,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       next_tick = now + 0.1;
       ticked = true;
       sweep(now);
+      send_relayed(relay_->pump_tensors(now));
       Actions probed = relay_->check_reachability(*machine_, now);
       for (auto& o : probed.send) batch.send.push_back(std::move(o));
       for (auto& l : probed.log) batch.log.push_back(std::move(l));

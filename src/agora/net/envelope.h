@@ -23,6 +23,13 @@ inline constexpr size_t kMaxControlBytes = 1 << 20;
 // The largest payload the coordinator relays for a member nobody can dial (coord/relay.h): its
 // upload travels on the control connection, so it must fit a control message with its envelope.
 inline constexpr size_t kMaxRelayedBlobBytes = kMaxControlBytes - 4096;
+// The most bytes of a tensor one relayed chunk carries (GetTensor.holder): half a control
+// message, so the name, shape and envelope always fit beside it.
+inline constexpr size_t kMaxRelayedChunkBytes = kMaxControlBytes / 2;
+// The NotFound.what of a relayed chunk: the fetcher knows which of its requests failed.
+inline std::string relayed_chunk_what(std::string_view name, uint64_t offset) {
+  return std::string(name) + "@" + std::to_string(offset);
+}
 
 struct DecodeLimits {
   size_t max_control = kMaxControlBytes;

@@ -46,6 +46,9 @@ struct NetworkCounters {
   // Witnesses sent by their deadline with payloads still being fetched; payloads accepted after
   // their step's Witness went out (kept for apply); replies nobody asked for (dropped).
   uint64_t witnesses_early = 0, payloads_late = 0, unsolicited_replies = 0;
+  // Chunks of model state through the coordinator's relay (coord/tensor_relay.h): fetched by
+  // this peer as a joiner, and served by it as a holder nobody can dial.
+  uint64_t relay_chunks_fetched = 0, relay_chunks_served = 0;
   // zmq errors the I/O thread caught and survived.
   uint64_t io_errors = 0;
   // Fetch connections open now (to other members; closed when idle or their member left).

@@ -282,7 +282,9 @@ PeerSummary Peer::run() {
              {"bytes_received", c.bytes_received},
              {"bytes_sent", c.bytes_sent},
              {"dropped_messages", c.dropped_messages},
-             {"relayed_bytes", peer_.summary.relayed_bytes}});
+             {"relayed_bytes", peer_.summary.relayed_bytes},
+             {"relay_chunks_fetched", c.relay_chunks_fetched},
+             {"relay_chunks_served", c.relay_chunks_served}});
   peer_.summary.applied_steps = peer_.applied;
   return peer_.summary;
 }

@@ -168,12 +168,25 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
     fail("the coordinator's state record lists {} tensors but {} hashes", state.tensor_names_size(),
          state.tensor_hashes_size());
   }
-  std::vector<wire::Member> others;
+  // Holders nobody can dial serve through the coordinator's relay, chunk by chunk: slower, so
+  // only for what the others could not serve.
+  std::vector<wire::Member> others, relayed;
   for (const auto& h : holders) {
-    if (h.key() != identity_.public_key() && !h.relayed()) others.push_back(h);  // undiallable
+    if (h.key() == identity_.public_key()) continue;
+    (h.relayed() ? relayed : others).push_back(h);
   }
-  if (others.empty()) fail("no member holds the parameters after step {}", state.applied_steps());
+  if (others.empty() && relayed.empty()) {
+    fail("no member holds the parameters after step {}", state.applied_steps());
+  }
   const double started = now_seconds();
+  Snapshot out;
+  std::vector<int> missing;
+  if (others.empty()) {
+    for (int i = 0; i < state.tensor_names_size(); ++i) missing.push_back(i);
+    fetch_relayed(state, std::move(missing), relayed, timeout_seconds, out);
+    if (state_fetch_ != nullptr) state_fetch_->observe(now_seconds() - started);
+    return out;
+  }
   // A holder that never answers (gone, or hostile) costs each tensor it was asked for one
   // timeout before the next holder is asked: as long as the largest tensor needs at 1 MB/s,
   // within [10 s, tensor_timeout_seconds], rather than always the longest.
@@ -203,17 +216,25 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
     wants.push_back(std::move(want));
   }
   // Consecutive tensors start at consecutive holders: a batch asks each for kRequestsPerSource.
-  if (!fetch_batched(wants, kRequestsPerSource * others.size(), timeout_seconds)) {
+  if (!fetch_batched(wants, kRequestsPerSource * others.size(), timeout_seconds) &&
+      relayed.empty()) {
     fail("fetching the parameters after step {} took longer than {} s", state.applied_steps(),
          timeout_seconds);
   }
-  Snapshot out;
-  for (Want& want : wants) {
-    if (!want.ok) {
+  for (int i = 0; i < static_cast<int>(wants.size()); ++i) {
+    Want& want = wants[static_cast<size_t>(i)];
+    if (want.ok) {
+      out[want.key] = std::move(want.tensor);
+    } else if (relayed.empty()) {
       fail("tensor {} of the parameters after step {}: {}", printable(want.key),
            state.applied_steps(), want.reason);
+    } else {
+      missing.push_back(i);
     }
-    out[want.key] = std::move(want.tensor);
+  }
+  if (!missing.empty()) {
+    fetch_relayed(state, std::move(missing), relayed,
+                  std::max(0.0, timeout_seconds - (now_seconds() - started)), out);
   }
   if (state_fetch_ != nullptr) state_fetch_->observe(now_seconds() - started);
   return out;
@@ -352,11 +373,15 @@ void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
         on_blob(*job, want, source, *reply.mutable_blob(), now);
         return;
       }
+      const wire::GetTensor& asked = want.request.get_tensor();
       if (reply.has_tensor_data() && want.request.has_get_tensor() &&
-          reply.tensor_data().name() == want.key &&
-          reply.tensor_data().applied_steps() == want.request.get_tensor().applied_steps() &&
-          reply.tensor_data().strategy_hash() == want.request.get_tensor().strategy_hash()) {
+          reply.tensor_data().name() == asked.name() &&
+          reply.tensor_data().applied_steps() == asked.applied_steps() &&
+          reply.tensor_data().strategy_hash() == asked.strategy_hash() &&
+          reply.tensor_data().offset() == asked.offset() &&
+          reply.tensor_data().holder() == asked.holder()) {
         auto& t = *reply.mutable_tensor_data();
+        want.total_bytes = t.total_bytes();  // a relayed chunk's; fetch_relayed checks the rest
         // A strategy state is checked whole, by the caller (fetch_strategy_state).
         if (!want.expected_hash.empty() && blake2b256_bytes(t.data()) != want.expected_hash) {
           want.reason = fmt::format("{} served a tensor that does not match the majority's hash",

@@ -22,15 +22,7 @@ PeerNetwork::PeerNetwork(const net::Identity& identity, PeerNetworkOptions optio
     : identity_(identity), options_(std::move(options)) {
   server_ = std::make_unique<PeerServer>(
       context_, identity_, options_.listen, options_.server,
-      [this](const wire::GetTensor& get) -> std::shared_ptr<const Snapshot> {
-        MutexLock lock(mutex_);
-        if (!get.strategy_hash().empty()) {
-          const auto it = strategy_states_.find(get.strategy_hash());
-          return it == strategy_states_.end() ? nullptr : it->second;
-        }
-        const auto it = snapshots_.find(get.applied_steps());
-        return it == snapshots_.end() ? nullptr : it->second;
-      },
+      [this](const wire::GetTensor& get) { return find_snapshot(get); },
       [this](Traffic kind, bool sent, uint64_t bytes) { count(kind, sent, bytes); });
   endpoint_ = options_.advertise.empty() ? server_->bound_endpoint() : options_.advertise;
   if (endpoint_.find("0.0.0.0") != std::string::npos) {
@@ -102,7 +94,28 @@ void PeerNetwork::publish_snapshot(uint64_t applied_steps,
                                    std::shared_ptr<const Snapshot> snapshot) {
   MutexLock lock(mutex_);
   snapshots_[applied_steps] = std::move(snapshot);
-  while (snapshots_.size() > 2) snapshots_.erase(snapshots_.begin());
+  // The newest two, and one older that a joiner is still fetching: a large model through a
+  // slow link or the relay takes longer than two reports apart, and a snapshot dropped
+  // mid-fetch sent the joiner back for a newer one that went the same way.
+  const double now = now_seconds();
+  uint64_t pinned = 0;  // the older step most recently asked for within kSnapshotPinSeconds
+  double pinned_at = 0;
+  for (const auto& [steps, used] : snapshot_used_) {
+    if (now - used <= kSnapshotPinSeconds && used > pinned_at) {
+      pinned = steps;
+      pinned_at = used;
+    }
+  }
+  while (snapshots_.size() > 2) {
+    auto oldest = snapshots_.begin();
+    if (pinned_at > 0 && oldest->first == pinned) {
+      if (snapshots_.size() == 3) break;
+      ++oldest;
+    }
+    snapshot_used_.erase(oldest->first);
+    snapshots_.erase(oldest);
+  }
+  std::erase_if(snapshot_used_, [&](const auto& item) { return !snapshots_.contains(item.first); });
 }
 
 void PeerNetwork::publish_strategy_state(const std::string& hash,
@@ -222,7 +235,23 @@ void PeerNetwork::close_idle_clients(double now) {
   }
 }
 
-void PeerNetwork::on_coordinator(const wire::Envelope& m) {
+std::shared_ptr<const Snapshot> PeerNetwork::find_snapshot(const wire::GetTensor& get) {
+  MutexLock lock(mutex_);
+  if (!get.strategy_hash().empty()) {
+    const auto it = strategy_states_.find(get.strategy_hash());
+    return it == strategy_states_.end() ? nullptr : it->second;
+  }
+  const auto it = snapshots_.find(get.applied_steps());
+  if (it == snapshots_.end()) return nullptr;
+  snapshot_used_[it->first] = now_seconds();
+  return it->second;
+}
+
+bool PeerNetwork::on_coordinator(const wire::Envelope& m) {
+  if (m.has_get_tensor()) {
+    answer_relayed(m.get_tensor());
+    return true;
+  }
   // The coordinator's lists are who this peer's server answers (peer_server.h).
   const double now = now_seconds();
   if (m.has_round_start()) {
@@ -240,6 +269,7 @@ void PeerNetwork::on_coordinator(const wire::Envelope& m) {
   } else if (m.has_admit()) {
     server_->admit(m.admit().joining(), /*replace=*/false, now);
   }
+  return false;
 }
 
 void PeerNetwork::pump_commands() {
@@ -274,7 +304,7 @@ void PeerNetwork::loop_once(double& next_heartbeat) {
   bool any = false;
   while (auto m = coordinator_->recv()) {
     count(Traffic::kControl, false, m->ByteSizeLong());
-    on_coordinator(*m);
+    if (on_coordinator(*m)) continue;
     MutexLock lock(mutex_);
     from_coordinator_.push_back(std::move(*m));
     any = true;

@@ -78,6 +78,8 @@ inline constexpr double kSourceShare = 0.25;
 inline constexpr size_t kMaxClients = 256;
 inline constexpr double kClientIdleSeconds = 60;
 inline constexpr double kCleanupSeconds = 2;  // how often idle connections are looked for
+// A snapshot older than the newest two is kept while a joiner asked for it this recently.
+inline constexpr double kSnapshotPinSeconds = 30;
 
 class PeerNetwork final : public PeerLink {
  public:
@@ -87,7 +89,9 @@ class PeerNetwork final : public PeerLink {
   PeerNetwork& operator=(const PeerNetwork&) = delete;
 
   // PeerLink (peer_link.h). The endpoint is the advertised one, or the bound one; snapshots
-  // are kept for the newest 2 steps published; fetch_state() asks several holders at once.
+  // are kept for the newest 2 steps published, and one older while a joiner fetches it;
+  // fetch_state() asks several holders at once, and the coordinator's relay for those nobody
+  // can dial.
   const std::string& endpoint() const override { return endpoint_; }
   net::BlobStore& blobs() override { return blobs_; }
   void configure(LinkSettings settings) override;
@@ -133,6 +137,7 @@ class PeerNetwork final : public PeerLink {
     wire::CommitRecord record;  // payloads
     std::string expected_hash;  // tensors
     TensorBytes tensor;         // tensors, once fetched
+    uint64_t total_bytes = 0;   // a relayed chunk's: the whole tensor's size, as its holder says
   };
   // A set of wants that finishes together: a step's collection, an ensure(), a state fetch.
   struct Job {
@@ -150,7 +155,22 @@ class PeerNetwork final : public PeerLink {
   void run();
   void loop_once(double& next_heartbeat);
   void pump_commands();
-  void on_coordinator(const wire::Envelope& m);
+  // True when the message was for the I/O thread alone (a relayed request), not the training loop.
+  bool on_coordinator(const wire::Envelope& m);
+  // The snapshot a GetTensor names: the parameters after its applied_steps, or the strategy
+  // state with its strategy_hash; null when not kept.
+  std::shared_ptr<const Snapshot> find_snapshot(const wire::GetTensor& get) EXCLUDES(mutex_);
+  // peer_state_relay.cc. The holder's side: a chunk of this peer's state the coordinator asks
+  // for on a joiner's behalf (coord/tensor_relay.h), answered on the coordinator connection,
+  // the only one that reaches a peer nobody can dial.
+  void answer_relayed(const wire::GetTensor& get);
+  // The fetcher's side: the tensors `indices` of `state`, chunk by chunk through the
+  // coordinator's relay from `holders` (members nobody can dial), each tensor assembled and
+  // checked against its hash, a tensor that fails tried with the next holder. Into `out`;
+  // throws naming the tensor and why when one cannot be had within `timeout_seconds`.
+  void fetch_relayed(const wire::StateRecord& state, std::vector<int> indices,
+                     const std::vector<wire::Member>& holders, double timeout_seconds,
+                     Snapshot& out) EXCLUDES(mutex_);
   void on_reply(const std::string& source, wire::Envelope&& reply);
   void on_blob(Job& job, Want& want, const std::string& source, wire::Blob& blob, double now);
   void advance(Want& want, double now);
@@ -210,6 +230,7 @@ class PeerNetwork final : public PeerLink {
   std::deque<wire::Envelope> to_coordinator_ GUARDED_BY(mutex_);
   std::deque<std::shared_ptr<Job>> new_jobs_ GUARDED_BY(mutex_);
   std::map<uint64_t, std::shared_ptr<const Snapshot>> snapshots_ GUARDED_BY(mutex_);
+  std::map<uint64_t, double> snapshot_used_ GUARDED_BY(mutex_);  // when each was last asked for
   // This peer's strategy states for verifiers, by hash; the newest last in strategy_order_.
   std::map<std::string, std::shared_ptr<const Snapshot>> strategy_states_ GUARDED_BY(mutex_);
   std::deque<std::string> strategy_order_ GUARDED_BY(mutex_);
