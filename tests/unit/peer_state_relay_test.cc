@@ -13,7 +13,9 @@
 namespace agora::peer {
 namespace {
 
-double now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
 
 // The coordinator's side of the relay on a thread of its own: what service.cc does with
 // GetTensor and TensorData, for members it knows by their transport keys.
@@ -83,7 +85,8 @@ wire::Member relayed(const Node& n) {
 
 std::string pattern(size_t n, int seed) {
   std::string s(n, '\0');
-  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 31 + static_cast<size_t>(seed)) % 251);
+  for (size_t i = 0; i < n; ++i)
+    s[i] = static_cast<char>((i * 31 + static_cast<size_t>(seed)) % 251);
   return s;
 }
 
@@ -93,7 +96,8 @@ TEST(PeerStateRelayTest, AJoinerAssemblesTensorsOfSeveralChunksFromHoldersNobody
   introduce(coordinator, {&joiner, &a, &b});
   // Larger than two chunks, one small, one empty.
   auto snapshot = std::make_shared<Snapshot>();
-  (*snapshot)["big"] = TensorBytes{"F32", {2, 4}, pattern(2 * net::kMaxRelayedChunkBytes + 1000, 1)};
+  (*snapshot)["big"] =
+      TensorBytes{"F32", {2, 4}, pattern(2 * net::kMaxRelayedChunkBytes + 1000, 1)};
   (*snapshot)["small"] = TensorBytes{"F32", {3}, pattern(12, 2)};
   (*snapshot)["empty"] = TensorBytes{"F32", {0}, ""};
   a.net->publish_snapshot(7, snapshot);

@@ -7,7 +7,9 @@
 namespace agora::coord {
 namespace {
 
-net::PublicKey key(int i) { return std::string(32, static_cast<char>('a' + i)); }
+net::PublicKey key(int i) {
+  return std::string(32, static_cast<char>('a' + i));
+}
 
 wire::GetTensor chunk(int holder, const std::string& name, uint64_t offset, uint64_t length = 8) {
   wire::GetTensor get;
@@ -78,8 +80,7 @@ TEST(TensorRelayTest, RefusesStrangersHoldersItDoesNotServeAndOddSizes) {
   }
   EXPECT_EQ(relay.request(key(0), "r", chunk(1, std::string(2000, 'n'), 0), true, true, 0).size(),
             1u);
-  EXPECT_EQ(relay.request(key(0), "r", chunk(1, "w", uint64_t{1} << 50), true, true, 0).size(),
-            1u);
+  EXPECT_EQ(relay.request(key(0), "r", chunk(1, "w", uint64_t{1} << 50), true, true, 0).size(), 1u);
   EXPECT_EQ(relay.counters().refused, 6u);
   EXPECT_EQ(relay.waiting(), 0u);
   EXPECT_TRUE(relay.pump(0).empty());
@@ -119,10 +120,8 @@ TEST(TensorRelayTest, BoundsWhatOneMemberAndEveryoneMayHaveWaiting) {
 }
 
 TEST(TensorRelayTest, PacesForwardingToItsBytesPerSecondAndEachHolderToItsBound) {
-  TensorRelay relay(TensorRelay::Limits{.per_fetcher = 100,
-                                        .per_holder = 2,
-                                        .bytes_per_second = 80,
-                                        .burst_bytes = 16});
+  TensorRelay relay(TensorRelay::Limits{
+      .per_fetcher = 100, .per_holder = 2, .bytes_per_second = 80, .burst_bytes = 16});
   for (int i = 0; i < 6; ++i) relay.request(key(0), "r", chunk(1, "w", 8 * i), true, true, 0);
   relay.request(key(0), "r", chunk(2, "v", 0), true, true, 0);
   // The burst holds two chunks of 8 bytes; holder 1 may have two unanswered.

@@ -127,12 +127,18 @@ std::vector<RelayOutgoing> Relay::fetch_tensor(const StateMachine& machine,
                                                const wire::GetTensor& get, double now) {
   const bool holder_relayed =
       current(machine.state(), get.holder()) && machine.is_relayed(get.holder());
-  return tensors_.request(from, route, get, current(machine.state(), from), holder_relayed, now);
+  std::vector<RelayOutgoing> out =
+      tensors_.request(from, route, get, current(machine.state(), from), holder_relayed, now);
+  // Forwarded at once when the pace allows, not at the next tick.
+  for (auto& o : tensors_.pump(now)) out.push_back(std::move(o));
+  return out;
 }
 
 std::vector<RelayOutgoing> Relay::tensor_answer(const net::PublicKey& from,
                                                 const wire::TensorData& data, double now) {
-  return tensors_.answer(from, data, now);
+  std::vector<RelayOutgoing> out = tensors_.answer(from, data, now);
+  for (auto& o : tensors_.pump(now)) out.push_back(std::move(o));  // the holder has room again
+  return out;
 }
 
 Actions Relay::check_reachability(StateMachine& machine, double now) {

@@ -7,12 +7,11 @@
 namespace agora::coord {
 
 TensorRelay::Key TensorRelay::key_of(const net::PublicKey& holder, const wire::GetTensor& get) {
-  return {holder,     get.applied_steps(), get.strategy_hash(),
-          get.name(), get.offset(),        get.length()};
+  return {holder, get.applied_steps(), get.strategy_hash(), get.name(), get.offset(), get.length()};
 }
 
-std::vector<RelayOutgoing> TensorRelay::refuse(const std::string& route,
-                                               const wire::GetTensor& get, std::string why) {
+std::vector<RelayOutgoing> TensorRelay::refuse(const std::string& route, const wire::GetTensor& get,
+                                               std::string why) {
   ++counters_.refused;
   last_refusal_ = std::move(why);
   RelayOutgoing out;
@@ -116,12 +115,11 @@ std::vector<RelayOutgoing> TensorRelay::answer(const net::PublicKey& holder,
   const uint64_t length = std::get<5>(it->first);
   const uint64_t size = data.data().size();
   // What a chunk of `length` at `offset` of a tensor of `total_bytes` must hold.
-  const bool fits =
-      data.missing() ? size == 0
-      : data.total_bytes() == 0
-          ? data.offset() == 0 && size == 0  // an empty tensor
-          : data.offset() < data.total_bytes() &&
-                size == std::min(length, data.total_bytes() - data.offset());
+  const bool fits = data.missing() ? size == 0
+                    : data.total_bytes() == 0
+                        ? data.offset() == 0 && size == 0  // an empty tensor
+                        : data.offset() < data.total_bytes() &&
+                              size == std::min(length, data.total_bytes() - data.offset());
   if (!fits) {
     ++counters_.unsolicited;
     drop(it, &out);

@@ -167,10 +167,11 @@ void PeerNetwork::fetch_relayed(const wire::StateRecord& state, std::vector<int>
   }
   if (!indices.empty()) {
     const int index = indices.front();
-    fail("tensor {} of the parameters after step {} could not be fetched through the "
-         "coordinator's relay from {} member(s) nobody can dial: {}",
-         printable(state.tensor_names(index)), state.applied_steps(), holders.size(),
-         why.contains(index) ? why[index] : "no time was left");
+    fail(
+        "tensor {} of the parameters after step {} could not be fetched through the "
+        "coordinator's relay from {} member(s) nobody can dial: {}",
+        printable(state.tensor_names(index)), state.applied_steps(), holders.size(),
+        why.contains(index) ? why[index] : "no time was left");
   }
 }
 

@@ -1,0 +1,81 @@
+#include "agora/optim/async_outer.h"
+
+#include <cmath>
+
+#include "agora/core/error.h"
+
+namespace agora {
+
+std::string to_string(OuterRule rule) {
+  switch (rule) {
+    case OuterRule::kNesterov:
+      return "nesterov";
+    case OuterRule::kLookahead:
+      return "lookahead";
+    case OuterRule::kLookaheadDiscounted:
+      return "lookahead_discounted";
+  }
+  return "?";
+}
+
+OuterRule parse_outer_rule(const std::string& text) {
+  if (text == "nesterov") return OuterRule::kNesterov;
+  if (text == "lookahead") return OuterRule::kLookahead;
+  if (text == "lookahead_discounted") return OuterRule::kLookaheadDiscounted;
+  fail("outer rule \"{}\" is not known (allowed: nesterov, lookahead, lookahead_discounted)", text);
+}
+
+AsyncOuter::AsyncOuter(const std::vector<torch::Tensor>& initial, const AsyncOuterOptions& options)
+    : options_(options) {
+  if (!std::isfinite(options.lr) || options.lr <= 0) {
+    fail("async outer lr is {}; it must be a positive number", options.lr);
+  }
+  if (!(options.momentum >= 0 && options.momentum < 1)) {
+    fail("async outer momentum is {}; it must be in [0, 1)", options.momentum);
+  }
+  torch::NoGradGuard no_grad;
+  for (const torch::Tensor& t : initial) {
+    theta_.push_back(t.detach().to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true));
+    momentum_.push_back(torch::zeros_like(theta_.back()));
+  }
+}
+
+void AsyncOuter::apply(const std::vector<torch::Tensor>& pseudo_gradient) {
+  if (pseudo_gradient.size() != theta_.size()) {
+    fail("a pseudo-gradient of {} tensors for a model of {}", pseudo_gradient.size(),
+         theta_.size());
+  }
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> d(theta_.size());
+  for (size_t i = 0; i < theta_.size(); ++i) {
+    if (!pseudo_gradient[i].sizes().equals(theta_[i].sizes())) {
+      fail("pseudo-gradient tensor {} has shape {}, the parameter {}", i,
+           c10::str(pseudo_gradient[i].sizes()), c10::str(theta_[i].sizes()));
+    }
+    d[i] = pseudo_gradient[i].detach().to(theta_[i].device(), torch::kFloat32);
+    if (!torch::isfinite(d[i]).all().item<bool>()) {
+      fail("pseudo-gradient tensor {} holds a value that is not finite", i);
+    }
+  }
+  const double g = options_.momentum, eta = options_.lr;
+  for (size_t i = 0; i < theta_.size(); ++i) {
+    torch::Tensor update;
+    switch (options_.rule) {
+      case OuterRule::kNesterov:
+        momentum_[i].mul_(g).add_(d[i]);
+        update = momentum_[i] * g;
+        update.add_(d[i]);
+        break;
+      case OuterRule::kLookahead:
+      case OuterRule::kLookaheadDiscounted:
+        momentum_[i].mul_(g).add_(d[i] * (1 - g));
+        update = momentum_[i] * g;
+        update.add_(options_.rule == OuterRule::kLookahead ? d[i] : d[i] * (1 - g));
+        break;
+    }
+    theta_[i].sub_(update.mul_(eta));
+  }
+  ++updates_;
+}
+
+}  // namespace agora
