@@ -70,7 +70,8 @@ def plot(out, results, x, name, xlabel, title):
             f.write("\n\n")
     lines = ", ".join(f"'{csv}' index {i} with linespoints title '{r['method']}'"
                       for i, r in enumerate(results))
-    script = (f"set terminal pngcairo size 1000,640 font ',11'\nset output '{out}/{name}.png'\n"
+    script = (f"set terminal pngcairo noenhanced size 1000,640 font ',11'\n"
+              f"set output '{out}/{name}.png'\n"
               f"set title '{title}'\nset xlabel '{xlabel}'\nset ylabel 'validation loss'\n"
               f"set key top right\nset grid\nplot {lines}\n")
     try:
@@ -92,6 +93,8 @@ def main():
     ap.add_argument("--set", action="append", default=[], help="a run config override")
     ap.add_argument("--jobs", type=int, default=2, help="methods run at once")
     ap.add_argument("--out", default="out/async")
+    ap.add_argument("--target-json", help="take sync's final loss from this earlier "
+                    "bench_async.json (to run variants without rerunning sync)")
     args = ap.parse_args()
     args.set = [f"diloco.inner_steps={args.inner_steps}", *args.set]
     os.makedirs(args.out, exist_ok=True)
@@ -106,6 +109,10 @@ def main():
         results = list(pool.map(lambda m: run(args, m, horizon, round_seconds), methods))
     by = {r["method"]: r for r in results}
     target = by["sync"]["summary"]["final_val_loss"] if "sync" in by else None
+    if target is None and args.target_json:
+        with open(args.target_json) as f:
+            target = json.load(f)["sync_final_val_loss"]
+        print(f"sync's final loss {target:.4f} from {args.target_json}")
     rows = []
     print()
     print("| method | final val loss | time to sync's final loss (x sync) | tokens | updates "

@@ -115,7 +115,9 @@ void PeerNetwork::publish_snapshot(uint64_t applied_steps,
     snapshot_used_.erase(oldest->first);
     snapshots_.erase(oldest);
   }
-  std::erase_if(snapshot_used_, [&](const auto& item) { return !snapshots_.contains(item.first); });
+  for (auto it = snapshot_used_.begin(); it != snapshot_used_.end();) {
+    it = snapshots_.contains(it->first) ? std::next(it) : snapshot_used_.erase(it);
+  }
 }
 
 void PeerNetwork::publish_strategy_state(const std::string& hash,
