@@ -88,8 +88,8 @@ uint64_t RelayStore::bytes_for_step(uint64_t step) const {
 namespace {
 bool current(const RunState& state, const net::PublicKey& key) {
   const auto it = state.members.find(key);
-  return it != state.members.end() && (it->second.state == MemberState::kActive ||
-                                       it->second.state == MemberState::kSyncing);
+  return it != state.members.end() &&
+         (it->second.state == MemberState::kActive || it->second.state == MemberState::kSyncing);
 }
 }  // namespace
 
@@ -121,9 +121,27 @@ wire::Envelope Relay::fetch(const RunState& state, const net::PublicKey& from,
   return reply;
 }
 
+std::optional<std::vector<RelayOutgoing>> Relay::handle(const StateMachine& machine,
+                                                        const net::PublicKey& from,
+                                                        const std::string& route,
+                                                        const wire::Envelope& message, double now) {
+  if (message.has_get_blob()) {
+    return std::vector<RelayOutgoing>{
+        RelayOutgoing{route, {}, fetch(machine.state(), from, message.get_blob())}};
+  }
+  if (message.has_blob()) {
+    upload(machine, from, message.blob());
+    return std::vector<RelayOutgoing>{};
+  }
+  if (message.has_get_tensor()) {
+    return fetch_tensor(machine, from, route, message.get_tensor(), now);
+  }
+  if (message.has_tensor_data()) return tensor_answer(from, message.tensor_data(), now);
+  return std::nullopt;
+}
+
 std::vector<RelayOutgoing> Relay::fetch_tensor(const StateMachine& machine,
-                                               const net::PublicKey& from,
-                                               const std::string& route,
+                                               const net::PublicKey& from, const std::string& route,
                                                const wire::GetTensor& get, double now) {
   const bool holder_relayed =
       current(machine.state(), get.holder()) && machine.is_relayed(get.holder());
@@ -161,9 +179,9 @@ Actions Relay::check_reachability(StateMachine& machine, double now) {
     if (!r.reachable) reprobe_at_[r.key] = now + kReprobeSeconds;
     Actions a = machine.set_relayed(
         r.key, !r.reachable,
-        r.reachable ? fmt::format("a probe of {} answered in {:.2f} s", r.endpoint, r.seconds)
-                    : fmt::format("a probe of {} got no answer in {:.0f} s", r.endpoint,
-                                  kProbeSeconds),
+        r.reachable
+            ? fmt::format("a probe of {} answered in {:.2f} s", r.endpoint, r.seconds)
+            : fmt::format("a probe of {} got no answer in {:.0f} s", r.endpoint, kProbeSeconds),
         now);
     for (auto& o : a.send) out.send.push_back(std::move(o));
     for (auto& l : a.log) out.log.push_back(std::move(l));
@@ -173,8 +191,7 @@ Actions Relay::check_reachability(StateMachine& machine, double now) {
 
 void Relay::sweep(const RunState& state) {
   std::erase_if(probed_, [&](const auto& item) { return !state.members.contains(item.first); });
-  std::erase_if(reprobe_at_,
-                [&](const auto& item) { return !state.members.contains(item.first); });
+  std::erase_if(reprobe_at_, [&](const auto& item) { return !state.members.contains(item.first); });
   const TensorRelay::Counters& t = tensors_.counters();
   if (t.chunks != tensors_reported_.chunks || t.refused != tensors_reported_.refused ||
       t.expired != tensors_reported_.expired || t.unsolicited != tensors_reported_.unsolicited) {

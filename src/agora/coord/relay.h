@@ -11,8 +11,9 @@
 // commit of that member in a step not yet final, at most Limits::max_blob_bytes each; the store
 // holds at most Limits::max_bytes in all (full, it forgets the oldest steps' blobs for a newer
 // step's, and refuses an upload when only the same step's or newer ones are left) and forgets
-// steps more than Limits::keep_steps below the newest final one; each member may fetch each blob at most
-// Limits::fetches_per_member times (a witness and an ensure() need two). Torch-free; one thread.
+// steps more than Limits::keep_steps below the newest final one; each member may fetch each blob at
+// most Limits::fetches_per_member times (a witness and an ensure() need two). Torch-free; one
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -74,8 +75,8 @@ class RelayStore {
     std::map<net::PublicKey, int> fetches;
   };
   Limits limits_;
-  std::map<std::string, Blob> blobs_;             // by hash
-  std::map<uint64_t, uint64_t> bytes_by_step_;    // relayed, for rows; pruned with the blobs
+  std::map<std::string, Blob> blobs_;           // by hash
+  std::map<uint64_t, uint64_t> bytes_by_step_;  // relayed, for rows; pruned with the blobs
   uint64_t held_ = 0, in_ = 0, out_ = 0;
 };
 
@@ -95,6 +96,13 @@ class Relay {
       : store_(RelayStore::Limits{.keep_steps = keep_steps}),
         prober_(context, identity, kProbeSeconds) {}
 
+  // A message of the relay's (GetBlob, Blob, GetTensor, TensorData) from `from` on the
+  // connection `route`, dispatched to the four below: what to send in answer. nullopt when the
+  // message is none of the relay's (it goes to the state machine).
+  std::optional<std::vector<RelayOutgoing>> handle(const StateMachine& machine,
+                                                   const net::PublicKey& from,
+                                                   const std::string& route,
+                                                   const wire::Envelope& message, double now);
   // A Blob from `from`: kept when `from` is relayed and it is one of its commitments; else
   // counted, and said in sweep().
   void upload(const StateMachine& machine, const net::PublicKey& from, const wire::Blob& blob);

@@ -536,21 +536,8 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       }
       // The relay's traffic never reaches the state machine, and a fetch comes on a
       // connection of its own: neither changes where the member's messages go.
-      if (m.has_get_blob()) {
-        server_->send(in->route, relay_->fetch(machine_->state(), key->second, m.get_blob()));
-        continue;
-      }
-      if (m.has_blob()) {
-        relay_->upload(*machine_, key->second, m.blob());
-        continue;
-      }
-      if (m.has_get_tensor()) {
-        send_relayed(relay_->fetch_tensor(*machine_, key->second, in->route, m.get_tensor(),
-                                          unix_seconds()));
-        continue;
-      }
-      if (m.has_tensor_data()) {
-        send_relayed(relay_->tensor_answer(key->second, m.tensor_data(), unix_seconds()));
+      if (auto answers = relay_->handle(*machine_, key->second, in->route, m, unix_seconds())) {
+        send_relayed(*answers);
         continue;
       }
       route_of_[key->second] = in->route;
