@@ -58,6 +58,8 @@ void add_swarm_sim_command(CLI::App& app) {
   cmd->add_option("--costs", o.costs, "Forward seconds per sample per stage at speed 1")
       ->delimiter(',');
   cmd->add_flag("--uniform", o.uniform, "Route uniformly at random (the baseline)");
+  cmd->add_flag("!--no-backlog", o.backlog,
+                "Routers without the backlog correction (an ablation; swarm/router.h)");
   cmd->add_option("--rebalance", o.rebalance_seconds, "Seconds between rebalancing (0: never)")
       ->capture_default_str();
   cmd->add_option("--min-gain", o.min_gain, "Least bottleneck gain a move must bring")
@@ -95,6 +97,7 @@ void add_swarm_sim_command(CLI::App& app) {
     fmt::print("{}\n", nlohmann::json{{"event", "summary"},
                                       {"speeds", o.speeds},
                                       {"routing", o.uniform ? "uniform" : "throughput"},
+                                      {"backlog", o.backlog},
                                       {"rebalance_seconds", o.rebalance_seconds},
                                       {"kill_every", o.kill_every},
                                       {"samples_per_second", s.samples_per_second},

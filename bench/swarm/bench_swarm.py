@@ -17,7 +17,9 @@ Per variant, medians over --seeds seeds:
   routing and rebalancing);
 - the same samples/s as a share of the first layout's bottleneck (every peer up, nobody moved)
   and of the best assignment of every peer (what rebalancing can reach at most);
-- micro-batches lost to kills, sends retried elsewhere, moves.
+- micro-batches lost (a replica and the holder of its input both died), forwards sent again to
+  another replica, a stage's forward and backward recomputed on another replica, moves.
+The last variant is routing by throughput without the routers' backlog correction (an ablation).
 Writes OUT/swarm_timeline.png (gnuplot; samples/s per minute, seed 1), OUT/bench_swarm.json.
 """
 import argparse
@@ -28,7 +30,10 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-VARIANTS = [("throughput", True), ("throughput", False), ("uniform", True), ("uniform", False)]
+# (routing, rebalancing); "throughput-no-backlog" is routing by throughput without the routers'
+# backlog correction (swarm/router.h), an ablation.
+VARIANTS = [("throughput", True), ("throughput", False), ("uniform", True), ("uniform", False),
+            ("throughput-no-backlog", True)]
 
 
 def run(args, routing, rebalance, seed):
@@ -36,6 +41,8 @@ def run(args, routing, rebalance, seed):
            "--sim-seconds", str(args.minutes * 60), "--seed", str(seed), "--window", "60"]
     if routing == "uniform":
         cmd.append("--uniform")
+    if routing == "throughput-no-backlog":
+        cmd.append("--no-backlog")
     if rebalance:
         cmd += ["--rebalance", str(args.rebalance)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -96,7 +103,8 @@ def main():
             "efficiency": med("efficiency"),
             "of_initial": med("samples_per_second") / first["initial_bottleneck"],
             "of_best": med("samples_per_second") / first["best_bottleneck"],
-            "lost": med("lost"), "retries": med("retries"), "moves": med("moves"),
+            "lost": med("lost"), "retries": med("retries"), "recomputed": med("recomputed"),
+            "moves": med("moves"),
             "kills": med("kills")})
     first = results[0]["runs"][0]["summary"]
     print(f"speeds per stage {args.speeds}; a kill every {args.kill_every:g} s; {args.minutes:g} "
@@ -104,13 +112,13 @@ def main():
     print(f"first layout's bottleneck {first['initial_bottleneck']:.4f} samples/s, best "
           f"assignment {first['best_bottleneck']:.4f}\n")
     print("| routing | rebalancing | samples/s | ideal (serving bottleneck) | efficiency "
-          "| of first layout | of best assignment | lost | retried | moves |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| of first layout | of best assignment | lost | retried | recomputed | moves |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(f"| {r['routing']} | {'every %gs' % args.rebalance if r['rebalance'] else 'no'} | "
               f"{r['samples_per_second']:.4f} | {r['ideal']:.4f} | {r['efficiency']:.3f} | "
               f"{r['of_initial']:.3f} | {r['of_best']:.3f} | {r['lost']:g} | {r['retries']:g} | "
-              f"{r['moves']:g} |")
+              f"{r['recomputed']:g} | {r['moves']:g} |")
     by = {(r["routing"], r["rebalance"]): r for r in results}
     best = by[("throughput", True)]
     gain = best["samples_per_second"] / by[("uniform", True)]["samples_per_second"]

@@ -67,5 +67,13 @@ expect_error "peers must divide the batch" "does not divide train.batch_size" "$
 printf 'garbage' > "$work/garbage.payload"
 expect_error "inspect malformed payload" "payload: magic" "$agora" inspect payload "$work/garbage.payload"
 
+# The swarm simulation: its summary, and the errors of a bad layout.
+check "swarm-sim runs" bash -c "'$agora' swarm-sim --sim-seconds 300 --rebalance 60 | tail -1 | \
+  python3 -c 'import json,sys; j=json.load(sys.stdin); assert j[\"event\"] == \"summary\" and j[\"micro_batches\"] > 0 and j[\"kills\"] == 5, j'"
+expect_error "swarm-sim speed not a number" "'x' is not a number" "$agora" swarm-sim --speeds '1,x;1'
+expect_error "swarm-sim empty stage" "an empty speed" "$agora" swarm-sim --speeds '1;;1'
+expect_error "swarm-sim zero speed" "allowed > 0" "$agora" swarm-sim --speeds '1;0'
+expect_error "swarm-sim costs per stage" "2 costs for 3 stages" "$agora" swarm-sim --speeds '1;1;1' --costs 1,1
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

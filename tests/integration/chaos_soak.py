@@ -49,6 +49,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -390,6 +391,12 @@ def audit(run, faults, downtime, rss, elapsed, clean_loss, clean_seconds, tolera
         run.fail(f"{len(unexplained)} sequence ids were handed out but neither trained into a final "
                  f"step nor pending; the {len(lost_rows)} steps whose rows a kill lost explain at "
                  f"most {batch * len(lost_rows)}")
+    # Payloads per final step: committed, and final (a committed payload whose author died before
+    # the witnesses fetched it is not final). Fewer than members: peers absent from the round.
+    counts = [re.search(r"final: (\d+) of (\d+) payloads", r["text"]) for r in final_rows.values()]
+    counts = [(int(m.group(1)), int(m.group(2))) for m in counts if m]
+    payloads_per_step = sum(f for f, _ in counts) / max(1, len(counts))
+    commits_per_step = sum(c for _, c in counts) / max(1, len(counts))
     # Empty steps.
     empty = [s for s, r in final_rows.items() if "final: 0 of" in r["text"] and
              "0 of 0 payloads" not in r["text"]]
@@ -459,6 +466,8 @@ def audit(run, faults, downtime, rss, elapsed, clean_loss, clean_seconds, tolera
         "sequences_trained": len(seen),
         "sequences_pending": len(pending),
         "max_seconds_between_steps": round(stall, 2),
+        "payloads_per_step": round(payloads_per_step, 3),
+        "commits_per_step": round(commits_per_step, 3),
         "val_loss": round(loss, 4),
         "clean_val_loss": round(clean_loss, 4),
         "loss_ratio": round(loss / clean_loss, 4),
@@ -480,6 +489,8 @@ def main():
                     help="train.steps (default: what a short clean run measures this machine "
                          "trains in --minutes)")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the soak's folder (logs, events, the coordinator's database)")
     ap.add_argument("--loss-tolerance", type=float, default=0.02,
                     help="how far the soak's final loss may be above the clean run's (0.02: 2%%). "
                          "Networked runs split batches by measured speed, so two clean runs "
@@ -522,14 +533,18 @@ def main():
     for k, v in faults.items():
         print(f"{k:<22}{v:>8}")
     for k in ("steps", "steps_lost", "rows_lost_to_coordinator_kills", "sequences_trained",
-              "max_seconds_between_steps", "val_loss", "clean_val_loss", "loss_ratio", "seconds",
+              "max_seconds_between_steps", "payloads_per_step", "commits_per_step", "val_loss", "clean_val_loss", "loss_ratio", "seconds",
               "clean_seconds", "clean_val_losses", "clean_spread", "peers_finished"):
         print(f"{k:<32}{figures[k]}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=2)
     print(json.dumps({"event": "soak", **figures}))
-    run.cleanup()
+    if args.keep:
+        run.stop()
+        print(f"kept {run.dir}", flush=True)
+    else:
+        run.cleanup()
 
 
 if __name__ == "__main__":

@@ -66,7 +66,9 @@ std::optional<uint64_t> SwarmRouter::pick(int64_t samples, double now) {
       r.key = lowest;
       r.entering = false;
     }
-    r.key = std::max(r.key, lowest + static_cast<double>(r.outstanding) * charge(r, unmeasured));
+    if (options_.backlog) {
+      r.key = std::max(r.key, lowest + static_cast<double>(r.outstanding) * charge(r, unmeasured));
+    }
   }
   // A replica being probed (unmeasured, one micro-batch out) waits for its answer, unless nobody
   // else is live: that one probe keeps a slow newcomer from a backlog it could never work off.

@@ -20,7 +20,7 @@
 // fixed number of micro-batches in flight starves behind it. So before each pick a replica's key
 // is raised to at least the minimum key plus its outstanding samples (sent, not answered) times
 // its estimate: one that is behind waits until it has caught up. In the swarm simulation this
-// took routing by throughput under a kill a minute from 85% to 96% of the ideal (docs/swarm.md).
+// took routing by throughput under a kill a minute from 90% to 97% of the ideal (docs/swarm.md).
 //
 // A replica whose send failed or timed out is skipped for skip_seconds, then enters again as a new
 // one does; the caller retries the micro-batch on the next pick. Ties: unmeasured first, then the
@@ -47,6 +47,7 @@ struct SwarmRouterOptions {
   double skip_seconds = 10;              // how long a failed replica is skipped
   double prior_seconds_per_sample = 1;   // before anything is measured
   bool uniform = false;                  // uniform random routing (the baseline)
+  bool backlog = true;                   // raise the keys of replicas behind (off: an ablation)
   uint64_t seed = 1;                     // for uniform
 };
 

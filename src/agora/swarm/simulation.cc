@@ -149,6 +149,7 @@ std::vector<int64_t> Simulation::senders_to(int64_t stage) const {
 std::unique_ptr<SwarmRouter> Simulation::make_router(uint64_t salt) const {
   SwarmRouterOptions ro;
   ro.uniform = o_.uniform;
+  ro.backlog = o_.backlog;
   ro.seed = o_.seed * 0x9e3779b97f4a7c15ULL + salt;
   ro.skip_seconds = o_.timeout_seconds;
   // Before any replica of the next stage reports, a sender assumes a reference machine.

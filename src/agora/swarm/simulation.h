@@ -38,6 +38,7 @@ struct SwarmSimOptions {
   std::vector<std::vector<double>> speeds = {{1, 1, 1.0 / 3}, {1, 1.0 / 3}, {1, 1, 1.0 / 3}};
   std::vector<double> costs;       // forward seconds per sample at speed 1; empty = 1 per stage
   bool uniform = false;            // uniform random routing instead of by throughput
+  bool backlog = true;             // SwarmRouterOptions::backlog (false: an ablation)
   double rebalance_seconds = 0;    // T; 0 = no rebalancing (a restarted peer keeps its stage)
   double min_gain = 0.05;          // plan_move's threshold
   double kill_every = 60;          // seconds between kills; 0 = none
