@@ -73,6 +73,7 @@ struct Peer {
   std::deque<Task> forward, backward;
   bool busy = false;
   Task current;
+  double current_seconds = 0;          // what the current task takes
   int64_t owed = 0;                    // backwards still to come for forwards it did
   double average = 0;                  // its seconds per sample on its stage (EMA, alpha 0.1)
   int64_t measured = 0;
@@ -199,8 +200,8 @@ void Simulation::try_start(int64_t peer, double now) {
   const double work = static_cast<double>(static_cast<int>(p.current.work));
   const double seconds = static_cast<double>(o_.micro_batch) * costs_[p.stage] * work / p.speed *
                          (1 + o_.jitter * (2 * uniform01() - 1));
-  schedule({.time = now + seconds, .kind = Kind::kDone, .peer = peer, .replica = p.replica,
-            .other = static_cast<uint64_t>(std::llround(seconds * 1e9))});
+  p.current_seconds = seconds;
+  schedule({.time = now + seconds, .kind = Kind::kDone, .peer = peer, .replica = p.replica});
 }
 
 // A moving peer leaves its stage once it holds nothing and is owed nothing.
@@ -325,7 +326,7 @@ void Simulation::on_done(const Event& e) {
   if (!p.busy || p.replica != e.replica) return;  // it died while computing
   p.busy = false;
   const Task t = p.current;
-  const double seconds = static_cast<double>(e.other) * 1e-9;
+  const double seconds = p.current_seconds;
   p.average = 0.9 * p.average + 0.1 * seconds * 3 / static_cast<int>(t.work) /
                                     static_cast<double>(o_.micro_batch);
   ++p.measured;
