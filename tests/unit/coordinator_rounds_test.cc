@@ -170,6 +170,20 @@ TEST_F(CoordinatorTest, AThroughputClaimCountsNoFasterThanTheCommitArrives) {
   EXPECT_EQ(count_of(sent(opened, key(1), Body::kRoundStart).at(0).round_start()), 5u);
 }
 
+TEST_F(CoordinatorTest, AnEvenSplitIgnoresMeasuredThroughput) {
+  options_.network.split = "even";
+  start(2);
+  // The same commits as above: 2 and 1.5 sequences per second measured, and still 6 and 6.
+  handle(0, commit_msg(ids_[0], options_.run_id, 0, hash_of(0), 600, 0.01), kT0 + 5);
+  handle(1, commit_msg(ids_[1], options_.run_id, 0, hash_of(1), 6, 4.0), kT0 + 5);
+  EXPECT_DOUBLE_EQ(member(0).sequences_per_second, 2.0);
+  handle(0, witness_msg(0, {hash_of(0), hash_of(1)}), kT0 + 5);
+  const Actions opened = handle(1, witness_msg(0, {hash_of(0), hash_of(1)}), kT0 + 5);
+  ASSERT_EQ(state().round->step, 1u);
+  EXPECT_EQ(count_of(sent(opened, key(0), Body::kRoundStart).at(0).round_start()), 6u);
+  EXPECT_EQ(count_of(sent(opened, key(1), Body::kRoundStart).at(0).round_start()), 6u);
+}
+
 TEST_F(CoordinatorTest, AJoinersOwnEstimateCountsForNoMoreThanTheFastestMember) {
   start(2);
   handle(0, commit_msg(ids_[0], options_.run_id, 0, hash_of(0), 6, 0.0), kT0 + 5);  // 2 / s

@@ -226,7 +226,10 @@ weight_decay = -0.0
 beta1 = 0
 [schedule]
 min_lr_ratio = 0.30000000000000004
+[network]
+split = "even"
 )");
+  EXPECT_EQ(config.network.split, "even");
   EXPECT_EQ(config.seed, 9223372036854775807u);
   EXPECT_EQ(config.data.dir, "tab\there \"quoted\" back\\slash é 🙂");
   EXPECT_EQ(config.train.out_dir, "C:\\runs\\x");
@@ -269,6 +272,9 @@ TEST(RunConfigTest, OutOfRangeMessages) {
        "configs/x.toml: optimizer.weight_decay = -1 is invalid (allowed: a number >= 0)"},
       {"[optimizer]\ngrad_clip = -0.5",
        "configs/x.toml: optimizer.grad_clip = -0.5 is invalid (allowed: a number >= 0)"},
+      {"[network]\nsplit = \"random\"",
+       "configs/x.toml: network.split = \"random\" is invalid (allowed: \"throughput\", "
+       "\"even\")"},
       {"[optimizer]\nname = \"sgd\"",
        "configs/x.toml: optimizer.name = \"sgd\" is invalid (allowed: \"demo\", \"adamw\", "
        "\"diloco\")"},

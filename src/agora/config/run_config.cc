@@ -71,6 +71,7 @@ const std::vector<std::string> kGradientDtypes = {"float32", "bfloat16"};
 const std::vector<std::string> kPseudoGradientDtypes = {"float32", "bfloat16", "int8"};
 const std::vector<std::string> kScheduleKinds = {"constant", "cosine", "wsd"};
 const std::vector<std::string> kPipelineSchedules = {"gpipe", "async"};
+const std::vector<std::string> kSplits = {"throughput", "even"};
 const std::vector<std::string> kPipelineOptimizers = {"adamw", "nadam"};
 const std::vector<std::string> kPipelineCodecs = {"float32", "bfloat16", "int8", "subspace",
                                                   "columns"};
@@ -232,6 +233,7 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
   // RoundStart's member list well inside the 1 MiB control limit.
   net.max_members = toml.get_int("network.max_members", net.max_members, {1, 2048});
   net.state_db = toml.get_string("network.state_db", net.state_db, /*allow_empty=*/false);
+  net.split = toml.get_choice("network.split", net.split, kSplits);
 
   VerifyConfig& verify = config.verify;
   verify.rate = toml.get_double("verify.rate", verify.rate, DoubleRange::between(0, 1));
@@ -493,6 +495,7 @@ std::string RunConfig::to_toml() const {
   out += fmt::format("finish_grace_seconds = {}\n", toml_float(net.finish_grace_seconds));
   out += fmt::format("max_members = {}\n", net.max_members);
   out += fmt::format("state_db = {}\n", toml_quote(net.state_db));
+  out += fmt::format("split = {}\n", toml_quote(net.split));
 
   out += "\n[verify]\n";
   out += fmt::format("rate = {}\n", toml_float(verify.rate));

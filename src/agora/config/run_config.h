@@ -43,7 +43,7 @@
 //   overlap = 1, deadline_factor = 3.0, min_deadline_seconds = 10.0, witness_seconds = 10.0,
 //   heartbeat_timeout_seconds = 15.0, max_strikes = 3, hash_interval = 10, quorum = 0.5,
 //   checkpointers = 1, finish_grace_seconds = 60.0, max_members = 256,
-//   state_db = "coordinator.db"
+//   state_db = "coordinator.db", split = "throughput"
 //   [verify]
 //   rate = 0.02, seconds = 60.0, max_failures = 2, window = 8
 //   [pipeline]                  # model parallelism (docs/pipeline.md); stages = 1 is off
@@ -180,6 +180,11 @@ struct NetworkConfig {
   // member list the coordinator sends (each must fit the 1 MiB control limit) and its memory.
   int64_t max_members = 256;
   std::string state_db = "coordinator.db";  // the coordinator's SQLite file
+  // How a round's batch is split among its members: "throughput" (in proportion to each one's
+  // measured sequences per second, so nobody waits for the slowest) or "even" (equal shares
+  // whatever their speed: which member trains which sequences then depends on the round's members
+  // alone, not on timing, so clean runs of the same config repeat; for tests and comparisons).
+  std::string split = "throughput";
 
   bool operator==(const NetworkConfig&) const = default;
 };

@@ -118,9 +118,12 @@ void StateMachine::open_round(double now) {
     checking.push_back(spot_checks_.sequences_newly_asked_of(m->key));
   }
   spot_checks_.round_opened();
+  // "even": every member counts as equally fast, so the split depends on the members alone.
+  const std::vector<double> weights = options_.network.split == "even"
+                                          ? std::vector<double>(members.size(), 1.0)
+                                          : throughput_weights(measured);
   const std::vector<uint64_t> shares = proportional_shares(
-      options_.batch_size,
-      weights_after_checks(throughput_weights(measured), options_.batch_size, checking));
+      options_.batch_size, weights_after_checks(weights, options_.batch_size, checking));
   const std::vector<SequenceRange> ids = take_sequences(state_.queue, options_.batch_size);
   const std::vector<std::vector<SequenceRange>> pieces = cut_ranges(ids, shares);
 

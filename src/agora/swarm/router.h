@@ -27,7 +27,8 @@
 // smaller id.
 //
 // uniform = true picks uniformly at random among the live replicas instead (the baseline SWARM's
-// routing is measured against), from a generator seeded by `seed`.
+// routing is measured against; a replica waiting on its probe is left aside there too), from a
+// generator seeded by `seed`.
 //
 // What a replica reports can only move its own share: one that claims to be faster than it is
 // gets more work, falls behind, and its sender's timeouts skip it. The set of replicas comes from
