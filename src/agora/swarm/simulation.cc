@@ -267,6 +267,10 @@ void Simulation::on_recover(const Event& e) {
   MicroBatch& m = mbs_[e.mb];
   if (!m.alive) return;
   const int64_t s = e.stage;
+  if (s < 0 || s >= static_cast<int64_t>(m.path.size())) {  // not on its path: nothing to redo
+    lose(e.mb, e.time);
+    return;
+  }
   const int64_t holder = s == 0 ? kSource : m.path[s - 1].peer;
   if (holder != kSource && !holds(holder, m.path[s - 1].replica)) {
     lose(e.mb, e.time);
