@@ -412,7 +412,6 @@ void Simulation::on_kill(double now) {
 // The coordinator's view: serving peers with what they measured, loading ones by their stage.
 void Simulation::on_rebalance(double now) {
   std::vector<StagePeer> view;
-  std::vector<int64_t> index;
   for (int64_t i = 0; i < static_cast<int64_t>(peers_.size()); ++i) {
     const Peer& p = peers_[i];
     if (p.state == State::kServing || p.state == State::kLoading) {
