@@ -8,9 +8,14 @@
 // trainer's losses: the step function is shared, and this test fails if the two drift.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "../unit/test_support.h"
 #include "agora/core/error.h"
@@ -39,6 +44,8 @@ class FakeRun : public PeerLink {
 
   // Hooks a test sets to change the script.
   std::function<void(const wire::Commit&)> on_commit;  // replaces the default reaction
+  std::function<void(const wire::Join&)> on_join;      // replaces the Welcome and round 0
+  std::function<void(const wire::GetFinalized&)> on_get_finalized;  // else unanswered
 
   const std::string& endpoint() const override { return endpoint_; }
   net::BlobStore& blobs() override { return blobs_; }
@@ -51,19 +58,14 @@ class FakeRun : public PeerLink {
     if (m.has_join()) {
       member_.set_key(m.join().key());
       member_.set_endpoint(m.join().endpoint());
-      wire::Envelope w;
-      auto* welcome = w.mutable_welcome();
-      welcome->set_run_id("fake-run");
-      welcome->set_run_config_toml(toml_);
-      welcome->set_finalized_steps(0);
-      welcome->mutable_state()->set_applied_steps(0);
-      *welcome->add_holders() = member_;
-      welcome->set_checkpointer(checkpointer);
-      push(w);
+      if (on_join) return on_join(m.join());
+      push(welcome(0));
       push(round_start(0));
     } else if (m.has_commit()) {
       if (on_commit) return on_commit(m.commit());
       finalize(m.commit().record());
+    } else if (m.has_get_finalized() && on_get_finalized) {
+      on_get_finalized(m.get_finalized());
     }
   }
   std::optional<wire::Envelope> next_from_coordinator(double) override {
@@ -105,6 +107,28 @@ class FakeRun : public PeerLink {
   NetworkCounters counters() const override { return {}; }
 
   void push(wire::Envelope m) { inbox_.push_back(std::move(m)); }
+  // `finalized_steps` steps are final; the state handed over is step 0's (the seed's).
+  wire::Envelope welcome(uint64_t finalized_steps) const {
+    wire::Envelope w;
+    auto* welcome = w.mutable_welcome();
+    welcome->set_run_id("fake-run");
+    welcome->set_run_config_toml(toml_);
+    welcome->set_finalized_steps(finalized_steps);
+    welcome->mutable_state()->set_applied_steps(0);
+    *welcome->add_holders() = member_;
+    welcome->set_checkpointer(checkpointer);
+    return w;
+  }
+  // The run is over after `steps`; released at once (no linger).
+  static wire::Envelope finished(uint64_t steps) {
+    wire::Envelope e;
+    e.mutable_finished()->set_steps(steps);
+    return e;
+  }
+  size_t joins() const {
+    return static_cast<size_t>(
+        std::count_if(sent.begin(), sent.end(), [](const auto& m) { return m.has_join(); }));
+  }
   wire::Envelope round_start(uint64_t step) const {
     wire::Envelope e;
     auto* r = e.mutable_round_start();
@@ -158,6 +182,39 @@ class FakeRun : public PeerLink {
   net::BlobStore blobs_;
   wire::Member member_;
   std::deque<wire::Envelope> inbox_;
+};
+
+// Stops the peer if it has not returned within `seconds`: a test of a peer that must not hang
+// fails rather than hanging with it.
+class Watchdog {
+ public:
+  Watchdog(std::atomic<bool>& stop, double seconds)
+      : thread_([this, &stop, seconds] {
+          std::unique_lock lock(mutex_);
+          if (!done_cv_.wait_for(lock, std::chrono::duration<double>(seconds),
+                                 [this] { return done_; })) {
+            fired_ = true;
+            stop = true;
+          }
+        }) {}
+  ~Watchdog() { disarm(); }
+  // True when the watchdog had to stop the peer. Call after the peer returned.
+  bool disarm() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    return fired_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  bool fired_ = false;
+  std::thread thread_;  // last: it starts once the members above exist
 };
 
 class PeerRoundTest : public agora::testing::TempDirTest {
@@ -342,6 +399,63 @@ TEST_F(PeerRoundTest, AStoppedPeerSendsLeave) {
   EXPECT_EQ(peer.rounds_trained, 1u);
   ASSERT_FALSE(link.sent.empty());
   EXPECT_TRUE(link.sent.back().has_leave());
+}
+
+// A peer the coordinator dropped while it was catching up (paused or cut off past the heartbeat
+// timeout) hears "join again" in answer to GetFinalized: it joins again and finishes the run,
+// rather than asking for the set forever.
+TEST_F(PeerRoundTest, ARefusalWhileCatchingUpMakesThePeerJoinAgain) {
+  FakeRun link(config_toml(2), 2, kBatch);
+  link.on_join = [&](const wire::Join&) {
+    link.push(link.welcome(2));  // ahead of the state (step 0): two steps to catch up on
+    if (link.joins() < 2) return;
+    for (uint64_t step = 0; step < 2; ++step) {
+      wire::Envelope f;
+      f.mutable_finalized()->set_step(step);  // nobody's payload: nothing to fetch
+      link.push(f);
+    }
+    link.push(FakeRun::finished(2));
+  };
+  int asks = 0;
+  link.on_get_finalized = [&](const wire::GetFinalized&) {
+    if (link.joins() > 1) return;  // the sets are on their way already
+    // A round opened meanwhile: acting on it, the peer asks again and is refused again. The
+    // second refusal answered a message from before the rejoin: it must not cause a third Join.
+    if (++asks == 1) link.push(link.round_start(2));
+    wire::Envelope refused;
+    refused.mutable_refused()->set_reason("dropped from run fake-run: silent; join again");
+    refused.mutable_refused()->set_may_rejoin(true);
+    link.push(refused);
+  };
+  std::atomic<bool> stop{false};
+  Watchdog watchdog(stop, 10);
+  const PeerSummary peer = run(link, stop);
+  EXPECT_FALSE(watchdog.disarm()) << "the peer was still catching up after 10 s";
+  EXPECT_EQ(asks, 2);
+  EXPECT_EQ(link.joins(), 2u);
+  EXPECT_EQ(peer.applied_steps, 2u);
+  EXPECT_EQ(peer.rounds_trained, 0u);
+  EXPECT_FALSE(link.sent.back().has_leave()) << "it left rather than finishing";
+}
+
+// A coordinator whose run is over (and that does not count this peer as a member) answers every
+// GetFinalized with Finished: the peer finishes with the steps it has, at once.
+TEST_F(PeerRoundTest, AFinishedRunWhileCatchingUpEndsThePeerPromptly) {
+  FakeRun link(config_toml(2), 2, kBatch);
+  link.on_join = [&](const wire::Join&) { link.push(link.welcome(2)); };
+  link.on_get_finalized = [&](const wire::GetFinalized&) { link.push(FakeRun::finished(2)); };
+  std::atomic<bool> stop{false};
+  Watchdog watchdog(stop, 10);
+  const auto started = std::chrono::steady_clock::now();
+  const PeerSummary peer = run(link, stop);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_FALSE(watchdog.disarm()) << "the peer was still catching up after 10 s";
+  // Sooner than GetFinalized is asked again (5 s): the Finished was acted on, not waited out.
+  EXPECT_LT(seconds, 5.0);
+  EXPECT_EQ(link.joins(), 1u);
+  EXPECT_EQ(peer.applied_steps, 0u);
+  EXPECT_FALSE(link.sent.back().has_leave()) << "it left rather than finishing";
 }
 
 }  // namespace

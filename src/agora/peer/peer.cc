@@ -52,9 +52,11 @@ class Peer {
   PeerPhase phase() const { return peer_.phase; }
 
  private:
-  void catch_up(uint64_t target) {
+  // False when cut short: the message that cut it (a refusal, or a Finished without linger) is
+  // next in line (Round::catch_up), or the peer is stopping.
+  bool catch_up(uint64_t target) {
     peer_.phase = PeerPhase::kCatchingUp;
-    round_.catch_up(target, deferred_);
+    return round_.catch_up(target, deferred_);
   }
   void sync(const wire::StateRecord& state, const std::vector<wire::Member>& holders) {
     const StateSource source = sync_state(peer_, state, holders);
@@ -119,6 +121,8 @@ uint64_t Peer::join_state(wire::Welcome welcome) {
 
 std::optional<wire::Envelope> Peer::next_message() {
   if (!deferred_.empty()) {
+    // A message that cut a catch-up short is at the back, with what arrived before it in
+    // front: they are handled in the order they came.
     wire::Envelope m = std::move(deferred_.front());
     deferred_.pop_front();
     return m;
@@ -140,7 +144,9 @@ void Peer::on_round_start(const wire::RoundStart& round) {
   }
   if (!peer_.first_round) peer_.first_round = std::chrono::steady_clock::now();
   set_checkpointer(round.checkpointer());
-  catch_up(round.apply_through());
+  // Cut short, the peer cannot train this round (its parameters are behind it): the refusal or
+  // the end of the run is handled next, and a rejoined peer hears the open round again.
+  if (!catch_up(round.apply_through())) return;
   peer_.next_round = round.step() + 1;
   peer_.link.set_status(peer_.applied, peer_.next_round);
   peer_.phase = PeerPhase::kTraining;
@@ -161,6 +167,9 @@ void Peer::on_refused(const wire::Refused& refused) {
         welcome.run_id(), peer_.run_id);
   }
   peer_.checkpointer = welcome.checkpointer();
+  // Refusals queued behind this one answered messages the coordinator had before the Join: each
+  // would make the peer join again for nothing. One that comes from here on is news.
+  std::erase_if(deferred_, [](const wire::Envelope& m) { return m.has_refused(); });
   // Parameters at or past the majority's record are kept (the hash reports will catch a
   // disagreement); a peer that fell behind fetches, and so does one whose steps the run undid
   // (it went back to a checkpoint).
@@ -169,7 +178,7 @@ void Peer::on_refused(const wire::Refused& refused) {
     peer_.next_round = std::min<uint64_t>(peer_.next_round, welcome.finalized_steps());
     sync(welcome.state(), {welcome.holders().begin(), welcome.holders().end()});
   }
-  catch_up(welcome.finalized_steps());
+  catch_up(welcome.finalized_steps());  // cut short: the main loop acts on what cut it
 }
 
 void Peer::set_checkpointer(bool holds) {
@@ -181,7 +190,17 @@ void Peer::set_checkpointer(bool holds) {
 
 void Peer::on_finished(const wire::Finished& finished) {
   set_checkpointer(finished.checkpointer());
-  catch_up(finished.steps());
+  if (!catch_up(finished.steps()) && !peer_.stopping()) {
+    // The coordinator serves no more sets (it released its members, or dropped this one): the
+    // run is over either way, so the peer finishes with the steps it has, and says so.
+    obs::log_warn({peer_.applied,
+                   peer_.who,
+                   "finished_behind",
+                   {{"applied_steps", peer_.applied}, {"finalized_steps", finished.steps()}}},
+                  fmt::format("the run finished after {} steps, but the coordinator sends no "
+                              "more finalized sets: this peer ends at step {}",
+                              finished.steps(), peer_.applied));
+  }
   finish();
   if (finished.linger()) linger();
 }
@@ -243,7 +262,7 @@ PeerSummary Peer::run() {
              {"finalized_steps", welcome.finalized_steps()},
              {"checkpointer", peer_.checkpointer}});
   const uint64_t finalized = join_state(welcome);
-  catch_up(finalized);
+  catch_up(finalized);  // cut short: the main loop acts on what cut it (rejoins, or finishes)
   while (!peer_.stopping() && peer_.phase != PeerPhase::kFinished) {
     peer_.phase = PeerPhase::kWaiting;
     const std::optional<wire::Envelope> m = next_message();

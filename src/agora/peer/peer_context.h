@@ -40,8 +40,11 @@ enum class PeerPhase {
   // rejoin that finds the peer behind or ahead of the run.
   kSyncing,
   // Applying finalized steps the run already made, in order, asking the coordinator for each
-  // set it lacks (GetFinalized). A payload of a set that no member can serve within 120 s ends
-  // the peer with an error: it cannot reach the majority's parameters.
+  // set it lacks (GetFinalized, again every 5 s with a warning). A payload of a set that no
+  // member can serve within 120 s, or a set that a coordinator still answering has not sent
+  // within 120 s, ends the peer with an error: it cannot reach the majority's parameters. A
+  // silent coordinator is waited for. A Refused, or a Finished without linger, ends the phase at
+  // once and is handled as in Waiting (the peer joins again, or finishes with the steps it has).
   kCatchingUp,
   // Between rounds: waiting for the coordinator's next message. Finalized and Collect are
   // handled at once; idle time applies steps already final.

@@ -39,24 +39,100 @@ std::optional<uint64_t> Round::pending_final() const {
   return finalized_.rbegin()->first;
 }
 
-void Round::catch_up(uint64_t target, std::deque<wire::Envelope>& deferred) {
-  while (peer_.applied < target && !peer_.stopping()) {
-    if (finalized_.count(peer_.applied) == 0) {
+namespace {
+
+// A set asked for and not received is asked for again this often.
+constexpr auto kAskAgain = std::chrono::seconds(5);
+// How long a coordinator that keeps answering (it is up) may leave a set unsent before the peer
+// gives up: the bound a payload nobody serves has (PeerLink::ensure in apply()). A coordinator that
+// says nothing at all is down or unreachable, and the peer waits for it, as in every phase but
+// joining (docs/protocol.md, "coordinator killed").
+constexpr auto kSetStall = std::chrono::seconds(120);
+// What arrives while catching up waits for the main loop. Heartbeats make the coordinator repeat
+// the open RoundStart, and a coordinator may flood: the queue is bounded, the oldest dropped (a
+// newer RoundStart supersedes it; a lost Resync or Finished is repeated at a later report or
+// heartbeat).
+constexpr size_t kMaxDeferred = 1024;
+
+// After these no set will come: a refusal (the coordinator does not count this peer as a member)
+// or a Finished without linger (it released its members, or answers a non-member so). A
+// Finished with linger goes to members, whose GetFinalized the coordinator still answers.
+bool ends_catch_up(const wire::Envelope& m) {
+  return m.has_refused() || (m.has_finished() && !m.finished().linger());
+}
+
+}  // namespace
+
+bool Round::catch_up(uint64_t target, std::deque<wire::Envelope>& deferred) {
+  bool warned_full = false;
+  while (peer_.applied < target) {
+    if (peer_.stopping()) return false;
+    const uint64_t step = peer_.applied;
+    if (finalized_.count(step) != 0) {
+      apply(step);
+      continue;
+    }
+    const auto first_asked = Clock::now();
+    // How long the coordinator has answered something in every interval between asks.
+    Clock::duration answering{};
+    for (int asks = 1; finalized_.count(step) == 0; ++asks) {
       wire::Envelope ask;
-      ask.mutable_get_finalized()->set_step(peer_.applied);
+      ask.mutable_get_finalized()->set_step(step);
       peer_.link.send_to_coordinator(ask);
       const auto asked = Clock::now();
-      while (finalized_.count(peer_.applied) == 0 && !peer_.stopping()) {
+      bool heard = false;
+      while (finalized_.count(step) == 0 && Clock::now() - asked < kAskAgain) {
+        if (peer_.stopping()) return false;
         PeerMetrics::Timer waiting(peer_.metrics, PeerMetrics::Activity::kWaiting);
         auto m = peer_.link.next_from_coordinator(0.2);
         waiting.stop();
-        if (m && !handle_passive(*m)) deferred.push_back(std::move(*m));
-        if (Clock::now() - asked > std::chrono::seconds(5)) break;  // ask again
+        if (!m) continue;
+        heard = true;
+        if (handle_passive(*m)) continue;
+        if (deferred.size() >= kMaxDeferred) {
+          if (!warned_full) {
+            warned_full = true;
+            obs::log_warn({peer_.applied,
+                           peer_.who,
+                           "deferred_dropped",
+                           {{"kind", net::kind_name(deferred.front())},
+                            {"limit", static_cast<uint64_t>(kMaxDeferred)}}},
+                          fmt::format("{} coordinator messages wait while catching up: the "
+                                      "oldest are dropped",
+                                      kMaxDeferred));
+          }
+          deferred.pop_front();
+        }
+        const bool ends = ends_catch_up(*m);
+        deferred.push_back(std::move(*m));
+        if (ends) return false;  // the caller acts on it next
       }
-      continue;
+      if (finalized_.count(step) != 0) break;
+      const auto now = Clock::now();
+      answering = heard ? answering + (now - asked) : Clock::duration{};
+      const double waited = std::chrono::duration<double>(now - first_asked).count();
+      if (answering >= kSetStall) {
+        fail(
+            "step {}: the coordinator answers but has not sent the step's finalized set in "
+            "{:.0f} s ({} requests); without it the peer cannot apply the run's steps (a "
+            "coordinator that lost finalized steps? check its log and state_db)",
+            step, waited, asks);
+      }
+      obs::log_warn(
+          {peer_.applied,
+           peer_.who,
+           "catch_up_stalled",
+           {{"round", step},
+            {"target", target},
+            {"requests", static_cast<int64_t>(asks)},
+            {"waited_seconds", waited},
+            {"coordinator_answering", heard}}},
+          fmt::format("step {}: no finalized set from the coordinator after {:.0f} s "
+                      "({}); asking again",
+                      step, waited, heard ? "it answers other messages" : "it is silent"));
     }
-    apply(peer_.applied);
   }
+  return true;
 }
 
 void Round::apply(uint64_t step) {

@@ -39,8 +39,13 @@ class Round {
   bool handle_passive(const wire::Envelope& m);
 
   // Applies finalized steps until `target` steps are applied, asking the coordinator for sets it
-  // lacks. Other messages that arrive meanwhile are appended to `deferred`.
-  void catch_up(uint64_t target, std::deque<wire::Envelope>& deferred);
+  // lacks (again every 5 s, each time with a warning). Other messages that arrive meanwhile are
+  // appended to `deferred` (at most 1024, the oldest dropped). True once `target` steps are
+  // applied; false when a stop was requested, or at once when a message arrives after which no
+  // set will come (a Refused, or a Finished without linger): it is left at the back of
+  // `deferred` for the caller to act on. Throws when a coordinator that keeps answering has not
+  // sent a set within 120 s, or a payload cannot be fetched (apply()).
+  bool catch_up(uint64_t target, std::deque<wire::Envelope>& deferred);
   // The newest finalized step remembered and not yet applied, if any.
   std::optional<uint64_t> pending_final() const;
 
