@@ -1,7 +1,8 @@
 # The README's two commands:
 #   make demo   set up, build, and run the main job: a decentralized run on this machine
 #   make test   set up, build, and run every test (unit, CLI, parity, short fuzz runs)
-# Other targets: setup, build, data, fuzz-build, fuzz-campaign, demo-local, bench, soak, clean.
+# Other targets: setup, build, data, fuzz-build, fuzz-campaign, demo-local, bench, soak, rl-base,
+# rl, clean.
 
 BUILD      ?= build
 FUZZ_BUILD ?= build-fuzz
@@ -11,7 +12,7 @@ AGORA      := $(BUILD)/apps/agora/agora
 DATA       := data
 SP_MODEL   := $(DATA)/tokenizer/agora-8k.model
 
-.PHONY: all setup build fuzz-build fuzz-campaign data demo demo-local test bench soak clean
+.PHONY: all setup build fuzz-build fuzz-campaign data demo demo-local test bench soak rl-base rl clean
 
 all: build
 
@@ -95,6 +96,31 @@ SOAK_MINUTES ?= 30
 soak: build data
 	mkdir -p out
 	python3 tests/integration/chaos_soak.py $(AGORA) $(DATA)/tokens/sp8k --minutes $(SOAK_MINUTES) --clean-runs 2 --json out/soak.json
+
+# RL post-training (docs/rl.md). rl-base: the base model RL starts from, pretrained on arithmetic
+# problems with their answers (a corpus of training-split problems, its own small SentencePiece
+# vocabulary, one problem per document; a few minutes). rl: GRPO on the task's verifiable rewards,
+# with held-out accuracy before and after.
+RL_DIR  := $(DATA)/rl/arithmetic
+RL_BASE := runs/rl-base/latest
+
+$(RL_DIR)/problems.txt: | build
+	$(AGORA) rl corpus --task arithmetic --problems 200000 --out $@
+
+$(RL_DIR)/tokenizer.model: $(RL_DIR)/problems.txt
+	$(AGORA) tokenizer train --input $< --vocab-size 320 --out $@
+
+$(RL_DIR)/tokens/meta.json: $(RL_DIR)/tokenizer.model
+	$(AGORA) tokenize --lines --tokenizer $< --input $(RL_DIR)/problems.txt --out $(RL_DIR)/tokens --val-fraction 0.01 --force
+
+$(RL_BASE)/config.json: $(RL_DIR)/tokens/meta.json configs/rl-base.toml
+	$(AGORA) train --config configs/rl-base.toml
+
+rl-base: build $(RL_BASE)/config.json
+	$(AGORA) rl eval --checkpoint $(RL_BASE) --task arithmetic
+
+rl: rl-base
+	$(AGORA) rl train --checkpoint $(RL_BASE) --task arithmetic --out runs/rl
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

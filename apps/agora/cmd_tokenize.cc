@@ -15,6 +15,7 @@ void add_tokenize_command(CLI::App& app) {
     uint64_t shard_tokens = 100'000'000;
     int threads = 0;
     bool force = false;
+    bool lines = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -31,6 +32,8 @@ void add_tokenize_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "Worker threads (0: every core)")
       ->capture_default_str();
   cmd->add_flag("--force", args->force, "Replace the output folder if it exists");
+  cmd->add_flag("--lines", args->lines,
+                "Each non-empty line is a document (an end-of-text before each), not each file");
   cmd->callback([args] {
     const auto tokenizer = load_tokenizer(args->tokenizer);
     CorpusTokenizeOptions options;
@@ -41,6 +44,7 @@ void add_tokenize_command(CLI::App& app) {
     options.shard_tokens = args->shard_tokens;
     options.threads = args->threads;
     options.force = args->force;
+    options.line_documents = args->lines;
     const auto summary = tokenize_corpus(*tokenizer, options);
     const double mb = (summary.train.bytes + summary.val.bytes) / 1e6;
     fmt::print("tokenized {} documents ({:.1f} MB) with {} in {:.1f} s ({:.1f} MB/s)\n",

@@ -45,7 +45,7 @@ void add_train(CLI::App& parent) {
     const auto start = std::chrono::steady_clock::now();
     const auto summary = train_sentencepiece(*options, *out);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    fmt::print("trained a {}-piece vocabulary on {} lines ({}) in {} -> {}\n", options->vocab_size,
+    fmt::print("trained a {}-piece vocabulary on {} lines ({}) in {} -> {}\n", summary.pieces,
                summary.lines, format_bytes(summary.bytes), format_duration(took.count()), *out);
   });
 }

@@ -23,6 +23,7 @@ void add_stage_command(CLI::App& app);
 void add_merge_stages_command(CLI::App& app);
 void add_async_sim_command(CLI::App& app);
 void add_swarm_sim_command(CLI::App& app);
+void add_rl_command(CLI::App& app);
 
 // "agora 0.1.0 (libtorch 1.13.0, CPU)".
 std::string version_string();

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   agora::cli::add_merge_stages_command(app);
   agora::cli::add_async_sim_command(app);
   agora::cli::add_swarm_sim_command(app);
+  agora::cli::add_rl_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

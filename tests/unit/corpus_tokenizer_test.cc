@@ -82,6 +82,32 @@ TEST_F(CorpusTokenizerTest, WritesEveryDocumentOnceInOrderPrecededByEndOfText) {
   EXPECT_EQ(summary.train.documents + summary.val.documents, 40u);
 }
 
+TEST_F(CorpusTokenizerTest, WithLineDocumentsEachNonEmptyLineIsADocument) {
+  auto lines = options("lines");
+  lines.line_documents = true;
+  const auto summary = tokenize_corpus(*tokenizer_, lines);
+
+  std::vector<TokenId> expected_train, expected_val;
+  uint64_t count = 0;
+  for (const auto& doc : list_documents({root_ / "docs"})) {
+    const std::string text = read_file(doc) + "\n\n";  // empty lines are no documents
+    size_t begin = 0;
+    for (size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1) {
+      if (end == begin) continue;
+      const std::string line = text.substr(begin, end - begin);
+      auto& split = is_validation_document(line, 0.2) ? expected_val : expected_train;
+      split.push_back(tokenizer_->eot_id());
+      tokenizer_->encode(line, split);
+      ++count;
+    }
+  }
+  EXPECT_EQ(count, 155u);  // file i has i % 7 + 1 lines: 155 over the 40 files
+  ASSERT_FALSE(expected_val.empty());
+  EXPECT_EQ(read_split(root_ / "lines", "train"), expected_train);
+  EXPECT_EQ(read_split(root_ / "lines", "val"), expected_val);
+  EXPECT_EQ(summary.train.documents + summary.val.documents, count);
+}
+
 TEST_F(CorpusTokenizerTest, ShardsAreFullExceptTheLast) {
   const auto summary = tokenize_corpus(*tokenizer_, options("out"));
   ASSERT_GE(summary.train.shards.size(), 2u);

@@ -70,6 +70,36 @@ class SplitWriter {
   uint64_t in_shard_ = 0;
 };
 
+// The documents to tokenize: whole files, read when needed, or the lines of the files, held in
+// memory (a corpus of lines is a corpus of short items).
+class Documents {
+ public:
+  Documents(std::vector<fs::path> files, bool lines) : files_(std::move(files)), lines_mode_(lines) {
+    if (!lines_mode_) return;
+    for (const auto& file : files_) {
+      const std::string text = read_file(file);
+      size_t begin = 0;
+      while (begin < text.size()) {
+        size_t end = text.find('\n', begin);
+        if (end == std::string::npos) end = text.size();
+        if (end > begin) lines_.push_back(text.substr(begin, end - begin));
+        begin = end + 1;
+      }
+    }
+  }
+
+  size_t size() const { return lines_mode_ ? lines_.size() : files_.size(); }
+  std::string text(size_t i) const { return lines_mode_ ? lines_[i] : read_file(files_[i]); }
+  uint64_t bytes(size_t i) const {
+    return lines_mode_ ? lines_[i].size() : fs::file_size(files_[i]);
+  }
+
+ private:
+  std::vector<fs::path> files_;
+  bool lines_mode_;
+  std::vector<std::string> lines_;
+};
+
 nlohmann::json split_json(const SplitSummary& split) {
   return {{"documents", split.documents},
           {"tokens", split.tokens},
@@ -176,8 +206,8 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
   if (fs::exists(out) && !options.force) {
     fail("output folder {} already exists; pass --force to replace it", out.string());
   }
-  const std::vector<fs::path> documents = list_documents(options.inputs);
-  if (documents.empty()) fail("no documents found in the inputs");
+  const Documents documents(list_documents(options.inputs), options.line_documents);
+  if (documents.size() == 0) fail("no documents found in the inputs");
 
   // Pass 1: split assignment by content hash, so it is known before any token is written.
   const size_t n = documents.size();
@@ -185,7 +215,7 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
   std::vector<bool> is_val(n);
   uint64_t total_bytes = 0;
   for (size_t i = 0; i < n; ++i) {
-    const std::string bytes = read_file(documents[i]);
+    const std::string bytes = documents.text(i);
     hashes[i] = stable_hash64(bytes);
     is_val[i] = is_validation_document(bytes, options.val_fraction);
     total_bytes += bytes.size();
@@ -218,7 +248,7 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
     workers.emplace_back([&] {
       try {
         while (const auto index = work.take()) {
-          const std::string text = read_file(documents[*index]);
+          const std::string text = documents.text(*index);
           std::vector<TokenId> tokens{tokenizer.eot_id()};
           tokenizer.encode(text, tokens);
           if (progress) progress->add(text.size());
@@ -234,7 +264,7 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
       const std::vector<TokenId> tokens = work.get(i);
       SplitSummary& split = is_val[i] ? summary.val : summary.train;
       ++split.documents;
-      split.bytes += fs::file_size(documents[i]);
+      split.bytes += documents.bytes(i);
       (is_val[i] ? val : train).append(tokens);
     }
     train.finish();

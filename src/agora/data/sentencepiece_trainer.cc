@@ -8,6 +8,7 @@
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/data/spm_library.h"
+#include "agora/data/tokenizer.h"
 #include "agora/data/utf8.h"
 
 namespace agora {
@@ -71,6 +72,9 @@ SentencePieceTrainSummary train_sentencepiece(const SentencePieceTrainOptions& o
   const spm::TrainSpec spec = {
       {"model_type", "bpe"},
       {"vocab_size", std::to_string(options.vocab_size)},
+      // A text with a small alphabet (digits split one by one, a few signs) may run out of
+      // merges before the asked size: the vocabulary is then smaller (summary.pieces says).
+      {"hard_vocab_limit", "false"},
       {"character_coverage", "0.99995"},
       {"byte_fallback", "true"},
       {"split_digits", "true"},
@@ -86,7 +90,10 @@ SentencePieceTrainSummary train_sentencepiece(const SentencePieceTrainOptions& o
       {"shuffle_input_sentence", "true"},
       {"max_sentence_length", "16384"},
       {"num_threads", std::to_string(threads)},
-      {"minloglevel", "1"},
+      // 2: errors only. SentencePiece writes its warnings to std::cerr, which is not usable
+      // behind the bridge's deep-bound dlopen (a warning crashed training: "No valid symbol
+      // found" when a small alphabet runs out of merges before the asked vocabulary size).
+      {"minloglevel", "2"},
   };
   FileLines lines(options.inputs);
   std::string model, error;
@@ -98,7 +105,9 @@ SentencePieceTrainSummary train_sentencepiece(const SentencePieceTrainOptions& o
 
   if (model_file.has_parent_path()) std::filesystem::create_directories(model_file.parent_path());
   write_file_atomic(model_file, model);
-  return lines.summary;
+  SentencePieceTrainSummary summary = lines.summary;
+  summary.pieces = load_tokenizer(model_file.string())->vocab_size();
+  return summary;
 }
 
 }  // namespace agora

@@ -2,7 +2,8 @@
 // uses, so small demo models get a vocabulary sized for them (a 50k vocabulary would dominate a
 // tiny model's compute).
 //
-// Settings and why: BPE; identity normalisation and no whitespace squeezing, so decoding gives
+// Settings and why: BPE; vocab_size is an upper bound (a text with few distinct characters may
+// give fewer pieces, e.g. digits and signs only); identity normalisation and no whitespace squeezing, so decoding gives
 // back the exact text; byte fallback, so any text encodes without <unk>; digits split one by one;
 // ids 0 <unk>, 1 <s>, 2 </s> (the end-of-text id), no padding piece. Training reads the files
 // line by line (a line is SentencePiece's "sentence"), keeps at most `max_sentences` of them
@@ -25,6 +26,7 @@ struct SentencePieceTrainOptions {
 struct SentencePieceTrainSummary {
   uint64_t lines = 0;
   uint64_t bytes = 0;
+  uint32_t pieces = 0;  // the vocabulary's size: below vocab_size when the text ran out of merges
 };
 
 // Trains and writes the model to `model_file` atomically. Throws Error on bad options (naming the

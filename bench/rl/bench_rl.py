@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""bench/rl: GRPO from a base model, held-out accuracy against updates and wall time.
+
+    bench_rl.py --agora build/apps/agora/agora --checkpoint runs/rl-base/latest
+                [--task arithmetic] [--steps 150] [--prompts 64] [--group 8] [--lr 2e-5]
+                [--temperature 0.7] [--lags 0,2,4] [--out out/rl]
+
+Each variant is one `agora rl train` (rl/grpo_trainer.h) from the same base checkpoint with the
+same seed, so the variants see the same prompts in the same order:
+- policy lag 0, 2, 4 (--lags): rollouts sampled by the policy of k updates ago, what an
+  asynchronous run's learner receives; each with the ratio cap (4, for negative advantages) and,
+  for the largest lag, once without it (--ratio-cap 0).
+Per variant: held-out accuracy (greedy, the first --eval-problems held-out problems) of the base
+and at the end, the best along the way, the mean training reward of the last 10% of updates,
+rollouts/s, the share of completion tokens clipped and capped. Writes OUT/rl_accuracy.png
+(gnuplot; held-out accuracy against updates and against seconds) and OUT/bench_rl.json.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def run(args, name, extra):
+    out = os.path.join(args.out, name)
+    cmd = [args.agora, "rl", "train", "--checkpoint", args.checkpoint, "--task", args.task,
+           "--steps", str(args.steps), "--prompts", str(args.prompts), "--group", str(args.group),
+           "--lr", str(args.lr), "--temperature", str(args.temperature),
+           "--eval-interval", str(args.eval_interval), "--eval-problems", str(args.eval_problems),
+           "--seed", str(args.seed), "--out", out] + extra
+    print(f"== {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
+    if proc.returncode != 0:
+        sys.exit(f"{name}: agora rl train failed ({proc.returncode})")
+    rows = [json.loads(line) for line in open(os.path.join(out, "rl.jsonl"))]
+    evals = [(r["step"], r["elapsed_s"], r["held_out_accuracy"]) for r in rows
+             if "held_out_accuracy" in r]
+    steps = [r for r in rows if r["step"] > 0]
+    tail = steps[-max(1, len(steps) // 10):]
+    last = steps[-1]
+    mean = lambda key, rs: sum(r[key] for r in rs) / len(rs)
+    return {"name": name, "extra": extra, "evals": evals,
+            "base_accuracy": evals[0][2], "final_accuracy": evals[-1][2],
+            "best_accuracy": max(e[2] for e in evals),
+            "final_reward": mean("reward", tail), "first_reward": mean("reward", steps[:len(tail)]),
+            "rollouts_per_second": last["rollouts"] / last["elapsed_s"],
+            "seconds": last["elapsed_s"],
+            "clipped": mean("clipped_fraction", steps), "capped": mean("capped_fraction", steps)}
+
+
+def plot(out, results, title):
+    csv = os.path.join(out, "rl_accuracy.csv")
+    with open(csv, "w") as f:
+        for r in results:
+            f.write(f"# {r['name']}\n")
+            for step, seconds, acc in r["evals"]:
+                f.write(f"{step} {seconds:.2f} {acc:.4f}\n")
+            f.write("\n\n")
+    by_step = ", ".join(f"'{csv}' index {i} using 1:3 with linespoints lw 2 title '{r['name']}'"
+                        for i, r in enumerate(results))
+    by_time = ", ".join(f"'{csv}' index {i} using 2:3 with linespoints lw 2 title '{r['name']}'"
+                        for i, r in enumerate(results))
+    script = (f"set terminal pngcairo noenhanced size 1200,500 font ',11'\n"
+              f"set output '{out}/rl_accuracy.png'\nset multiplot layout 1,2 title '{title}'\n"
+              f"set grid\nset key bottom right\nset ylabel 'held-out accuracy (greedy)'\n"
+              f"set xlabel 'GRPO updates'\nplot {by_step}\n"
+              f"set xlabel 'seconds'\nplot {by_time}\nunset multiplot\n")
+    try:
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        print("warning: gnuplot failed (is gnuplot-nox installed?); CSV kept", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--agora", required=True)
+    ap.add_argument("--checkpoint", required=True, help="the base model (make rl-base)")
+    ap.add_argument("--task", default="arithmetic")
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=2e-5)
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--eval-interval", type=int, default=25)
+    ap.add_argument("--eval-problems", type=int, default=500)
+    ap.add_argument("--lags", default="0,2,4")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default="out/rl")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    lags = [int(x) for x in args.lags.split(",")]
+    variants = [(f"lag {k}", ["--policy-lag", str(k)]) for k in lags]
+    variants.append((f"lag {lags[-1]}, no ratio cap", ["--policy-lag", str(lags[-1]),
+                                                      "--ratio-cap", "0"]))
+    results = [run(args, name.replace(" ", "_").replace(",", ""), extra) | {"name": name}
+               for name, extra in variants]
+    print(f"{args.task}: {args.steps} GRPO updates of {args.prompts} prompts x {args.group} "
+          f"completions, lr {args.lr:g}, temperature {args.temperature:g}; held-out accuracy "
+          f"greedy on {args.eval_problems} problems\n")
+    print("| variant | held-out base | held-out final | best | change (points) | train reward first/last 10% "
+          "| rollouts/s | seconds | clipped | capped |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        print(f"| {r['name']} | {r['base_accuracy']:.3f} | {r['final_accuracy']:.3f} | "
+              f"{r['best_accuracy']:.3f} | {100 * (r['final_accuracy'] - r['base_accuracy']):+.1f} | "
+              f"{r['first_reward']:.3f} / {r['final_reward']:.3f} | {r['rollouts_per_second']:.0f} | "
+              f"{r['seconds']:.0f} | {r['clipped']:.4f} | {r['capped']:.4f} |")
+    plot(args.out, results, f"GRPO on {args.task}: held-out accuracy")
+    with open(os.path.join(args.out, "bench_rl.json"), "w") as f:
+        json.dump({"args": vars(args), "rows": results}, f, indent=2)
+    print(f"wrote {args.out}/bench_rl.json and {args.out}/rl_accuracy.png", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

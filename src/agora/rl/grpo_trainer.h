@@ -1,0 +1,75 @@
+// The GRPO learner: turns a base model into a better one on a task with verifiable rewards.
+//
+// Each step: take the next `prompts_per_step` training problems of the task, sample a group of
+// `group_size` completions of each from the rollout policy, score them with the task's checker
+// (never trusting anyone's claim of a reward), normalise advantages within each group, and take
+// one AdamW step on GRPO's loss (grpo.h) over every completion token. The rollout policy is the
+// one being trained when `policy_lag` = 0; with a lag of k it is the policy of k updates ago,
+// which is what an asynchronous run (workers generating while the learner trains, as
+// INTELLECT-2 does) feeds the learner: the ratio between the two is what the clip and the cap
+// bound. Held-out accuracy (held_out.h) is measured before the first step and every
+// `eval_interval` steps.
+//
+// Everything is seeded: the same base checkpoint and options give the same numbers.
+// Progress: a live table on stdout and one JSON row per step in out_dir/rl.jsonl.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "agora/rl/grpo.h"
+#include "agora/rl/task.h"
+#include "agora/train/checkpoint.h"
+
+namespace agora {
+
+struct GrpoTrainOptions {
+  int64_t steps = 100;
+  int64_t prompts_per_step = 16;
+  int64_t group_size = 8;
+  int64_t max_new_tokens = 24;
+  double temperature = 1.0;
+  double lr = 5e-5;
+  double grad_clip = 1.0;  // on the global gradient norm; 0: none
+  GrpoOptions grpo;
+  int64_t policy_lag = 0;
+  int64_t eval_interval = 10;  // 0: only before and after
+  int64_t eval_problems = 200;
+  uint64_t seed = 1;
+  std::filesystem::path out_dir = "runs/rl";
+  bool table = true;  // print the live table
+};
+
+struct GrpoStepStats {
+  int64_t step = 0;             // updates done, this one included
+  double reward = 0;            // mean over the step's completions
+  double informative = 0;       // share of groups whose rewards differ (the others teach nothing)
+  double loss = 0;
+  double clipped_fraction = 0;
+  double capped_fraction = 0;
+  double mean_ratio = 0;
+  double completion_tokens = 0;  // mean per completion
+  int64_t rollouts = 0;          // completions scored so far
+  double seconds = 0;            // since the start
+  double held_out = -1;          // held-out accuracy when measured at this step, else -1
+};
+
+struct GrpoTrainSummary {
+  double base_accuracy = 0;
+  double final_accuracy = 0;
+  int64_t steps = 0;
+  int64_t rollouts = 0;
+  double seconds = 0;
+  std::filesystem::path checkpoint;
+};
+
+// Errors name the option, its value and what is allowed.
+void validate(const GrpoTrainOptions& options);
+
+GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
+                            const GrpoTrainOptions& options,
+                            const std::function<void(const GrpoStepStats&)>& on_step = {});
+
+}  // namespace agora
