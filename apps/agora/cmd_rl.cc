@@ -127,6 +127,7 @@ void add_eval(CLI::App& parent) {
 void add_train(CLI::App& parent) {
   struct Args {
     std::string checkpoint, device = "auto", out = "runs/rl", task = "arithmetic";
+    std::vector<std::string> workers;
     TaskOptions task_options;
     GrpoTrainOptions options;
   };
@@ -158,12 +159,24 @@ void add_train(CLI::App& parent) {
   cmd->add_option("--eval-problems", o.eval_problems, "Held-out problems per evaluation")
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--workers", args->workers,
+                  "Rollouts from simulated workers through the learner's checks, e.g. "
+                  "honest,honest,other-model (also fabricate, replay, stale)")
+      ->delimiter(',');
+  cmd->add_option("--max-off-policy", o.max_off_policy_steps,
+                  "Refuse worker rollouts more than this many versions old")
+      ->capture_default_str();
+  cmd->add_option("--rescore-tolerance", o.rescore_tolerance,
+                  "Largest |claimed - recomputed| log-probability accepted")
+      ->capture_default_str();
+  cmd->add_option("--strikes", o.strikes_to_ban, "Strikes that ban a worker")->capture_default_str();
   cmd->add_option("--out", args->out, "Folder for rl.jsonl and the checkpoint 'latest'")
       ->capture_default_str();
   cmd->add_option("--device", args->device, "auto, cpu or cuda")->capture_default_str();
   cmd->callback([args] {
     GrpoTrainOptions options = args->options;
     options.out_dir = args->out;
+    for (const std::string& w : args->workers) options.workers.push_back(parse_worker_behaviour(w));
     validate(options);
     const auto task = make_task(args->task, args->task_options);
     LoadedCheckpoint base = load_checkpoint(args->checkpoint, resolve_device(args->device));
@@ -173,6 +186,14 @@ void add_train(CLI::App& parent) {
                s.base_accuracy, s.final_accuracy, 100 * (s.final_accuracy - s.base_accuracy),
                s.steps, s.rollouts, format_duration(s.seconds),
                s.seconds > 0 ? static_cast<double>(s.rollouts) / s.seconds : 0.0);
+    if (!s.verdicts.empty()) {
+      std::string verdicts, strikes;
+      for (const auto& [name, n] : s.verdicts) {
+        if (n > 0) verdicts += fmt::format(" {} {}", name, n);
+      }
+      for (const auto& [name, n] : s.strikes) strikes += fmt::format(" {} {}", name, n);
+      fmt::print("rollouts:{}\nstrikes:{}\n", verdicts, strikes);
+    }
     fmt::print("checkpoint {}\n", s.checkpoint.string());
   });
 }

@@ -118,19 +118,23 @@ TEST(RlSampling, ContextsPastTheModelAreErrors) {
 
 // A task an untrained model solves about half the time, so groups carry a signal: a completion
 // is right when its text has an even length.
-class EvenFirstTokenTask final : public Task {
+class EvenLengthTask final : public Task {
  public:
-  EvenFirstTokenTask() : Task(1, 0.5) {}
-  std::string name() const override { return "even first token"; }
+  explicit EvenLengthTask(std::string name = "even length") : Task(1, 0.5), name_(name) {}
+  std::string name() const override { return name_; }
   Problem make(uint64_t id) const override {
     Problem p;
     p.id = id;
     p.prompt = fmt::format("{}+{}=", id % 97, id % 89);
+    p.solution = "12";
     return p;
   }
   double reward(const Problem&, std::string_view completion) const override {
     return completion.size() % 2 == 0 ? 1.0 : 0.0;
   }
+
+ private:
+  std::string name_;
 };
 
 // The learner end to end on an untrained model: it runs, writes one JSON row per step, changes
@@ -141,7 +145,7 @@ TEST(GrpoTrainer, RunsDeterministicallyAndWritesItsRows) {
   const fs::path root = fs::temp_directory_path() / ("agora_grpo_test_" + std::to_string(getpid()));
   fs::remove_all(root);
   std::vector<double> losses[2];
-  const EvenFirstTokenTask task;
+  const EvenLengthTask task;
   for (int run = 0; run < 2; ++run) {
     LoadedCheckpoint base;
     base.model = tiny_model(8192);
@@ -180,6 +184,57 @@ TEST(GrpoTrainer, RunsDeterministicallyAndWritesItsRows) {
   fs::remove_all(root);
 }
 
+// Rollouts from workers go through the intake and re-scoring: cheaters are caught, struck and
+// banned, honest workers never are, and the run is repeatable. The task is the even-length one
+// under the name "arithmetic" (so rollouts encode), which gives the policy a signal to move by:
+// a worker that keeps the base model is only lying once the policy has moved.
+TEST(GrpoTrainer, CheatingWorkersAreCaughtAndHonestOnesAreNot) {
+  const fs::path tokenizer = fs::path(AGORA_DATA_DIR) / "tokenizer" / "agora-8k.model";
+  if (!fs::exists(tokenizer)) GTEST_SKIP() << "no " << tokenizer << " (run make data)";
+  const fs::path root = fs::temp_directory_path() / ("agora_grpo_cheat_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  const EvenLengthTask task("arithmetic");
+  std::vector<double> losses[2];
+  GrpoTrainSummary summaries[2];
+  for (int run = 0; run < 2; ++run) {
+    LoadedCheckpoint base;
+    base.model = tiny_model(8192);
+    base.meta.eot_id = 2;
+    base.tokenizer_spec = tokenizer.string();
+    GrpoTrainOptions o;
+    o.steps = 4;
+    o.prompts_per_step = 2;
+    o.group_size = 8;
+    o.max_new_tokens = 5;
+    o.eval_problems = 2;
+    o.eval_interval = 0;
+    o.lr = 1e-2;
+    o.table = false;
+    o.max_off_policy_steps = 1;  // the stale worker's version 0 is refused from step 3 on
+    o.strikes_to_ban = 2;
+    for (const char* w : {"honest", "honest", "fabricate", "other-model", "replay", "stale"}) {
+      o.workers.push_back(parse_worker_behaviour(w));
+    }
+    o.out_dir = root / std::to_string(run);
+    summaries[run] = train_grpo(std::move(base), task, o,
+                                [&](const GrpoStepStats& s) { losses[run].push_back(s.loss); });
+  }
+  const GrpoTrainSummary& s = summaries[0];
+  EXPECT_EQ(s.strikes.at("worker-0-honest"), 0);
+  EXPECT_EQ(s.strikes.at("worker-1-honest"), 0);
+  EXPECT_EQ(s.strikes.at("worker-5-stale"), 0) << "an old but truthful worker is refused, not struck";
+  for (const char* cheat : {"worker-2-fabricate", "worker-3-other-model", "worker-4-replay"}) {
+    EXPECT_GE(s.strikes.at(cheat), 2) << cheat;
+  }
+  EXPECT_GT(s.verdicts.at("mismatch"), 0);   // fabricate, and other-model once the policy moved
+  EXPECT_GT(s.verdicts.at("duplicate"), 0);  // replay
+  EXPECT_GT(s.verdicts.at("stale"), 0);
+  EXPECT_GT(s.verdicts.at("banned"), 0);
+  EXPECT_EQ(s.verdicts.at("malformed"), 0);
+  EXPECT_EQ(losses[0], losses[1]) << "the same submissions must give the same run";
+  fs::remove_all(root);
+}
+
 TEST(GrpoTrainer, BadOptionsAreErrors) {
   GrpoTrainOptions o;
   o.group_size = 1;
@@ -193,6 +248,12 @@ TEST(GrpoTrainer, BadOptionsAreErrors) {
   o = GrpoTrainOptions{};
   o.policy_lag = -1;
   EXPECT_THROW(validate(o), Error);
+  o = GrpoTrainOptions{};
+  o.workers = {WorkerBehaviour::kHonest};
+  o.policy_lag = 3;
+  o.max_off_policy_steps = 2;  // every honest rollout would be stale
+  EXPECT_THROW(validate(o), Error);
+  EXPECT_THROW(parse_worker_behaviour("lazy"), Error);
 }
 
 }  // namespace

@@ -98,7 +98,8 @@ TEST(RlTasks, CountdownChecksEveryStepAgainstThePool) {
       "12-5=7,7*3=21,21+0=21",  // 0 is not in the pool
       "12 - 5 = 7",       // spaces are not the format
       "12-5=7;7*3=21",    // wrong separator
-      "99999999999999*99999999999999=1",
+      "99999999999999*99999999999999=1",  // past the digits a number may have
+      "9999999999*9999999999=1",          // a product past int64 (found by the fuzzer)
   };
   for (const char* w : wrong) EXPECT_EQ(t->reward(p, w), 0.0) << w;
   // The intermediate 7 joins the pool: 12-5=7 then 7+7=14 uses both sevens legitimately.

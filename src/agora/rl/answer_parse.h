@@ -1,7 +1,8 @@
 // Reading numbers out of a model's completion, for the task checkers.
 //
-// A completion is untrusted bytes: these readers bound what they accept (at most 12 digits, so
-// no value overflows int64 even when multiplied by another) and never read past the view.
+// A completion is untrusted bytes: these readers bound what they accept (at most 10 digits, so a
+// sum of two values cannot overflow int64; a checker that multiplies checks for overflow) and
+// never read past the view.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 
 namespace agora::rl_parse {
 
-inline constexpr int kMaxDigits = 12;
+inline constexpr int kMaxDigits = 10;
 
 // Reads a canonical non-negative integer at the front of `text` ("0", or digits without a
 // leading zero) and removes it from `text`; nullopt (text unchanged) when there is none.

@@ -6,26 +6,152 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
+#include <tuple>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "agora/core/error.h"
 #include "agora/obs/progress.h"
 #include "agora/rl/held_out.h"
+#include "agora/rl/policy_versions.h"
+#include "agora/rl/rescore.h"
+#include "agora/rl/rollout_intake.h"
 #include "agora/rl/sampling.h"
+#include "agora/rl/worker_sim.h"
 
 namespace agora {
 namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Parameters = std::map<std::string, torch::Tensor>;
+// One completion of a group: its tokens and the log-probabilities it was sampled with.
+struct Sample {
+  std::vector<TokenId> tokens;
+  std::vector<float> logprobs;
+};
 
-Parameters snapshot(Llama& model) {
-  torch::NoGradGuard no_grad;
-  Parameters out;
-  for (const auto& p : model->named_parameters()) out[p.key()] = p.value().detach().clone();
-  return out;
+// A step's training rows: every scored completion with its group-relative advantage.
+struct Batch {
+  std::vector<std::vector<TokenId>> prompts, completions;
+  std::vector<std::vector<float>> old_logprobs;
+  std::vector<float> advantages;
+  double reward_sum = 0, tokens = 0;
+  int64_t informative = 0;  // groups whose rewards differ
+  int64_t submitted = 0;    // rollouts offered, accepted or not
+  int64_t refused = 0;      // by the intake or by re-scoring
+};
+
+// Scores a group with the task's checker (the only source of rewards) and adds its rows.
+void add_group(Batch& batch, const Task& task, const Tokenizer& tokenizer, const Problem& problem,
+               const std::vector<TokenId>& prompt, std::vector<Sample> group,
+               const GrpoOptions& grpo) {
+  batch.submitted += static_cast<int64_t>(group.size());
+  // A group of one has no one to be compared with: GRPO learns nothing from it.
+  if (group.size() < 2) return;
+  std::vector<double> rewards;
+  for (const Sample& c : group) {
+    rewards.push_back(task.reward(problem, completion_text(tokenizer, c.tokens)));
+    batch.reward_sum += rewards.back();
+    batch.tokens += static_cast<double>(c.tokens.size());
+  }
+  if (std::any_of(rewards.begin(), rewards.end(), [&](double r) { return r != rewards[0]; })) {
+    ++batch.informative;
+  }
+  const std::vector<double> a = group_advantages(rewards, grpo);
+  for (size_t i = 0; i < group.size(); ++i) {
+    batch.prompts.push_back(prompt);
+    batch.completions.push_back(std::move(group[i].tokens));
+    batch.old_logprobs.push_back(std::move(group[i].logprobs));
+    batch.advantages.push_back(static_cast<float>(a[i]));
+  }
+}
+
+// The workers' submissions for `problems`, through the intake (rollout_intake.h) and re-scoring
+// under the version each claims (rescore.h); what survives forms the groups.
+void collect_from_workers(Batch& batch, SimulatedWorkers& workers, RolloutIntake& intake,
+                          PolicyVersions& versions, const Task& task, const Tokenizer& tokenizer,
+                          const std::vector<Problem>& problems, uint64_t sampled_with,
+                          uint64_t seed, const GrpoTrainOptions& options) {
+  intake.set_version(versions.newest());
+  for (const Problem& p : problems) intake.open(p.id);
+  SimulatedWorkers::Request request;
+  request.task = &task;
+  request.tokenizer = &tokenizer;
+  request.policy = &versions.model(sampled_with);
+  request.policy_version = sampled_with;
+  request.current_version = versions.newest();
+  request.problems = problems;
+  request.group_size = options.group_size;
+  request.max_new_tokens = options.max_new_tokens;
+  request.temperature = options.temperature;
+  request.seed = seed;
+  const std::vector<Submission> submissions = workers.produce(request);
+  batch.submitted += static_cast<int64_t>(submissions.size());
+
+  struct Admitted {
+    std::string worker;
+    Rollout rollout;
+  };
+  std::vector<Admitted> admitted;
+  for (const Submission& s : submissions) {
+    RolloutIntake::Result r = intake.submit(s.worker, s.bytes);
+    if (r.verdict == IntakeVerdict::kAccepted) {
+      admitted.push_back({s.worker, std::move(*r.rollout)});
+    } else {
+      ++batch.refused;
+    }
+  }
+  std::map<uint64_t, const Problem*> by_id;
+  std::map<uint64_t, std::vector<TokenId>> prompt_of;
+  for (const Problem& p : problems) {
+    by_id[p.id] = &p;
+    prompt_of[p.id] = tokenizer.encode(p.prompt);
+  }
+  // Re-score, one forward pass per claimed version.
+  std::map<uint64_t, std::vector<size_t>> by_version;
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    by_version[admitted[i].rollout.policy_version].push_back(i);
+  }
+  std::vector<bool> consistent(admitted.size(), false);
+  for (const auto& [version, members] : by_version) {
+    std::vector<std::vector<TokenId>> prompts;
+    std::vector<const Rollout*> rollouts;
+    for (size_t i : members) {
+      prompts.push_back(prompt_of.at(admitted[i].rollout.problem_id));
+      rollouts.push_back(&admitted[i].rollout);
+    }
+    const std::vector<double> gaps = rescore_gaps(versions.model(version), tokenizer.eot_id(),
+                                                  prompts, rollouts, options.temperature);
+    for (size_t k = 0; k < members.size(); ++k) {
+      consistent[members[k]] = gaps[k] <= options.rescore_tolerance;
+      if (!consistent[members[k]]) {
+        intake.strike(admitted[members[k]].worker, IntakeVerdict::kMismatch);
+        ++batch.refused;
+      }
+    }
+  }
+  // Groups in problem order, samples in (worker, sample) order: the same submissions give the
+  // same batch whatever order they arrived in.
+  std::map<uint64_t, std::vector<const Admitted*>> groups;
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    if (consistent[i]) groups[admitted[i].rollout.problem_id].push_back(&admitted[i]);
+  }
+  for (const Problem& p : problems) {
+    intake.close(p.id);
+    auto& members = groups[p.id];
+    std::sort(members.begin(), members.end(), [](const Admitted* a, const Admitted* b) {
+      return std::tie(a->worker, a->rollout.sample) < std::tie(b->worker, b->rollout.sample);
+    });
+    std::vector<Sample> samples;
+    for (const Admitted* a : members) {
+      samples.push_back({{a->rollout.tokens.begin(), a->rollout.tokens.end()}, a->rollout.logprobs});
+    }
+    const int64_t before = batch.submitted;
+    add_group(batch, task, tokenizer, *by_id.at(p.id), prompt_of.at(p.id), std::move(samples),
+              options.grpo);
+    batch.submitted = before;  // counted above, as offered
+  }
 }
 
 // The sampling seed of prompt `j` of step `step`: distinct per (run seed, step, prompt).
@@ -45,6 +171,8 @@ nlohmann::json step_json(const GrpoStepStats& s) {
                         {"mean_ratio", s.mean_ratio},
                         {"completion_tokens", s.completion_tokens},
                         {"rollouts", s.rollouts},
+                        {"accepted", s.accepted},
+                        {"rejected", s.rejected},
                         {"elapsed_s", s.seconds}};
   if (s.held_out >= 0) row["held_out_accuracy"] = s.held_out;
   return row;
@@ -76,6 +204,17 @@ void validate(const GrpoTrainOptions& o) {
          o.grpo.ratio_cap, 1 + o.grpo.eps_high);
   }
   if (o.policy_lag < 0) fail("rl policy lag {} is invalid (allowed: >= 0)", o.policy_lag);
+  if (o.max_off_policy_steps < 0) {
+    fail("rl max off-policy steps {} is invalid (allowed: >= 0)", o.max_off_policy_steps);
+  }
+  if (!o.workers.empty() && o.policy_lag > o.max_off_policy_steps) {
+    fail("rl policy lag {} exceeds max off-policy steps {}: every honest rollout would be refused",
+         o.policy_lag, o.max_off_policy_steps);
+  }
+  if (!(o.rescore_tolerance > 0)) {
+    fail("rl rescore tolerance {} is invalid (allowed: > 0)", o.rescore_tolerance);
+  }
+  if (o.strikes_to_ban < 1) fail("rl strikes to ban {} is invalid (allowed: >= 1)", o.strikes_to_ban);
   if (o.eval_interval < 0) fail("rl eval interval {} is invalid (allowed: >= 0)", o.eval_interval);
   if (o.eval_problems < 1) fail("rl eval problems {} is invalid (allowed: >= 1)", o.eval_problems);
 }
@@ -98,14 +237,24 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
       model->parameters(),
       torch::optim::AdamWOptions(options.lr).betas({0.9, 0.99}).weight_decay(0.0));
 
-  // The policies rollouts may come from: version v is the model after v updates; the front is
-  // the one `policy_lag` updates behind the newest (or the base while fewer updates were made).
-  std::deque<Parameters> versions;
-  Llama lagged{nullptr};
-  if (options.policy_lag > 0) {
-    versions.push_back(snapshot(model));
-    lagged = Llama(model->config());
-    lagged->to(model->parameters().front().device());
+  // The policies rollouts may come from, and that re-scoring may need: the newest (the live
+  // model) and up to max(policy lag, max off-policy steps) behind it.
+  const bool with_workers = !options.workers.empty();
+  PolicyVersions versions(
+      model, std::max<int64_t>(options.policy_lag, with_workers ? options.max_off_policy_steps : 0));
+  std::optional<SimulatedWorkers> workers;
+  std::optional<RolloutIntake> intake;
+  if (with_workers) {
+    workers.emplace(options.workers, model);
+    IntakeOptions io;
+    io.task = task.name();
+    io.task_seed = task.seed();
+    io.max_off_policy_steps = static_cast<uint64_t>(options.max_off_policy_steps);
+    io.group_size = static_cast<uint32_t>(options.group_size);
+    io.limits.max_tokens = static_cast<uint32_t>(options.max_new_tokens);
+    io.limits.vocab_size = static_cast<uint32_t>(model->config().vocab_size);
+    io.strikes_to_ban = options.strikes_to_ban;
+    intake.emplace(io);
   }
 
   const auto started = Clock::now();
@@ -125,80 +274,75 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
     events << step_json(s).dump() << "\n" << std::flush;
   }
   if (options.table) {
-    fmt::print("{:>6}  {:>6}  {:>11}  {:>8}  {:>10}  {:>7}  {:>8}  {:>8}\n", "step", "reward",
-               "informative", "held-out", "rollouts/s", "clipped", "elapsed", "ETA");
-    fmt::print("{:>6}  {:>6}  {:>11}  {:>8.3f}  {:>10}  {:>7}  {:>8}  {:>8}\n", 0, "-", "-",
-               summary.base_accuracy, "-", "-", format_duration(elapsed()), "-");
+    fmt::print("{:>6}  {:>6}  {:>11}  {:>8}  {:>10}  {:>8}  {:>7}  {:>8}  {:>8}\n", "step",
+               "reward", "informative", "held-out", "rollouts/s", "rejected", "clipped", "elapsed",
+               "ETA");
+    fmt::print("{:>6}  {:>6}  {:>11}  {:>8.3f}  {:>10}  {:>8}  {:>7}  {:>8}  {:>8}\n", 0, "-", "-",
+               summary.base_accuracy, "-", "-", "-", format_duration(elapsed()), "-");
   }
 
   uint64_t cursor = 0;
   int64_t rollouts = 0;
   for (int64_t step = 1; step <= options.steps; ++step) {
-    Llama* policy = &model;
-    if (options.policy_lag > 0) {
-      copy_parameters(lagged, versions.front(), "the lagged rollout policy");
-      policy = &lagged;
-    }
-    std::vector<std::vector<TokenId>> prompts, completions;
-    std::vector<std::vector<float>> old_logprobs;
-    std::vector<float> advantages;
-    double reward_sum = 0, tokens = 0;
-    int64_t informative = 0;
+    const uint64_t version = versions.newest();
+    const uint64_t sampled_with = version - std::min<uint64_t>(version, options.policy_lag);
+    std::vector<Problem> problems;
     for (int64_t j = 0; j < options.prompts_per_step; ++j) {
-      const Problem problem = task.next(cursor, /*want_held_out=*/false);
-      const std::vector<TokenId> prompt = tokenizer->encode(problem.prompt);
-      CompletionSampling sampling;
-      sampling.count = options.group_size;
-      sampling.max_new_tokens = options.max_new_tokens;
-      sampling.temperature = options.temperature;
-      sampling.seed = sample_seed(options.seed, step, j);
-      std::vector<Completion> group = sample_completions(*policy, eot, prompt, sampling);
-      std::vector<double> rewards;
-      for (const Completion& c : group) {
-        rewards.push_back(task.reward(problem, completion_text(*tokenizer, c.tokens)));
-        reward_sum += rewards.back();
-        tokens += static_cast<double>(c.tokens.size());
-      }
-      if (std::any_of(rewards.begin(), rewards.end(), [&](double r) { return r != rewards[0]; })) {
-        ++informative;
-      }
-      const std::vector<double> a = group_advantages(rewards, options.grpo);
-      for (size_t i = 0; i < group.size(); ++i) {
-        prompts.push_back(prompt);
-        completions.push_back(std::move(group[i].tokens));
-        old_logprobs.push_back(std::move(group[i].logprobs));
-        advantages.push_back(static_cast<float>(a[i]));
-      }
+      problems.push_back(task.next(cursor, /*want_held_out=*/false));
     }
-    const auto rows = static_cast<int64_t>(completions.size());
-    rollouts += rows;
-
-    const ScoredBatch scored =
-        completion_logprobs(model, eot, prompts, completions, options.temperature);
-    const torch::Tensor old =
-        completion_layout(prompts, old_logprobs, scored.logp.size(1)).to(scored.logp.device());
-    const GrpoLoss loss =
-        grpo_loss(scored.logp, old, torch::tensor(advantages).to(scored.logp.device()),
-                  scored.mask, options.grpo);
-    optimizer.zero_grad();
-    loss.loss.backward();
-    if (options.grad_clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), options.grad_clip);
-    optimizer.step();
-    if (options.policy_lag > 0) {
-      versions.push_back(snapshot(model));
-      while (static_cast<int64_t>(versions.size()) > options.policy_lag + 1) versions.pop_front();
+    Batch batch;
+    if (!workers) {
+      Llama& policy = versions.model(sampled_with);
+      for (int64_t j = 0; j < options.prompts_per_step; ++j) {
+        const Problem& problem = problems[static_cast<size_t>(j)];
+        const std::vector<TokenId> prompt = tokenizer->encode(problem.prompt);
+        CompletionSampling sampling;
+        sampling.count = options.group_size;
+        sampling.max_new_tokens = options.max_new_tokens;
+        sampling.temperature = options.temperature;
+        sampling.seed = sample_seed(options.seed, step, j);
+        std::vector<Completion> group = sample_completions(policy, eot, prompt, sampling);
+        std::vector<Sample> samples;
+        for (Completion& c : group) samples.push_back({std::move(c.tokens), std::move(c.logprobs)});
+        add_group(batch, task, *tokenizer, problem, prompt, std::move(samples), options.grpo);
+      }
+    } else {
+      collect_from_workers(batch, *workers, *intake, versions, task, *tokenizer, problems,
+                           sampled_with, sample_seed(options.seed, step, 0), options);
     }
+    rollouts += batch.submitted;
+    GrpoLoss loss;
+    if (!batch.completions.empty()) {
+      const ScoredBatch scored =
+          completion_logprobs(model, eot, batch.prompts, batch.completions, options.temperature);
+      const torch::Tensor old = completion_layout(batch.prompts, batch.old_logprobs,
+                                                  scored.logp.size(1))
+                                    .to(scored.logp.device());
+      loss = grpo_loss(scored.logp, old, torch::tensor(batch.advantages).to(scored.logp.device()),
+                       scored.mask, options.grpo);
+      optimizer.zero_grad();
+      loss.loss.backward();
+      if (options.grad_clip > 0) {
+        torch::nn::utils::clip_grad_norm_(model->parameters(), options.grad_clip);
+      }
+      optimizer.step();
+    }
+    versions.advance();
 
     GrpoStepStats s;
     s.step = step;
-    s.reward = reward_sum / static_cast<double>(rows);
-    s.informative = static_cast<double>(informative) / static_cast<double>(options.prompts_per_step);
-    s.loss = loss.loss.item<double>();
+    const auto rows = std::max<double>(1.0, static_cast<double>(batch.completions.size()));
+    s.reward = batch.reward_sum / rows;
+    s.informative = static_cast<double>(batch.informative) /
+                    static_cast<double>(options.prompts_per_step);
+    s.loss = loss.loss.defined() ? loss.loss.item<double>() : 0.0;
     s.clipped_fraction = loss.clipped_fraction;
     s.capped_fraction = loss.capped_fraction;
     s.mean_ratio = loss.mean_ratio;
-    s.completion_tokens = tokens / static_cast<double>(rows);
+    s.completion_tokens = batch.tokens / rows;
     s.rollouts = rollouts;
+    s.accepted = static_cast<int64_t>(batch.completions.size());
+    s.rejected = batch.refused;
     const bool evaluate = step == options.steps ||
                           (options.eval_interval > 0 && step % options.eval_interval == 0);
     if (evaluate) s.held_out = last_held_out = held_out();
@@ -208,9 +352,10 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
     if (options.table && (evaluate || step == 1 || step % 5 == 0)) {
       const double eta = s.seconds / static_cast<double>(step) *
                          static_cast<double>(options.steps - step);
-      fmt::print("{:>6}  {:>6.3f}  {:>11.2f}  {:>8.3f}  {:>10.1f}  {:>7.3f}  {:>8}  {:>8}\n", step,
-                 s.reward, s.informative, last_held_out, static_cast<double>(rollouts) / s.seconds,
-                 s.clipped_fraction, format_duration(s.seconds), format_duration(eta));
+      fmt::print("{:>6}  {:>6.3f}  {:>11.2f}  {:>8.3f}  {:>10.1f}  {:>8}  {:>7.3f}  {:>8}  {:>8}\n",
+                 step, s.reward, s.informative, last_held_out,
+                 static_cast<double>(rollouts) / s.seconds, s.rejected, s.clipped_fraction,
+                 format_duration(s.seconds), format_duration(eta));
       std::fflush(stdout);
     }
   }
@@ -218,6 +363,18 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
   summary.steps = options.steps;
   summary.rollouts = rollouts;
   summary.seconds = elapsed();
+  if (intake) {
+    for (int v = 0; v < kIntakeVerdicts; ++v) {
+      const auto verdict = static_cast<IntakeVerdict>(v);
+      summary.verdicts[std::string(verdict_name(verdict))] = intake->count(verdict);
+    }
+    for (size_t w = 0; w < workers->size(); ++w) {
+      summary.strikes[workers->name(w)] = intake->strikes(workers->name(w));
+    }
+    nlohmann::json row = {{"event", "rl_intake"}, {"verdicts", summary.verdicts},
+                          {"strikes", summary.strikes}};
+    events << row.dump() << "\n" << std::flush;
+  }
 
   CheckpointMeta meta = base.meta;
   meta.step = base.meta.step + options.steps;

@@ -17,10 +17,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "agora/rl/grpo.h"
 #include "agora/rl/task.h"
+#include "agora/rl/worker_sim.h"
 #include "agora/train/checkpoint.h"
 
 namespace agora {
@@ -38,6 +40,13 @@ struct GrpoTrainOptions {
   int64_t eval_interval = 10;  // 0: only before and after
   int64_t eval_problems = 200;
   uint64_t seed = 1;
+  // Rollouts from simulated workers (worker_sim.h) through the intake (rollout_intake.h) and
+  // re-scoring (rescore.h), as a remote worker's would be, instead of the learner's own
+  // sampling; empty: the learner samples.
+  std::vector<WorkerBehaviour> workers;
+  int64_t max_off_policy_steps = 2;  // rl.max_off_policy_steps: older rollouts are refused
+  double rescore_tolerance = 1e-2;   // largest |claimed - recomputed| log-probability accepted
+  int strikes_to_ban = 3;
   std::filesystem::path out_dir = "runs/rl";
   bool table = true;  // print the live table
 };
@@ -51,7 +60,9 @@ struct GrpoStepStats {
   double capped_fraction = 0;
   double mean_ratio = 0;
   double completion_tokens = 0;  // mean per completion
-  int64_t rollouts = 0;          // completions scored so far
+  int64_t rollouts = 0;          // completions offered so far (sampled, or submitted by workers)
+  int64_t accepted = 0;          // this step's completions trained on
+  int64_t rejected = 0;          // this step's submissions refused or failed re-scoring
   double seconds = 0;            // since the start
   double held_out = -1;          // held-out accuracy when measured at this step, else -1
 };
@@ -63,6 +74,10 @@ struct GrpoTrainSummary {
   int64_t rollouts = 0;
   double seconds = 0;
   std::filesystem::path checkpoint;
+  // With workers: submissions per intake verdict ("accepted" counts the intake's; re-scoring
+  // failures are "mismatch"), and strikes per worker.
+  std::map<std::string, int64_t> verdicts;
+  std::map<std::string, int> strikes;
 };
 
 // Errors name the option, its value and what is allowed.
