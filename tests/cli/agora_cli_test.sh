@@ -75,5 +75,38 @@ expect_error "swarm-sim empty stage" "an empty speed" "$agora" swarm-sim --speed
 expect_error "swarm-sim zero speed" "allowed > 0" "$agora" swarm-sim --speeds '1;0'
 expect_error "swarm-sim costs per stage" "2 costs for 3 stages" "$agora" swarm-sim --speeds '1;1;1' --costs 1,1
 
+# RL post-training end to end (docs/rl.md): a corpus of problems, its tokenizer, one problem per
+# document, a base model of a few steps, held-out accuracy, and GRPO with a cheating worker.
+configs="$(cd "$(dirname "$0")/../../configs" && pwd)"
+rl="$work/rl"
+check "rl problems" bash -c "'$agora' rl problems --task countdown --count 3 | grep -q -- ' -> '"
+check "rl corpus" "$agora" rl corpus --problems 3000 --out "$rl/problems.txt"
+check "rl corpus has a problem per line" bash -c "[ \$(wc -l < '$rl/problems.txt') -eq 3000 ]"
+check "rl tokenizer from a small alphabet" bash -c "'$agora' tokenizer train --input '$rl/problems.txt' \
+  --vocab-size 320 --out '$rl/t.model' | grep -q 'trained a 2[0-9][0-9]-piece vocabulary'"
+check "rl tokenize a line per document" bash -c "'$agora' tokenize --lines --tokenizer '$rl/t.model' \
+  --input '$rl/problems.txt' --out '$rl/tokens' --val-fraction 0.05 | grep -q 'train: 2[0-9][0-9][0-9] documents'"
+check "rl base model" "$agora" train --config "$configs/rl-base.toml" --quiet --set data.dir="$rl/tokens" \
+  --set train.steps=6 --set schedule.warmup_steps=2 --set train.eval_interval=3 --set train.eval_windows=2 \
+  --set train.out_dir="$rl/base"
+check "rl eval" bash -c "'$agora' rl eval --checkpoint '$rl/base/latest' --problems 8 | grep -q '8 held-out arithmetic problems'"
+check "rl train with a cheating worker" bash -c "'$agora' rl train --checkpoint '$rl/base/latest' \
+  --steps 3 --prompts 4 --group 4 --eval-problems 4 --workers honest,fabricate --out '$rl/run' \
+  | grep -q 'strikes: worker-0-honest 0 worker-1-fabricate [1-9]'"
+check "rl rows" python3 -c "
+import json
+rows = [json.loads(l) for l in open('$rl/run/rl.jsonl')]
+steps = [r for r in rows if r['event'] == 'rl_step']
+assert [r['step'] for r in steps] == [0, 1, 2, 3], steps
+assert rows[-1]['event'] == 'rl_intake' and rows[-1]['verdicts']['mismatch'] >= 1, rows[-1]
+assert 'held_out_accuracy' in steps[0] and 'held_out_accuracy' in steps[-1]"
+check "rl checkpoint opens" bash -c "'$agora' rl eval --checkpoint '$rl/run/latest' --problems 2 | grep -q accuracy"
+expect_error "rl unknown task" "unknown rl task 'chess'" "$agora" rl problems --task chess
+expect_error "rl unknown worker" "unknown rl worker behaviour 'lazy'" "$agora" rl train \
+  --checkpoint "$rl/base/latest" --workers honest,lazy
+expect_error "rl group of one" "rl group size 1 is invalid" "$agora" rl train --checkpoint "$rl/base/latest" --group 1
+expect_error "rl lag past the window" "exceeds max off-policy steps" "$agora" rl train \
+  --checkpoint "$rl/base/latest" --workers honest --policy-lag 3 --max-off-policy 2
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
