@@ -1,8 +1,10 @@
-// agora rl {problems, corpus, eval, train}: RL post-training on tasks with verifiable rewards
+// agora rl {problems, corpus, eval, train, sapo}: RL post-training on tasks with verifiable rewards
 // (docs/rl.md).
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
@@ -10,6 +12,7 @@
 #include "agora/rl/grpo_trainer.h"
 #include "agora/rl/held_out.h"
 #include "agora/rl/sampling.h"
+#include "agora/rl/sapo.h"
 #include "agora/train/device.h"
 #include "commands.h"
 
@@ -198,6 +201,65 @@ void add_train(CLI::App& parent) {
   });
 }
 
+void add_sapo(CLI::App& parent) {
+  struct Args {
+    std::string checkpoint, device = "auto", out = "runs/sapo", task = "arithmetic";
+    TaskOptions task_options;
+    SapoOptions options;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = parent.add_subcommand(
+      "sapo", "A swarm of nodes with their own policies sharing rollouts as text (SAPO)");
+  auto& o = args->options;
+  cmd->add_option("--checkpoint", args->checkpoint, "The base model every node starts from")
+      ->required();
+  add_task_options(cmd, args->task, args->task_options);
+  cmd->add_option("--nodes", o.nodes, "Nodes")->capture_default_str();
+  cmd->add_option("--rounds", o.rounds, "Rounds (one update per node each)")->capture_default_str();
+  cmd->add_option("--own", o.own, "I: a node's own groups per round")->capture_default_str();
+  cmd->add_option("--shared", o.shared, "J: groups taken from the other nodes per round")
+      ->capture_default_str();
+  cmd->add_option("--group", o.group_size, "Completions per problem (G)")->capture_default_str();
+  cmd->add_option("--max-new-tokens", o.max_new_tokens, "Tokens per completion, at most")
+      ->capture_default_str();
+  cmd->add_option("--temperature", o.temperature, "Sampling temperature")->capture_default_str();
+  cmd->add_option("--lr", o.lr, "AdamW learning rate")->capture_default_str();
+  cmd->add_option("--eval-problems", o.eval_problems, "Held-out problems at the start and end")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--out", args->out, "Folder for sapo.jsonl")->capture_default_str();
+  cmd->add_option("--device", args->device, "auto, cpu or cuda")->capture_default_str();
+  cmd->callback([args] {
+    validate(args->options);
+    const auto task = make_task(args->task, args->task_options);
+    const LoadedCheckpoint base = load_checkpoint(args->checkpoint, resolve_device(args->device));
+    std::filesystem::create_directories(args->out);
+    std::ofstream rows(std::filesystem::path(args->out) / "sapo.jsonl", std::ios::trunc);
+    fmt::print("{:>6}  {:>11}  {:>10}  {:>8}\n", "round", "mean reward", "cumulative", "elapsed");
+    const SapoSummary s = run_sapo(base, *task, args->options, [&](const SapoRound& r) {
+      rows << nlohmann::json{{"event", "sapo_round"}, {"round", r.round}, {"reward", r.reward},
+                             {"mean_reward", r.mean_reward},
+                             {"cumulative_reward", r.cumulative_reward}, {"elapsed_s", r.seconds}}
+                  .dump()
+           << "\n" << std::flush;
+      if (r.round % 5 == 0 || r.round == 1) {
+        fmt::print("{:>6}  {:>11.3f}  {:>10.2f}  {:>8}\n", r.round, r.mean_reward,
+                   r.cumulative_reward, format_duration(r.seconds));
+        std::fflush(stdout);
+      }
+    });
+    rows << nlohmann::json{{"event", "sapo_summary"}, {"cumulative_reward", s.cumulative_reward},
+                           {"base_accuracy", s.base_accuracy}, {"accuracy", s.accuracy},
+                           {"mean_accuracy", s.mean_accuracy}, {"elapsed_s", s.seconds}}
+                .dump()
+         << "\n";
+    fmt::print("{} nodes, {} own + {} shared groups per round: cumulative reward {:.2f}; held-out "
+               "accuracy {:.3f} -> {:.3f} (mean of nodes) in {}\n",
+               args->options.nodes, args->options.own, args->options.shared, s.cumulative_reward,
+               s.base_accuracy, s.mean_accuracy, format_duration(s.seconds));
+  });
+}
+
 }  // namespace
 
 void add_rl_command(CLI::App& app) {
@@ -207,6 +269,7 @@ void add_rl_command(CLI::App& app) {
   add_corpus(*rl);
   add_eval(*rl);
   add_train(*rl);
+  add_sapo(*rl);
 }
 
 }  // namespace agora::cli

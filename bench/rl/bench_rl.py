@@ -10,6 +10,13 @@ same seed, so the variants see the same prompts in the same order:
 - policy lag 0, 2, 4 (--lags): rollouts sampled by the policy of k updates ago, what an
   asynchronous run's learner receives; each with the ratio cap (4, for negative advantages) and,
   for the largest lag, once without it (--ratio-cap 0).
+- workers: rollouts from simulated workers through the learner's intake and re-scoring
+  (rl/worker_sim.h): two honest workers, then the same two with cheaters beside them
+  (--cheaters, default other-model, fabricate, replay); the cheaters' rollouts refused, their
+  strikes, and the accuracy against the honest-only run.
+- SAPO (rl/sapo.h): 4 nodes with their own policies, each round training on I own groups plus
+  J groups shared by the others as text, for --sapo-splits (default 8/0, 4/4, 2/6): cumulative
+  reward (the sum over rounds of the nodes' mean sampled reward) and held-out accuracy.
 Per variant: held-out accuracy (greedy, the first --eval-problems held-out problems) of the base
 and at the end, the best along the way, the mean training reward of the last 10% of updates,
 rollouts/s, the share of completion tokens clipped and capped. Writes OUT/rl_accuracy.png
@@ -40,13 +47,33 @@ def run(args, name, extra):
     tail = steps[-max(1, len(steps) // 10):]
     last = steps[-1]
     mean = lambda key, rs: sum(r[key] for r in rs) / len(rs)
+    intake = [r for r in rows if r["event"] == "rl_intake"]
     return {"name": name, "extra": extra, "evals": evals,
+            "intake": intake[0] if intake else None,
             "base_accuracy": evals[0][2], "final_accuracy": evals[-1][2],
             "best_accuracy": max(e[2] for e in evals),
             "final_reward": mean("reward", tail), "first_reward": mean("reward", steps[:len(tail)]),
             "rollouts_per_second": last["rollouts"] / last["elapsed_s"],
             "seconds": last["elapsed_s"],
             "clipped": mean("clipped_fraction", steps), "capped": mean("capped_fraction", steps)}
+
+
+def run_sapo(args, own, shared):
+    out = os.path.join(args.out, f"sapo_{own}_{shared}")
+    cmd = [args.agora, "rl", "sapo", "--checkpoint", args.checkpoint, "--task", args.task,
+           "--nodes", "4", "--rounds", str(args.sapo_rounds), "--own", str(own),
+           "--shared", str(shared), "--group", str(args.group), "--lr", str(args.lr),
+           "--temperature", str(args.temperature), "--eval-problems", str(args.eval_problems),
+           "--seed", str(args.seed), "--out", out]
+    print(f"== sapo {own}/{shared}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    if subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr).returncode != 0:
+        sys.exit(f"sapo {own}/{shared}: agora rl sapo failed")
+    rows = [json.loads(line) for line in open(os.path.join(out, "sapo.jsonl"))]
+    summary = [r for r in rows if r["event"] == "sapo_summary"][0]
+    return {"own": own, "shared": shared, "cumulative_reward": summary["cumulative_reward"],
+            "base_accuracy": summary["base_accuracy"], "mean_accuracy": summary["mean_accuracy"],
+            "seconds": summary["elapsed_s"],
+            "rounds": [(r["round"], r["cumulative_reward"]) for r in rows if r["event"] == "sapo_round"]}
 
 
 def plot(out, results, title):
@@ -85,14 +112,20 @@ def main():
     ap.add_argument("--eval-interval", type=int, default=25)
     ap.add_argument("--eval-problems", type=int, default=500)
     ap.add_argument("--lags", default="0,2,4")
+    ap.add_argument("--cheaters", default="other-model,fabricate,replay")
+    ap.add_argument("--parts", default="lags,workers,sapo", help="which tables to measure")
+    ap.add_argument("--sapo-rounds", type=int, default=100)
+    ap.add_argument("--sapo-splits", default="8/0,4/4,2/6")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="out/rl")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    lags = [int(x) for x in args.lags.split(",")]
+    parts = args.parts.split(",")
+    lags = [int(x) for x in args.lags.split(",")] if "lags" in parts else []
     variants = [(f"lag {k}", ["--policy-lag", str(k)]) for k in lags]
-    variants.append((f"lag {lags[-1]}, no ratio cap", ["--policy-lag", str(lags[-1]),
-                                                      "--ratio-cap", "0"]))
+    if lags:
+        variants.append((f"lag {lags[-1]}, no ratio cap", ["--policy-lag", str(lags[-1]),
+                                                          "--ratio-cap", "0"]))
     results = [run(args, name.replace(" ", "_").replace(",", ""), extra) | {"name": name}
                for name, extra in variants]
     print(f"{args.task}: {args.steps} GRPO updates of {args.prompts} prompts x {args.group} "
@@ -106,9 +139,34 @@ def main():
               f"{r['best_accuracy']:.3f} | {100 * (r['final_accuracy'] - r['base_accuracy']):+.1f} | "
               f"{r['first_reward']:.3f} / {r['final_reward']:.3f} | {r['rollouts_per_second']:.0f} | "
               f"{r['seconds']:.0f} | {r['clipped']:.4f} | {r['capped']:.4f} |")
-    plot(args.out, results, f"GRPO on {args.task}: held-out accuracy")
+    workers = []
+    honest = ["--workers", "honest,honest"]
+    cheating = ["--workers", "honest,honest," + args.cheaters]
+    if "workers" in parts:
+        workers = [run(args, "workers_honest", honest) | {"name": "2 honest workers"},
+                   run(args, "workers_cheating", cheating) | {"name": f"2 honest + {args.cheaters}"}]
+    print("\n| workers | held-out final | change (points) | rollouts refused by verdict | strikes |")
+    print("|---|---:|---:|---|---|")
+    for r in workers:
+        v = r["intake"]["verdicts"]
+        refused = ", ".join(f"{k} {n}" for k, n in sorted(v.items()) if n and k != "accepted")
+        strikes = ", ".join(f"{k} {n}" for k, n in sorted(r["intake"]["strikes"].items()))
+        print(f"| {r['name']} | {r['final_accuracy']:.3f} | "
+              f"{100 * (r['final_accuracy'] - r['base_accuracy']):+.1f} | {refused or 'none'} | {strikes} |")
+    results += workers
+    if results:
+        plot(args.out, results, f"GRPO on {args.task}: held-out accuracy")
+    sapo = [run_sapo(args, *map(int, split.split("/"))) for split in args.sapo_splits.split(",")
+            if "sapo" in parts]
+    print(f"\nSAPO, 4 nodes, {args.sapo_rounds} rounds; groups of {args.group}\n")
+    print("| own / shared groups | cumulative reward | vs first | held-out base | held-out final (mean of nodes) | seconds |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in sapo:
+        print(f"| {r['own']} / {r['shared']} | {r['cumulative_reward']:.2f} | "
+              f"{r['cumulative_reward'] / sapo[0]['cumulative_reward']:.3f}x | "
+              f"{r['base_accuracy']:.3f} | {r['mean_accuracy']:.3f} | {r['seconds']:.0f} |")
     with open(os.path.join(args.out, "bench_rl.json"), "w") as f:
-        json.dump({"args": vars(args), "rows": results}, f, indent=2)
+        json.dump({"args": vars(args), "rows": results, "sapo": sapo}, f, indent=2)
     print(f"wrote {args.out}/bench_rl.json and {args.out}/rl_accuracy.png", file=sys.stderr)
 
 

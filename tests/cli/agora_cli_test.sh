@@ -101,6 +101,14 @@ assert [r['step'] for r in steps] == [0, 1, 2, 3], steps
 assert rows[-1]['event'] == 'rl_intake' and rows[-1]['verdicts']['mismatch'] >= 1, rows[-1]
 assert 'held_out_accuracy' in steps[0] and 'held_out_accuracy' in steps[-1]"
 check "rl checkpoint opens" bash -c "'$agora' rl eval --checkpoint '$rl/run/latest' --problems 2 | grep -q accuracy"
+check "rl sapo" bash -c "'$agora' rl sapo --checkpoint '$rl/base/latest' --nodes 2 --rounds 2 --own 2 \
+  --shared 2 --group 4 --eval-problems 4 --out '$rl/sapo' | grep -q 'cumulative reward'"
+check "rl sapo rows" python3 -c "
+import json
+rows = [json.loads(l) for l in open('$rl/sapo/sapo.jsonl')]
+assert [r['round'] for r in rows if r['event'] == 'sapo_round'] == [1, 2], rows
+assert rows[-1]['event'] == 'sapo_summary' and len(rows[-1]['accuracy']) == 2, rows[-1]"
+expect_error "rl sapo of one node" "sapo nodes 1 is invalid" "$agora" rl sapo --checkpoint "$rl/base/latest" --nodes 1
 expect_error "rl unknown task" "unknown rl task 'chess'" "$agora" rl problems --task chess
 expect_error "rl unknown worker" "unknown rl worker behaviour 'lazy'" "$agora" rl train \
   --checkpoint "$rl/base/latest" --workers honest,lazy

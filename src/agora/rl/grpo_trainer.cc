@@ -13,6 +13,7 @@
 
 #include "agora/core/error.h"
 #include "agora/obs/progress.h"
+#include "agora/rl/group_batch.h"
 #include "agora/rl/held_out.h"
 #include "agora/rl/policy_versions.h"
 #include "agora/rl/rescore.h"
@@ -25,51 +26,9 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// One completion of a group: its tokens and the log-probabilities it was sampled with.
-struct Sample {
-  std::vector<TokenId> tokens;
-  std::vector<float> logprobs;
-};
-
-// A step's training rows: every scored completion with its group-relative advantage.
-struct Batch {
-  std::vector<std::vector<TokenId>> prompts, completions;
-  std::vector<std::vector<float>> old_logprobs;
-  std::vector<float> advantages;
-  double reward_sum = 0, tokens = 0;
-  int64_t informative = 0;  // groups whose rewards differ
-  int64_t submitted = 0;    // rollouts offered, accepted or not
-  int64_t refused = 0;      // by the intake or by re-scoring
-};
-
-// Scores a group with the task's checker (the only source of rewards) and adds its rows.
-void add_group(Batch& batch, const Task& task, const Tokenizer& tokenizer, const Problem& problem,
-               const std::vector<TokenId>& prompt, std::vector<Sample> group,
-               const GrpoOptions& grpo) {
-  batch.submitted += static_cast<int64_t>(group.size());
-  // A group of one has no one to be compared with: GRPO learns nothing from it.
-  if (group.size() < 2) return;
-  std::vector<double> rewards;
-  for (const Sample& c : group) {
-    rewards.push_back(task.reward(problem, completion_text(tokenizer, c.tokens)));
-    batch.reward_sum += rewards.back();
-    batch.tokens += static_cast<double>(c.tokens.size());
-  }
-  if (std::any_of(rewards.begin(), rewards.end(), [&](double r) { return r != rewards[0]; })) {
-    ++batch.informative;
-  }
-  const std::vector<double> a = group_advantages(rewards, grpo);
-  for (size_t i = 0; i < group.size(); ++i) {
-    batch.prompts.push_back(prompt);
-    batch.completions.push_back(std::move(group[i].tokens));
-    batch.old_logprobs.push_back(std::move(group[i].logprobs));
-    batch.advantages.push_back(static_cast<float>(a[i]));
-  }
-}
-
 // The workers' submissions for `problems`, through the intake (rollout_intake.h) and re-scoring
 // under the version each claims (rescore.h); what survives forms the groups.
-void collect_from_workers(Batch& batch, SimulatedWorkers& workers, RolloutIntake& intake,
+void collect_from_workers(GroupBatch& batch, SimulatedWorkers& workers, RolloutIntake& intake,
                           PolicyVersions& versions, const Task& task, const Tokenizer& tokenizer,
                           const std::vector<Problem>& problems, uint64_t sampled_with,
                           uint64_t seed, const GrpoTrainOptions& options) {
@@ -290,7 +249,7 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
     for (int64_t j = 0; j < options.prompts_per_step; ++j) {
       problems.push_back(task.next(cursor, /*want_held_out=*/false));
     }
-    Batch batch;
+    GroupBatch batch;
     if (!workers) {
       Llama& policy = versions.model(sampled_with);
       for (int64_t j = 0; j < options.prompts_per_step; ++j) {
@@ -311,22 +270,8 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
                            sampled_with, sample_seed(options.seed, step, 0), options);
     }
     rollouts += batch.submitted;
-    GrpoLoss loss;
-    if (!batch.completions.empty()) {
-      const ScoredBatch scored =
-          completion_logprobs(model, eot, batch.prompts, batch.completions, options.temperature);
-      const torch::Tensor old = completion_layout(batch.prompts, batch.old_logprobs,
-                                                  scored.logp.size(1))
-                                    .to(scored.logp.device());
-      loss = grpo_loss(scored.logp, old, torch::tensor(batch.advantages).to(scored.logp.device()),
-                       scored.mask, options.grpo);
-      optimizer.zero_grad();
-      loss.loss.backward();
-      if (options.grad_clip > 0) {
-        torch::nn::utils::clip_grad_norm_(model->parameters(), options.grad_clip);
-      }
-      optimizer.step();
-    }
+    const GrpoLoss loss = grpo_update(model, optimizer, eot, batch, options.temperature,
+                                      options.grad_clip, options.grpo);
     versions.advance();
 
     GrpoStepStats s;
