@@ -20,7 +20,8 @@ same seed, so the variants see the same prompts in the same order:
 Per variant: held-out accuracy (greedy, the first --eval-problems held-out problems) of the base
 and at the end, the best along the way, the mean training reward of the last 10% of updates,
 rollouts/s, the share of completion tokens clipped and capped. Writes OUT/rl_accuracy.png
-(gnuplot; held-out accuracy against updates and against seconds) and OUT/bench_rl.json.
+(gnuplot; held-out accuracy against updates and against seconds, and the training reward) and
+OUT/bench_rl.json.
 """
 import argparse
 import json
@@ -36,10 +37,14 @@ def run(args, name, extra):
            "--lr", str(args.lr), "--temperature", str(args.temperature),
            "--eval-interval", str(args.eval_interval), "--eval-problems", str(args.eval_problems),
            "--seed", str(args.seed), "--out", out] + extra
-    print(f"== {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
-    if proc.returncode != 0:
-        sys.exit(f"{name}: agora rl train failed ({proc.returncode})")
+    done = os.path.join(out, "latest", "config.json")
+    if args.reuse and os.path.exists(done):
+        print(f"== {name}: reusing {out}", file=sys.stderr, flush=True)
+    else:
+        print(f"== {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+        proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
+        if proc.returncode != 0:
+            sys.exit(f"{name}: agora rl train failed ({proc.returncode})")
     rows = [json.loads(line) for line in open(os.path.join(out, "rl.jsonl"))]
     evals = [(r["step"], r["elapsed_s"], r["held_out_accuracy"]) for r in rows
              if "held_out_accuracy" in r]
@@ -48,7 +53,12 @@ def run(args, name, extra):
     last = steps[-1]
     mean = lambda key, rs: sum(r[key] for r in rs) / len(rs)
     intake = [r for r in rows if r["event"] == "rl_intake"]
-    return {"name": name, "extra": extra, "evals": evals,
+    # The training reward, averaged over windows of 10 updates (one update's is noisy).
+    window = 10
+    rewards = [(steps[i + window - 1]["step"],
+                sum(r["reward"] for r in steps[i:i + window]) / window)
+               for i in range(0, len(steps) - window + 1, window)]
+    return {"name": name, "extra": extra, "evals": evals, "rewards": rewards,
             "intake": intake[0] if intake else None,
             "base_accuracy": evals[0][2], "final_accuracy": evals[-1][2],
             "best_accuracy": max(e[2] for e in evals),
@@ -88,11 +98,22 @@ def plot(out, results, title):
                         for i, r in enumerate(results))
     by_time = ", ".join(f"'{csv}' index {i} using 2:3 with linespoints lw 2 title '{r['name']}'"
                         for i, r in enumerate(results))
-    script = (f"set terminal pngcairo noenhanced size 1200,500 font ',11'\n"
-              f"set output '{out}/rl_accuracy.png'\nset multiplot layout 1,2 title '{title}'\n"
+    rewards_csv = os.path.join(out, "rl_reward.csv")
+    with open(rewards_csv, "w") as f:
+        for r in results:
+            f.write(f"# {r['name']}\n")
+            for step, reward in r["rewards"]:
+                f.write(f"{step} {reward:.4f}\n")
+            f.write("\n\n")
+    by_reward = ", ".join(f"'{rewards_csv}' index {i} using 1:2 with lines lw 2 title '{r['name']}'"
+                          for i, r in enumerate(results))
+    script = (f"set terminal pngcairo noenhanced size 1500,500 font ',11'\n"
+              f"set output '{out}/rl_accuracy.png'\nset multiplot layout 1,3 title '{title}'\n"
               f"set grid\nset key bottom right\nset ylabel 'held-out accuracy (greedy)'\n"
               f"set xlabel 'GRPO updates'\nplot {by_step}\n"
-              f"set xlabel 'seconds'\nplot {by_time}\nunset multiplot\n")
+              f"set xlabel 'seconds'\nplot {by_time}\n"
+              f"set ylabel 'training reward (mean of 10 updates)'\nset xlabel 'GRPO updates'\n"
+              f"plot {by_reward}\nunset multiplot\n")
     try:
         subprocess.run(["gnuplot"], input=script, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
@@ -117,6 +138,8 @@ def main():
     ap.add_argument("--sapo-rounds", type=int, default=100)
     ap.add_argument("--sapo-splits", default="8/0,4/4,2/6")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--reuse", action="store_true",
+                    help="reuse finished runs in --out (re-plot and re-tabulate only)")
     ap.add_argument("--out", default="out/rl")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)

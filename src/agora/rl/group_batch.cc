@@ -10,7 +10,6 @@ namespace agora {
 std::vector<double> add_group(GroupBatch& batch, const Task& task, const Tokenizer& tokenizer,
                               const Problem& problem, const std::vector<TokenId>& prompt,
                               std::vector<Sample> group, const GrpoOptions& grpo) {
-  batch.submitted += static_cast<int64_t>(group.size());
   std::vector<double> rewards;
   for (const Sample& c : group) {
     rewards.push_back(task.reward(problem, completion_text(tokenizer, c.tokens)));

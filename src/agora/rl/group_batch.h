@@ -33,7 +33,7 @@ struct GroupBatch {
   std::vector<double> rewards;  // per group, the mean
   double reward_sum = 0, tokens = 0;
   int64_t informative = 0;  // groups whose rewards differ
-  int64_t submitted = 0;    // completions offered, trained on or not
+  int64_t submitted = 0;    // completions offered, trained on or not (the caller counts them)
   int64_t refused = 0;      // by an intake or by re-scoring
 };
 

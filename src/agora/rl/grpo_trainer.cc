@@ -2,14 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <algorithm>
-#include <deque>
+#include <chrono>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <tuple>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "agora/core/error.h"
 #include "agora/obs/progress.h"
@@ -26,6 +25,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
 // The workers' submissions for `problems`, through the intake (rollout_intake.h) and re-scoring
 // under the version each claims (rescore.h); what survives forms the groups.
 void collect_from_workers(GroupBatch& batch, SimulatedWorkers& workers, RolloutIntake& intake,
@@ -106,10 +106,8 @@ void collect_from_workers(GroupBatch& batch, SimulatedWorkers& workers, RolloutI
     for (const Admitted* a : members) {
       samples.push_back({{a->rollout.tokens.begin(), a->rollout.tokens.end()}, a->rollout.logprobs});
     }
-    const int64_t before = batch.submitted;
     add_group(batch, task, tokenizer, *by_id.at(p.id), prompt_of.at(p.id), std::move(samples),
               options.grpo);
-    batch.submitted = before;  // counted above, as offered
   }
 }
 
@@ -261,6 +259,7 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
         sampling.temperature = options.temperature;
         sampling.seed = sample_seed(options.seed, step, j);
         std::vector<Completion> group = sample_completions(policy, eot, prompt, sampling);
+        batch.submitted += static_cast<int64_t>(group.size());
         std::vector<Sample> samples;
         for (Completion& c : group) samples.push_back({std::move(c.tokens), std::move(c.logprobs)});
         add_group(batch, task, *tokenizer, problem, prompt, std::move(samples), options.grpo);
