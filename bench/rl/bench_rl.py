@@ -45,14 +45,15 @@ def run(args, name, extra):
         proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
         if proc.returncode != 0:
             sys.exit(f"{name}: agora rl train failed ({proc.returncode})")
-    rows = [json.loads(line) for line in open(os.path.join(out, "rl.jsonl"))]
+    all_rows = [json.loads(line) for line in open(os.path.join(out, "rl.jsonl"))]
+    rows = [r for r in all_rows if r["event"] == "rl_step"]
     evals = [(r["step"], r["elapsed_s"], r["held_out_accuracy"]) for r in rows
              if "held_out_accuracy" in r]
     steps = [r for r in rows if r["step"] > 0]
     tail = steps[-max(1, len(steps) // 10):]
     last = steps[-1]
     mean = lambda key, rs: sum(r[key] for r in rs) / len(rs)
-    intake = [r for r in rows if r["event"] == "rl_intake"]
+    intake = [r for r in all_rows if r["event"] == "rl_intake"]
     # The training reward, averaged over windows of 10 updates (one update's is noisy).
     window = 10
     rewards = [(steps[i + window - 1]["step"],
