@@ -62,7 +62,8 @@ void add_corpus(CLI::App& parent) {
   };
   auto args = std::make_shared<Args>();
   auto* cmd = parent.add_subcommand(
-      "corpus", "Write training problems with their solutions, one per line (a base model's corpus)");
+      "corpus",
+      "Write training problems with their solutions, one per line (a base model's corpus)");
   add_task_options(cmd, args->task, args->options);
   cmd->add_option("--problems", args->problems, "How many lines")->capture_default_str();
   cmd->add_option("--out", args->out, "The text file to write")->required();
@@ -104,7 +105,8 @@ void add_eval(CLI::App& parent) {
   cmd->callback([args] {
     if (args->problems < 1) fail("--problems {} is invalid (allowed: >= 1)", args->problems);
     LoadedCheckpoint checkpoint = load_checkpoint(args->checkpoint, resolve_device(args->device));
-    if (checkpoint.tokenizer_spec.empty()) fail("checkpoint {} names no tokenizer", args->checkpoint);
+    if (checkpoint.tokenizer_spec.empty())
+      fail("checkpoint {} names no tokenizer", args->checkpoint);
     const auto tokenizer = load_tokenizer(checkpoint.tokenizer_spec);
     const auto task = make_task(args->task, args->options);
     uint64_t id = 0;
@@ -120,8 +122,8 @@ void add_eval(CLI::App& parent) {
       const std::string answer = completion_text(*tokenizer, c.tokens);
       fmt::print("{}{}  {}\n", p.prompt, answer, task->reward(p, answer) > 0.5 ? "right" : "wrong");
     }
-    const HeldOutScore score = score_held_out(checkpoint.model, *tokenizer, *task, args->problems,
-                                              args->max_new_tokens);
+    const HeldOutScore score =
+        score_held_out(checkpoint.model, *tokenizer, *task, args->problems, args->max_new_tokens);
     fmt::print("{} held-out {} problems: {} right, accuracy {:.3f}\n", score.problems, args->task,
                score.correct, score.accuracy());
   });
@@ -148,7 +150,8 @@ void add_train(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--temperature", o.temperature, "Sampling temperature")->capture_default_str();
   cmd->add_option("--lr", o.lr, "AdamW learning rate")->capture_default_str();
-  cmd->add_option("--grad-clip", o.grad_clip, "Gradient norm clip (0: none)")->capture_default_str();
+  cmd->add_option("--grad-clip", o.grad_clip, "Gradient norm clip (0: none)")
+      ->capture_default_str();
   cmd->add_option("--eps-low", o.grpo.eps_low, "Clip range below 1")->capture_default_str();
   cmd->add_option("--eps-high", o.grpo.eps_high, "Clip range above 1")->capture_default_str();
   cmd->add_option("--ratio-cap", o.grpo.ratio_cap,
@@ -172,7 +175,8 @@ void add_train(CLI::App& parent) {
   cmd->add_option("--rescore-tolerance", o.rescore_tolerance,
                   "Largest |claimed - recomputed| log-probability accepted")
       ->capture_default_str();
-  cmd->add_option("--strikes", o.strikes_to_ban, "Strikes that ban a worker")->capture_default_str();
+  cmd->add_option("--strikes", o.strikes_to_ban, "Strikes that ban a worker")
+      ->capture_default_str();
   cmd->add_option("--out", args->out, "Folder for rl.jsonl and the checkpoint 'latest'")
       ->capture_default_str();
   cmd->add_option("--device", args->device, "auto, cpu or cuda")->capture_default_str();
@@ -184,11 +188,12 @@ void add_train(CLI::App& parent) {
     const auto task = make_task(args->task, args->task_options);
     LoadedCheckpoint base = load_checkpoint(args->checkpoint, resolve_device(args->device));
     const GrpoTrainSummary s = train_grpo(std::move(base), *task, options);
-    fmt::print("held-out accuracy {:.3f} -> {:.3f} ({:+.1f} points) after {} updates, {} rollouts "
-               "in {} ({:.1f} rollouts/s)\n",
-               s.base_accuracy, s.final_accuracy, 100 * (s.final_accuracy - s.base_accuracy),
-               s.steps, s.rollouts, format_duration(s.seconds),
-               s.seconds > 0 ? static_cast<double>(s.rollouts) / s.seconds : 0.0);
+    fmt::print(
+        "held-out accuracy {:.3f} -> {:.3f} ({:+.1f} points) after {} updates, {} rollouts "
+        "in {} ({:.1f} rollouts/s)\n",
+        s.base_accuracy, s.final_accuracy, 100 * (s.final_accuracy - s.base_accuracy), s.steps,
+        s.rollouts, format_duration(s.seconds),
+        s.seconds > 0 ? static_cast<double>(s.rollouts) / s.seconds : 0.0);
     if (!s.verdicts.empty()) {
       std::string verdicts, strikes;
       for (const auto& [name, n] : s.verdicts) {
@@ -237,26 +242,34 @@ void add_sapo(CLI::App& parent) {
     std::ofstream rows(std::filesystem::path(args->out) / "sapo.jsonl", std::ios::trunc);
     fmt::print("{:>6}  {:>11}  {:>10}  {:>8}\n", "round", "mean reward", "cumulative", "elapsed");
     const SapoSummary s = run_sapo(base, *task, args->options, [&](const SapoRound& r) {
-      rows << nlohmann::json{{"event", "sapo_round"}, {"round", r.round}, {"reward", r.reward},
+      rows << nlohmann::json{{"event", "sapo_round"},
+                             {"round", r.round},
+                             {"reward", r.reward},
                              {"mean_reward", r.mean_reward},
-                             {"cumulative_reward", r.cumulative_reward}, {"elapsed_s", r.seconds}}
+                             {"cumulative_reward", r.cumulative_reward},
+                             {"elapsed_s", r.seconds}}
                   .dump()
-           << "\n" << std::flush;
+           << "\n"
+           << std::flush;
       if (r.round % 5 == 0 || r.round == 1) {
         fmt::print("{:>6}  {:>11.3f}  {:>10.2f}  {:>8}\n", r.round, r.mean_reward,
                    r.cumulative_reward, format_duration(r.seconds));
         std::fflush(stdout);
       }
     });
-    rows << nlohmann::json{{"event", "sapo_summary"}, {"cumulative_reward", s.cumulative_reward},
-                           {"base_accuracy", s.base_accuracy}, {"accuracy", s.accuracy},
-                           {"mean_accuracy", s.mean_accuracy}, {"elapsed_s", s.seconds}}
+    rows << nlohmann::json{{"event", "sapo_summary"},
+                           {"cumulative_reward", s.cumulative_reward},
+                           {"base_accuracy", s.base_accuracy},
+                           {"accuracy", s.accuracy},
+                           {"mean_accuracy", s.mean_accuracy},
+                           {"elapsed_s", s.seconds}}
                 .dump()
          << "\n";
-    fmt::print("{} nodes, {} own + {} shared groups per round: cumulative reward {:.2f}; held-out "
-               "accuracy {:.3f} -> {:.3f} (mean of nodes) in {}\n",
-               args->options.nodes, args->options.own, args->options.shared, s.cumulative_reward,
-               s.base_accuracy, s.mean_accuracy, format_duration(s.seconds));
+    fmt::print(
+        "{} nodes, {} own + {} shared groups per round: cumulative reward {:.2f}; held-out "
+        "accuracy {:.3f} -> {:.3f} (mean of nodes) in {}\n",
+        args->options.nodes, args->options.own, args->options.shared, s.cumulative_reward,
+        s.base_accuracy, s.mean_accuracy, format_duration(s.seconds));
   });
 }
 

@@ -391,19 +391,26 @@ def rounds_to_draw(rate, times, risk):
     return n
 
 
-def shares_of(run, i):
-    """Round -> the sequences peer i was handed, from the coordinator's "round N opened: ...
-    (key=count ...)" rows."""
+def round_shares(run):
+    """Round -> {short key: the sequences it was handed}, from the coordinator's "round N opened:
+    ... (key=count ...)" rows (members handed nothing included)."""
     out = {}
-    short = run.short(i)
     for r in run.rows():
         text = r.get("text", "")
         if r.get("kind") == "round" and " opened: " in text and "(" in text:
+            shares = {}
             for part in text[text.index("(") + 1:text.index(")")].split():
                 key, _, count = part.partition("=")
-                if key == short and count.isdigit():
-                    out[r["round"]] = int(count)
+                if count.isdigit():
+                    shares[key] = int(count)
+            out[r["round"]] = shares
     return out
+
+
+def shares_of(run, i):
+    """Round -> the sequences peer i was handed."""
+    short = run.short(i)
+    return {round_: shares[short] for round_, shares in round_shares(run).items() if short in shares}
 
 
 def check_honest_unaccused(run, ledger, honest):
@@ -573,11 +580,23 @@ def scenario_lazy(agora, data, cheat):
             if r["step"] >= after and run.short(cheater) in r["authors"]]
     if late:
         run.fail(f"the dropped cheater's payloads were final at steps {late}")
-    # The draw took about verify.rate of the contributions (6 standard deviations).
-    contributions = sum(len(r["authors"]) for r in run.steps_final())
+    # The draw took each contribution with p = min(1, rate x max(1, share / mean share)), the mean
+    # over the round's members (coord/spot_checks.h): more than verify.rate of them when shares
+    # are unequal (a member handed nothing counts). Expected count within 6 standard deviations.
+    handed = round_shares(run)
+    contributions, expected, variance = 0, 0.0, 0.0
+    for r in run.steps_final():
+        shares = handed.get(r["step"], {})
+        committed = [shares.get(a, 0) for a in r["authors"]]
+        total, members = sum(committed), max(len(shares), len(committed))
+        for share in committed:
+            p = cfg["rate"] if total == 0 else min(
+                1.0, cfg["rate"] * max(1.0, share * members / total))
+            expected += p
+            variance += p * (1 - p)
+        contributions += len(committed)
     drawn = sum(r["checks"] for r in ledger.drawn.values())
-    expected = cfg["rate"] * contributions
-    spread = 6 * math.sqrt(contributions * cfg["rate"] * (1 - cfg["rate"])) + 2
+    spread = 6 * math.sqrt(variance) + 2
     if abs(drawn - expected) > spread:
         run.fail(f"{drawn} checks drawn from {contributions} final contributions, expected "
                  f"{expected:.0f} +- {spread:.0f} at verify.rate {cfg['rate']}")

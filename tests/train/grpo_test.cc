@@ -1,5 +1,7 @@
 // GRPO: advantages and the clipped loss against hand-computed values, sampling's recorded
 // log-probabilities against a recomputation, and the learner end to end on a tiny model.
+#include "agora/rl/grpo.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -7,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "agora/core/error.h"
-#include "agora/rl/grpo.h"
 #include "agora/rl/grpo_trainer.h"
 #include "agora/rl/sampling.h"
 #include "agora/rl/task.h"
@@ -163,10 +164,11 @@ TEST(GrpoTrainer, RunsDeterministicallyAndWritesItsRows) {
     o.policy_lag = run;  // the lagged path runs too; step 1 samples the base either way
     o.out_dir = root / std::to_string(run);
     Llama model = base.model;
-    const GrpoTrainSummary s =
-        train_grpo(std::move(base), task, o, [&](const GrpoStepStats& st) { losses[run].push_back(st.loss); });
+    const GrpoTrainSummary s = train_grpo(
+        std::move(base), task, o, [&](const GrpoStepStats& st) { losses[run].push_back(st.loss); });
     EXPECT_EQ(s.rollouts, 2 * 2 * 3);
-    EXPECT_FALSE(torch::equal(before, model->parameters().front())) << "an update must move weights";
+    EXPECT_FALSE(torch::equal(before, model->parameters().front()))
+        << "an update must move weights";
     std::ifstream rows(o.out_dir / "rl.jsonl");
     std::string line;
     int count = 0;
@@ -191,7 +193,8 @@ TEST(GrpoTrainer, RunsDeterministicallyAndWritesItsRows) {
 TEST(GrpoTrainer, CheatingWorkersAreCaughtAndHonestOnesAreNot) {
   const fs::path tokenizer = fs::path(AGORA_DATA_DIR) / "tokenizer" / "agora-8k.model";
   if (!fs::exists(tokenizer)) GTEST_SKIP() << "no " << tokenizer << " (run make data)";
-  const fs::path root = fs::temp_directory_path() / ("agora_grpo_cheat_" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("agora_grpo_cheat_" + std::to_string(getpid()));
   fs::remove_all(root);
   const EvenLengthTask task("arithmetic");
   std::vector<double> losses[2];
@@ -222,7 +225,8 @@ TEST(GrpoTrainer, CheatingWorkersAreCaughtAndHonestOnesAreNot) {
   const GrpoTrainSummary& s = summaries[0];
   EXPECT_EQ(s.strikes.at("worker-0-honest"), 0);
   EXPECT_EQ(s.strikes.at("worker-1-honest"), 0);
-  EXPECT_EQ(s.strikes.at("worker-5-stale"), 0) << "an old but truthful worker is refused, not struck";
+  EXPECT_EQ(s.strikes.at("worker-5-stale"), 0)
+      << "an old but truthful worker is refused, not struck";
   for (const char* cheat : {"worker-2-fabricate", "worker-3-other-model", "worker-4-replay"}) {
     EXPECT_GE(s.strikes.at(cheat), 2) << cheat;
   }

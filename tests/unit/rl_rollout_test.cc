@@ -71,8 +71,8 @@ TEST(Rollout, EveryBadFieldIsAnError) {
   RolloutLimits vocab;
   vocab.vocab_size = 263;
   expect_error(good, "token 0 is id 264", vocab);
-  for (float bad : {0.5f, std::numeric_limits<float>::quiet_NaN(),
-                    -std::numeric_limits<float>::infinity()}) {
+  for (float bad :
+       {0.5f, std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
     Rollout r = sample_rollout();
     r.logprobs[1] = bad;
     expect_error(encode_rollout(r), "log-probability 1");

@@ -66,8 +66,8 @@ TEST(RlTasks, ArithmeticAcceptsOnlyTheCanonicalAnswer) {
   p.target = 421;
   EXPECT_EQ(t->reward(p, "421"), 1.0);
   EXPECT_EQ(t->reward(p, "421 \n"), 1.0);  // a trailing space or newline is no answer
-  for (const char* wrong : {"420", "0421", "+421", "421x", " 421", "42 1", "", "421,421",
-                            "99999999999999999999999"}) {
+  for (const char* wrong :
+       {"420", "0421", "+421", "421x", " 421", "42 1", "", "421,421", "99999999999999999999999"}) {
     EXPECT_EQ(t->reward(p, wrong), 0.0) << wrong;
   }
 }
@@ -86,18 +86,18 @@ TEST(RlTasks, CountdownChecksEveryStepAgainstThePool) {
   EXPECT_EQ(t->reward(p, "7*3=21"), 1.0);  // not every number must be used
   EXPECT_EQ(t->reward(p, "12-5=7,7*3=21\n"), 1.0);
   const char* wrong[] = {
-      "7*3=22",           // wrong arithmetic
-      "7*7=49,49-28=21",  // 7 used twice (the pool has one 7)
-      "12-5=7,7*3=21,",   // a dangling comma
-      "21",               // no step
-      "",                 // nothing
-      "3-7=-4",           // negative intermediate
-      "7/3=2",            // inexact division
-      "12/0=0",           // division by zero
-      "12+5=17",          // valid but misses the target
-      "12-5=7,7*3=21,21+0=21",  // 0 is not in the pool
-      "12 - 5 = 7",       // spaces are not the format
-      "12-5=7;7*3=21",    // wrong separator
+      "7*3=22",                           // wrong arithmetic
+      "7*7=49,49-28=21",                  // 7 used twice (the pool has one 7)
+      "12-5=7,7*3=21,",                   // a dangling comma
+      "21",                               // no step
+      "",                                 // nothing
+      "3-7=-4",                           // negative intermediate
+      "7/3=2",                            // inexact division
+      "12/0=0",                           // division by zero
+      "12+5=17",                          // valid but misses the target
+      "12-5=7,7*3=21,21+0=21",            // 0 is not in the pool
+      "12 - 5 = 7",                       // spaces are not the format
+      "12-5=7;7*3=21",                    // wrong separator
       "99999999999999*99999999999999=1",  // past the digits a number may have
       "9999999999*9999999999=1",          // a product past int64 (found by the fuzzer)
   };

@@ -3,9 +3,10 @@
 // Promises:
 // - Each input file is one document; a folder stands for every file below it (hidden files
 //   skipped), in sorted path order. With `line_documents`, each non-empty line of each file is
-//   one document instead (its newline dropped): corpora of short items, one per line, such as
-//   the RL tasks' problems (docs/rl.md), get an end-of-text before each item. Each document is written as <end-of-text> followed by its
-//   tokens (llm.c's convention), in input order, so the output is the same on every run.
+//   one document instead (its newline dropped), so that corpora of short items, one per line,
+//   such as the RL tasks' problems (docs/rl.md), get an end-of-text before each item; the lines
+//   are then held in memory. Each document is written as <end-of-text> followed by its tokens
+//   (llm.c's convention), in input order, so the output is the same on every run.
 // - A document goes to the validation split when the BLAKE2b hash of its bytes, read as a
 //   fraction of 2^64, is below `val_fraction`: the split depends on content alone, not on paths,
 //   order or machine, and duplicate documents land in the same split. With a fraction > 0 and at

@@ -17,14 +17,18 @@ constexpr int64_t kMaxRunning = 999;
 // The value of a op b when it is a positive integer, else nullopt.
 std::optional<int64_t> apply(int64_t a, char op, int64_t b) {
   switch (op) {
-    case '+': return a + b;
-    case '-': return a > b ? std::optional<int64_t>(a - b) : std::nullopt;
+    case '+':
+      return a + b;
+    case '-':
+      return a > b ? std::optional<int64_t>(a - b) : std::nullopt;
     case '*': {
       int64_t product;  // a completion's operands may be up to 10 digits each
       return __builtin_mul_overflow(a, b, &product) ? std::nullopt : std::optional(product);
     }
-    case '/': return b != 0 && a % b == 0 ? std::optional<int64_t>(a / b) : std::nullopt;
-    default: return std::nullopt;
+    case '/':
+      return b != 0 && a % b == 0 ? std::optional<int64_t>(a / b) : std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 

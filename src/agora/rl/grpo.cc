@@ -43,8 +43,7 @@ GrpoLoss grpo_loss(const torch::Tensor& logp, const torch::Tensor& logp_old,
     over_cap = ((a < 0) & (ratio > options.ratio_cap)).to(torch::kFloat32);
     capped = torch::where(a < 0, torch::clamp_max(ratio, options.ratio_cap), ratio);
   }
-  const torch::Tensor clipped =
-      torch::clamp(ratio, 1.0 - options.eps_low, 1.0 + options.eps_high);
+  const torch::Tensor clipped = torch::clamp(ratio, 1.0 - options.eps_low, 1.0 + options.eps_high);
   const torch::Tensor term = torch::min(capped * a, clipped * a);
   GrpoLoss out;
   out.loss = -(term * m).sum() / tokens;

@@ -36,10 +36,10 @@ struct GrpoOptions {
 std::vector<double> group_advantages(std::span<const double> rewards, const GrpoOptions& options);
 
 struct GrpoLoss {
-  torch::Tensor loss;             // scalar, differentiable through `logp`
-  double clipped_fraction = 0;    // of completion tokens whose ratio left the clip range
-  double capped_fraction = 0;     // of completion tokens with A < 0 and ratio above the cap
-  double mean_ratio = 0;          // over completion tokens
+  torch::Tensor loss;           // scalar, differentiable through `logp`
+  double clipped_fraction = 0;  // of completion tokens whose ratio left the clip range
+  double capped_fraction = 0;   // of completion tokens with A < 0 and ratio above the cap
+  double mean_ratio = 0;        // over completion tokens
 };
 
 // logp, logp_old, mask: [N, T] (mask 1 on completion tokens, 0 on prompt and padding);

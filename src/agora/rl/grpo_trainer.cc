@@ -104,7 +104,8 @@ void collect_from_workers(GroupBatch& batch, SimulatedWorkers& workers, RolloutI
     });
     std::vector<Sample> samples;
     for (const Admitted* a : members) {
-      samples.push_back({{a->rollout.tokens.begin(), a->rollout.tokens.end()}, a->rollout.logprobs});
+      samples.push_back(
+          {{a->rollout.tokens.begin(), a->rollout.tokens.end()}, a->rollout.logprobs});
     }
     add_group(batch, task, tokenizer, *by_id.at(p.id), prompt_of.at(p.id), std::move(samples),
               options.grpo);
@@ -146,7 +147,8 @@ void validate(const GrpoTrainOptions& o) {
     fail("rl group size {} is invalid (allowed: >= 2; GRPO compares completions within a group)",
          o.group_size);
   }
-  if (o.max_new_tokens < 1) fail("rl max new tokens {} is invalid (allowed: >= 1)", o.max_new_tokens);
+  if (o.max_new_tokens < 1)
+    fail("rl max new tokens {} is invalid (allowed: >= 1)", o.max_new_tokens);
   if (!(o.temperature > 0)) {
     fail("rl temperature {} is invalid (allowed: > 0; sampling needs spread)", o.temperature);
   }
@@ -171,7 +173,8 @@ void validate(const GrpoTrainOptions& o) {
   if (!(o.rescore_tolerance > 0)) {
     fail("rl rescore tolerance {} is invalid (allowed: > 0)", o.rescore_tolerance);
   }
-  if (o.strikes_to_ban < 1) fail("rl strikes to ban {} is invalid (allowed: >= 1)", o.strikes_to_ban);
+  if (o.strikes_to_ban < 1)
+    fail("rl strikes to ban {} is invalid (allowed: >= 1)", o.strikes_to_ban);
   if (o.eval_interval < 0) fail("rl eval interval {} is invalid (allowed: >= 0)", o.eval_interval);
   if (o.eval_problems < 1) fail("rl eval problems {} is invalid (allowed: >= 1)", o.eval_problems);
 }
@@ -198,7 +201,8 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
   // model) and up to max(policy lag, max off-policy steps) behind it.
   const bool with_workers = !options.workers.empty();
   PolicyVersions versions(
-      model, std::max<int64_t>(options.policy_lag, with_workers ? options.max_off_policy_steps : 0));
+      model,
+      std::max<int64_t>(options.policy_lag, with_workers ? options.max_off_policy_steps : 0));
   std::optional<SimulatedWorkers> workers;
   std::optional<RolloutIntake> intake;
   if (with_workers) {
@@ -215,7 +219,9 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
   }
 
   const auto started = Clock::now();
-  const auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - started).count(); };
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(Clock::now() - started).count();
+  };
   const auto held_out = [&] {
     return score_held_out(model, *tokenizer, task, options.eval_problems, options.max_new_tokens)
         .accuracy();
@@ -277,8 +283,8 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
     s.step = step;
     const auto rows = std::max<double>(1.0, static_cast<double>(batch.completions.size()));
     s.reward = batch.reward_sum / rows;
-    s.informative = static_cast<double>(batch.informative) /
-                    static_cast<double>(options.prompts_per_step);
+    s.informative =
+        static_cast<double>(batch.informative) / static_cast<double>(options.prompts_per_step);
     s.loss = loss.loss.defined() ? loss.loss.item<double>() : 0.0;
     s.clipped_fraction = loss.clipped_fraction;
     s.capped_fraction = loss.capped_fraction;
@@ -287,15 +293,15 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
     s.rollouts = rollouts;
     s.accepted = static_cast<int64_t>(batch.completions.size());
     s.rejected = batch.refused;
-    const bool evaluate = step == options.steps ||
-                          (options.eval_interval > 0 && step % options.eval_interval == 0);
+    const bool evaluate =
+        step == options.steps || (options.eval_interval > 0 && step % options.eval_interval == 0);
     if (evaluate) s.held_out = last_held_out = held_out();
     s.seconds = elapsed();
     events << step_json(s).dump() << "\n" << std::flush;
     if (on_step) on_step(s);
     if (options.table && (evaluate || step == 1 || step % 5 == 0)) {
-      const double eta = s.seconds / static_cast<double>(step) *
-                         static_cast<double>(options.steps - step);
+      const double eta =
+          s.seconds / static_cast<double>(step) * static_cast<double>(options.steps - step);
       fmt::print("{:>6}  {:>6.3f}  {:>11.2f}  {:>8.3f}  {:>10.1f}  {:>8}  {:>7.3f}  {:>8}  {:>8}\n",
                  step, s.reward, s.informative, last_held_out,
                  static_cast<double>(rollouts) / s.seconds, s.rejected, s.clipped_fraction,
@@ -315,8 +321,8 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
     for (size_t w = 0; w < workers->size(); ++w) {
       summary.strikes[workers->name(w)] = intake->strikes(workers->name(w));
     }
-    nlohmann::json row = {{"event", "rl_intake"}, {"verdicts", summary.verdicts},
-                          {"strikes", summary.strikes}};
+    nlohmann::json row = {
+        {"event", "rl_intake"}, {"verdicts", summary.verdicts}, {"strikes", summary.strikes}};
     events << row.dump() << "\n" << std::flush;
   }
 

@@ -54,9 +54,9 @@ struct GrpoTrainOptions {
 };
 
 struct GrpoStepStats {
-  int64_t step = 0;             // updates done, this one included
-  double reward = 0;            // mean over the step's completions
-  double informative = 0;       // share of groups whose rewards differ (the others teach nothing)
+  int64_t step = 0;        // updates done, this one included
+  double reward = 0;       // mean over the step's completions
+  double informative = 0;  // share of groups whose rewards differ (the others teach nothing)
   double loss = 0;
   double clipped_fraction = 0;
   double capped_fraction = 0;

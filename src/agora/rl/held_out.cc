@@ -5,7 +5,8 @@
 namespace agora {
 
 std::string completion_text(const Tokenizer& tokenizer, std::span<const TokenId> tokens) {
-  if (!tokens.empty() && tokens.back() == tokenizer.eot_id()) tokens = tokens.first(tokens.size() - 1);
+  if (!tokens.empty() && tokens.back() == tokenizer.eot_id())
+    tokens = tokens.first(tokens.size() - 1);
   return tokenizer.decode(tokens);
 }
 

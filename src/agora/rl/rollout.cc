@@ -61,9 +61,14 @@ Rollout decode_rollout(std::string_view bytes, const RolloutLimits& limits) {
   if (version != kVersion) fail("rollout: version {} (allowed: {})", version, kVersion);
   Rollout r;
   switch (p[6]) {
-    case 1: r.task = "arithmetic"; break;
-    case 2: r.task = "countdown"; break;
-    default: fail("rollout: task code {} (allowed: 1 arithmetic, 2 countdown)", p[6]);
+    case 1:
+      r.task = "arithmetic";
+      break;
+    case 2:
+      r.task = "countdown";
+      break;
+    default:
+      fail("rollout: task code {} (allowed: 1 arithmetic, 2 countdown)", p[6]);
   }
   if (p[7] != 0) fail("rollout: reserved byte {} (allowed: 0)", p[7]);
   r.task_seed = load_le64(p + 8);

@@ -8,29 +8,43 @@ namespace agora {
 
 std::string_view verdict_name(IntakeVerdict verdict) {
   switch (verdict) {
-    case IntakeVerdict::kAccepted: return "accepted";
-    case IntakeVerdict::kBanned: return "banned";
-    case IntakeVerdict::kMalformed: return "malformed";
-    case IntakeVerdict::kWrongTask: return "wrong_task";
-    case IntakeVerdict::kStale: return "stale";
-    case IntakeVerdict::kFuture: return "future";
-    case IntakeVerdict::kUnknown: return "unknown";
-    case IntakeVerdict::kDuplicate: return "duplicate";
-    case IntakeVerdict::kMismatch: return "mismatch";
+    case IntakeVerdict::kAccepted:
+      return "accepted";
+    case IntakeVerdict::kBanned:
+      return "banned";
+    case IntakeVerdict::kMalformed:
+      return "malformed";
+    case IntakeVerdict::kWrongTask:
+      return "wrong_task";
+    case IntakeVerdict::kStale:
+      return "stale";
+    case IntakeVerdict::kFuture:
+      return "future";
+    case IntakeVerdict::kUnknown:
+      return "unknown";
+    case IntakeVerdict::kDuplicate:
+      return "duplicate";
+    case IntakeVerdict::kMismatch:
+      return "mismatch";
   }
   return "?";
 }
 
 RolloutIntake::RolloutIntake(IntakeOptions options) : options_(std::move(options)) {
-  if (options_.group_size < 1) fail("rl group size {} is invalid (allowed: >= 1)", options_.group_size);
+  if (options_.group_size < 1)
+    fail("rl group size {} is invalid (allowed: >= 1)", options_.group_size);
   if (options_.strikes_to_ban < 1) {
     fail("rl strikes to ban {} is invalid (allowed: >= 1)", options_.strikes_to_ban);
   }
 }
 
-void RolloutIntake::open(uint64_t problem_id) { open_.try_emplace(problem_id); }
+void RolloutIntake::open(uint64_t problem_id) {
+  open_.try_emplace(problem_id);
+}
 
-void RolloutIntake::close(uint64_t problem_id) { open_.erase(problem_id); }
+void RolloutIntake::close(uint64_t problem_id) {
+  open_.erase(problem_id);
+}
 
 RolloutIntake::Result RolloutIntake::refuse(const std::string& worker, IntakeVerdict verdict,
                                             std::string reason) {

@@ -45,8 +45,8 @@ std::vector<Completion> sample_completions(Llama& model, TokenId eot_id,
   const std::vector<TokenId> context = rl_context(eot_id, prompt);
   const auto length = static_cast<int64_t>(context.size());
   if (length + options.max_new_tokens > config.max_seq_len) {
-    fail("an rl prompt of {} tokens plus {} new ones exceeds the model's context of {}",
-         length, options.max_new_tokens, config.max_seq_len);
+    fail("an rl prompt of {} tokens plus {} new ones exceeds the model's context of {}", length,
+         options.max_new_tokens, config.max_seq_len);
   }
   const torch::Device device = model->parameters().front().device();
   const bool was_training = model->is_training();
@@ -94,7 +94,8 @@ torch::Tensor completion_layout(const std::vector<std::vector<TokenId>>& prompts
     // Token t + 1 of the row (context = eot + prompt) is predicted at t; the completion's first
     // token sits at context index 1 + prompt length, so its prediction is at prompt length.
     const size_t start = prompts[i].size();
-    for (size_t j = 0; j < values[i].size(); ++j) a[i][static_cast<int64_t>(start + j)] = values[i][j];
+    for (size_t j = 0; j < values[i].size(); ++j)
+      a[i][static_cast<int64_t>(start + j)] = values[i][j];
   }
   return out;
 }

@@ -30,15 +30,18 @@ uint64_t mix(uint64_t x) {
 }  // namespace
 
 void validate(const SapoOptions& o) {
-  if (o.nodes < 2) fail("sapo nodes {} is invalid (allowed: >= 2; one node has no one to share with)", o.nodes);
+  if (o.nodes < 2)
+    fail("sapo nodes {} is invalid (allowed: >= 2; one node has no one to share with)", o.nodes);
   if (o.rounds < 1) fail("sapo rounds {} is invalid (allowed: >= 1)", o.rounds);
   if (o.own < 1) fail("sapo own groups {} is invalid (allowed: >= 1)", o.own);
   if (o.shared < 0) fail("sapo shared groups {} is invalid (allowed: >= 0)", o.shared);
   if (o.group_size < 2) fail("sapo group size {} is invalid (allowed: >= 2)", o.group_size);
-  if (o.max_new_tokens < 1) fail("sapo max new tokens {} is invalid (allowed: >= 1)", o.max_new_tokens);
+  if (o.max_new_tokens < 1)
+    fail("sapo max new tokens {} is invalid (allowed: >= 1)", o.max_new_tokens);
   if (!(o.temperature > 0)) fail("sapo temperature {} is invalid (allowed: > 0)", o.temperature);
   if (!(o.lr > 0)) fail("sapo lr {} is invalid (allowed: > 0)", o.lr);
-  if (o.eval_problems < 1) fail("sapo eval problems {} is invalid (allowed: >= 1)", o.eval_problems);
+  if (o.eval_problems < 1)
+    fail("sapo eval problems {} is invalid (allowed: >= 1)", o.eval_problems);
 }
 
 SapoSummary run_sapo(const LoadedCheckpoint& base, const Task& task, const SapoOptions& o,
@@ -85,10 +88,12 @@ SapoSummary run_sapo(const LoadedCheckpoint& base, const Task& task, const SapoO
         sampling.count = o.group_size;
         sampling.max_new_tokens = o.max_new_tokens;
         sampling.temperature = o.temperature;
-        sampling.seed = mix(o.seed ^ mix(static_cast<uint64_t>(round) << 24 ^
-                                         static_cast<uint64_t>(n) << 12 ^ static_cast<uint64_t>(j)));
+        sampling.seed =
+            mix(o.seed ^ mix(static_cast<uint64_t>(round) << 24 ^ static_cast<uint64_t>(n) << 12 ^
+                             static_cast<uint64_t>(j)));
         std::vector<double> rewards;
-        for (Completion& c : sample_completions(models[static_cast<size_t>(n)], eot, g.prompt, sampling)) {
+        for (Completion& c :
+             sample_completions(models[static_cast<size_t>(n)], eot, g.prompt, sampling)) {
           rewards.push_back(task.reward(g.problem, completion_text(*tokenizer, c.tokens)));
           g.completions.push_back(std::move(c.tokens));
         }
@@ -103,11 +108,14 @@ SapoSummary run_sapo(const LoadedCheckpoint& base, const Task& task, const SapoO
     for (int64_t n = 0; n < o.nodes; ++n) {
       std::vector<const SharedGroup*> mine, theirs;
       for (const SharedGroup& g : published) {
-        if (g.node == n) mine.push_back(&g);
-        else if (g.informative) theirs.push_back(&g);
+        if (g.node == n)
+          mine.push_back(&g);
+        else if (g.informative)
+          theirs.push_back(&g);
       }
       std::vector<const SharedGroup*> chosen = mine;
-      uint64_t state = mix(o.seed ^ 0x5A90 ^ static_cast<uint64_t>(round) << 16 ^ static_cast<uint64_t>(n));
+      uint64_t state =
+          mix(o.seed ^ 0x5A90 ^ static_cast<uint64_t>(round) << 16 ^ static_cast<uint64_t>(n));
       for (int64_t k = 0; k < o.shared && !theirs.empty(); ++k) {
         state = mix(state);
         const size_t pick = state % theirs.size();
@@ -135,7 +143,8 @@ SapoSummary run_sapo(const LoadedCheckpoint& base, const Task& task, const SapoO
         score_held_out(m, *tokenizer, task, o.eval_problems, o.max_new_tokens).accuracy());
     summary.mean_accuracy += summary.accuracy.back() / static_cast<double>(o.nodes);
   }
-  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  summary.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return summary;
 }
 

@@ -41,16 +41,16 @@ struct SapoOptions {
 
 struct SapoRound {
   int64_t round = 0;
-  std::vector<double> reward;  // per node: the mean reward of the completions it sampled
-  double mean_reward = 0;      // over nodes
+  std::vector<double> reward;    // per node: the mean reward of the completions it sampled
+  double mean_reward = 0;        // over nodes
   double cumulative_reward = 0;  // the sum of mean_reward over the rounds so far
   double seconds = 0;
 };
 
 struct SapoSummary {
   double cumulative_reward = 0;
-  double base_accuracy = 0;        // held-out, greedy (every node starts from the base)
-  std::vector<double> accuracy;    // per node, at the end
+  double base_accuracy = 0;      // held-out, greedy (every node starts from the base)
+  std::vector<double> accuracy;  // per node, at the end
   double mean_accuracy = 0;
   double seconds = 0;
 };

@@ -51,7 +51,9 @@ int64_t Task::uniform(uint64_t id, uint64_t draw, int64_t lo, int64_t hi) const 
   return lo + static_cast<int64_t>((static_cast<unsigned __int128>(bits) * span) >> 64);
 }
 
-std::vector<std::string> task_names() { return {"arithmetic", "countdown"}; }
+std::vector<std::string> task_names() {
+  return {"arithmetic", "countdown"};
+}
 
 std::unique_ptr<Task> make_task(std::string_view name, const TaskOptions& options) {
   if (name == "arithmetic") return std::make_unique<ArithmeticTask>(options);

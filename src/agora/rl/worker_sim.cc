@@ -20,11 +20,16 @@ WorkerBehaviour parse_worker_behaviour(std::string_view name) {
 
 std::string_view behaviour_name(WorkerBehaviour behaviour) {
   switch (behaviour) {
-    case WorkerBehaviour::kHonest: return "honest";
-    case WorkerBehaviour::kOtherModel: return "other-model";
-    case WorkerBehaviour::kFabricate: return "fabricate";
-    case WorkerBehaviour::kReplay: return "replay";
-    case WorkerBehaviour::kStale: return "stale";
+    case WorkerBehaviour::kHonest:
+      return "honest";
+    case WorkerBehaviour::kOtherModel:
+      return "other-model";
+    case WorkerBehaviour::kFabricate:
+      return "fabricate";
+    case WorkerBehaviour::kReplay:
+      return "replay";
+    case WorkerBehaviour::kStale:
+      return "stale";
   }
   return "?";
 }
@@ -54,7 +59,8 @@ std::vector<Submission> SimulatedWorkers::produce(const Request& q) {
     for (size_t j = 0; j < q.problems.size(); ++j) {
       const Problem& problem = q.problems[j];
       std::vector<uint32_t> samples;  // this worker's share of the group
-      for (int64_t i = w; i < q.group_size; i += workers) samples.push_back(static_cast<uint32_t>(i));
+      for (int64_t i = w; i < q.group_size; i += workers)
+        samples.push_back(static_cast<uint32_t>(i));
       if (samples.empty()) continue;
       Rollout r;
       r.task = q.task->name();
@@ -78,9 +84,8 @@ std::vector<Submission> SimulatedWorkers::produce(const Request& q) {
       sampling.max_new_tokens = q.max_new_tokens;
       sampling.temperature = q.temperature;
       sampling.seed = q.seed ^ (static_cast<uint64_t>(j) << 32) ^ static_cast<uint64_t>(w) << 48;
-      const std::vector<Completion> group =
-          sample_completions(own_model ? frozen_ : *q.policy, eot, q.tokenizer->encode(problem.prompt),
-                             sampling);
+      const std::vector<Completion> group = sample_completions(
+          own_model ? frozen_ : *q.policy, eot, q.tokenizer->encode(problem.prompt), sampling);
       r.policy_version = b == WorkerBehaviour::kStale        ? 0
                          : b == WorkerBehaviour::kOtherModel ? q.current_version
                                                              : q.policy_version;
