@@ -97,15 +97,21 @@ soak: build data
 	mkdir -p out
 	python3 tests/integration/chaos_soak.py $(AGORA) $(DATA)/tokens/sp8k --minutes $(SOAK_MINUTES) --clean-runs 2 --json out/soak.json
 
-# RL post-training (docs/rl.md). rl-base: the base model RL starts from, pretrained on arithmetic
+# RL post-training (docs/rl.md). rl-base: the base model RL starts from, pretrained on a task's
 # problems with their answers (a corpus of training-split problems, its own small SentencePiece
 # vocabulary, one problem per document; a few minutes). rl: GRPO on the task's verifiable rewards,
-# with held-out accuracy before and after.
-RL_DIR  := $(DATA)/rl/arithmetic
-RL_BASE := runs/rl-base/latest
+# with held-out accuracy before and after. RL_TASK=countdown for the other task (its worked
+# answers are longer: a context of 96 tokens and completions of up to 48).
+RL_TASK ?= arithmetic
+RL_DIR  := $(DATA)/rl/$(RL_TASK)
+RL_OUT  := runs/rl-base$(if $(filter arithmetic,$(RL_TASK)),,-$(RL_TASK))
+RL_BASE := $(RL_OUT)/latest
+RL_ARGS := --task $(RL_TASK) $(if $(filter countdown,$(RL_TASK)),--max-new-tokens 48)
+RL_SETS := --set data.dir=$(RL_DIR)/tokens --set train.out_dir=$(RL_OUT) \
+           $(if $(filter countdown,$(RL_TASK)),--set data.seq_len=96)
 
 $(RL_DIR)/problems.txt: | build
-	$(AGORA) rl corpus --task arithmetic --problems 200000 --out $@
+	$(AGORA) rl corpus --task $(RL_TASK) --problems 200000 --out $@
 
 $(RL_DIR)/tokenizer.model: $(RL_DIR)/problems.txt
 	$(AGORA) tokenizer train --input $< --vocab-size 320 --out $@
@@ -114,13 +120,13 @@ $(RL_DIR)/tokens/meta.json: $(RL_DIR)/tokenizer.model
 	$(AGORA) tokenize --lines --tokenizer $< --input $(RL_DIR)/problems.txt --out $(RL_DIR)/tokens --val-fraction 0.01 --force
 
 $(RL_BASE)/config.json: $(RL_DIR)/tokens/meta.json configs/rl-base.toml
-	$(AGORA) train --config configs/rl-base.toml
+	$(AGORA) train --config configs/rl-base.toml $(RL_SETS)
 
 rl-base: build $(RL_BASE)/config.json
-	$(AGORA) rl eval --checkpoint $(RL_BASE) --task arithmetic
+	$(AGORA) rl eval --checkpoint $(RL_BASE) $(RL_ARGS)
 
 rl: rl-base
-	$(AGORA) rl train --checkpoint $(RL_BASE) --task arithmetic --out runs/rl
+	$(AGORA) rl train --checkpoint $(RL_BASE) $(RL_ARGS) --out runs/rl$(if $(filter arithmetic,$(RL_TASK)),,-$(RL_TASK))
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)
