@@ -3,7 +3,11 @@
 
     bench_rl.py --agora build/apps/agora/agora --checkpoint runs/rl-base/latest
                 [--task arithmetic] [--steps 150] [--prompts 64] [--group 8] [--lr 2e-5]
-                [--temperature 0.7] [--lags 0,2,4] [--out out/rl]
+                [--temperature 0.7] [--lags 0,2,4] [--parts lags,workers,sapo] [--reuse]
+                [--out out/rl]
+
+--make-base instead of --checkpoint makes a small base in OUT/base first (ctest bench_rl_smoke
+runs it so, with runs of two updates: seconds).
 
 Each variant is one `agora rl train` (rl/grpo_trainer.h) from the same base checkpoint with the
 same seed, so the variants see the same prompts in the same order:
@@ -28,6 +32,28 @@ import json
 import os
 import subprocess
 import sys
+
+
+def make_base(args):
+    """A small base model in OUT/base, the way make rl-base makes one (for the smoke test: fewer
+    problems and steps)."""
+    base = os.path.join(args.out, "base")
+    commands = [
+        [args.agora, "rl", "corpus", "--task", args.task, "--problems", str(args.base_problems),
+         "--out", f"{base}/problems.txt"],
+        [args.agora, "tokenizer", "train", "--input", f"{base}/problems.txt", "--vocab-size", "320",
+         "--out", f"{base}/tokenizer.model"],
+        [args.agora, "tokenize", "--lines", "--tokenizer", f"{base}/tokenizer.model", "--input",
+         f"{base}/problems.txt", "--out", f"{base}/tokens", "--val-fraction", "0.05", "--force"],
+        [args.agora, "train", "--config", args.base_config, "--quiet",
+         "--set", f"data.dir={base}/tokens", "--set", f"train.out_dir={base}/run",
+         "--set", f"train.steps={args.base_steps}", "--set", "schedule.warmup_steps=2",
+         "--set", "train.eval_interval=0"],
+    ]
+    for cmd in commands:
+        if subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr).returncode != 0:
+            sys.exit(f"making the base model failed: {' '.join(cmd)}")
+    return f"{base}/run/latest"
 
 
 def run(args, name, extra):
@@ -87,6 +113,11 @@ def run_sapo(args, own, shared):
             "rounds": [(r["round"], r["cumulative_reward"]) for r in rows if r["event"] == "sapo_round"]}
 
 
+def ratio(value, reference):
+    """value / reference as "1.234x", or "n/a" when the reference is 0 (nothing to compare)."""
+    return f"{value / reference:.3f}x" if reference else "n/a"
+
+
 def plot(out, results, title):
     csv = os.path.join(out, "rl_accuracy.csv")
     with open(csv, "w") as f:
@@ -124,7 +155,13 @@ def plot(out, results, title):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--agora", required=True)
-    ap.add_argument("--checkpoint", required=True, help="the base model (make rl-base)")
+    ap.add_argument("--checkpoint", help="the base model (make rl-base)")
+    ap.add_argument("--make-base", action="store_true",
+                    help="make a small base model in OUT/base instead (the smoke test)")
+    ap.add_argument("--base-problems", type=int, default=3000)
+    ap.add_argument("--base-steps", type=int, default=6)
+    ap.add_argument("--base-config", default=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "rl-base.toml"))
     ap.add_argument("--task", default="arithmetic")
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--prompts", type=int, default=64)
@@ -144,6 +181,10 @@ def main():
     ap.add_argument("--out", default="out/rl")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.make_base:
+        args.checkpoint = make_base(args)
+    if not args.checkpoint:
+        sys.exit("give --checkpoint (a base model: make rl-base) or --make-base")
     parts = args.parts.split(",")
     lags = [int(x) for x in args.lags.split(",")] if "lags" in parts else []
     variants = [(f"lag {k}", ["--policy-lag", str(k)]) for k in lags]
@@ -187,7 +228,7 @@ def main():
     print("|---|---:|---:|---:|---:|---:|")
     for r in sapo:
         print(f"| {r['own']} / {r['shared']} | {r['cumulative_reward']:.2f} | "
-              f"{r['cumulative_reward'] / sapo[0]['cumulative_reward']:.3f}x | "
+              f"{ratio(r['cumulative_reward'], sapo[0]['cumulative_reward'])} | "
               f"{r['base_accuracy']:.3f} | {r['mean_accuracy']:.3f} | {r['seconds']:.0f} |")
     with open(os.path.join(args.out, "bench_rl.json"), "w") as f:
         json.dump({"args": vars(args), "rows": results, "sapo": sapo}, f, indent=2)
