@@ -1,5 +1,5 @@
-// agora rl {problems, corpus, eval, train, sapo}: RL post-training on tasks with verifiable rewards
-// (docs/rl.md).
+// agora rl {problems, corpus, eval, train, sapo}: RL post-training on tasks with verifiable
+// rewards (docs/rl.md). serve and work, its network roles, are in cmd_rl_net.cc.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -283,6 +283,8 @@ void add_rl_command(CLI::App& app) {
   add_eval(*rl);
   add_train(*rl);
   add_sapo(*rl);
+  add_rl_serve(*rl);
+  add_rl_work(*rl);
 }
 
 }  // namespace agora::cli

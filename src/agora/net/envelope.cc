@@ -20,7 +20,8 @@ Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits) {
     return DecodeFailure{DecodeError::kNoBody,
                          "message has no body (an unknown kind, or from a newer agora)"};
   }
-  const bool data = envelope.has_blob() || envelope.has_tensor_data() || envelope.has_stage_data();
+  const bool data = envelope.has_blob() || envelope.has_tensor_data() ||
+                    envelope.has_stage_data() || envelope.has_rl_policy();
   const size_t limit = data ? limits.max_data : limits.max_control;
   if (bytes.size() > limit) {
     return DecodeFailure{DecodeError::kOverLimit,
@@ -68,6 +69,14 @@ std::string kind_name(const wire::Envelope& envelope) {
     case E::kStageData:
       return "stage_data";
     case E::kNotFound: return "not_found";
+    case E::kRlHello: return "rl_hello";
+    case E::kRlRun: return "rl_run";
+    case E::kRlGetPolicy: return "rl_get_policy";
+    case E::kRlPolicy: return "rl_policy";
+    case E::kRlGetWork: return "rl_get_work";
+    case E::kRlWork: return "rl_work";
+    case E::kRlRollout: return "rl_rollout";
+    case E::kRlReceipt: return "rl_receipt";
     case E::BODY_NOT_SET: break;
   }
   return "empty";

@@ -59,6 +59,16 @@
 // | both | | | |
 // | agora_network_bytes_total | counter | direction (sent, received), kind (payload, state, control) | encoded message bytes; the coordinator only has control |
 // | agora_network_messages_dropped_total | counter | reason (frames, unauthenticated, too_large, unparsable, no_body, over_limit) | malformed messages dropped |
+// | RL learner (`agora rl serve --http`) | | | |
+// | agora_rl_step | gauge | | GRPO updates done |
+// | agora_rl_total_steps | gauge | | updates the run makes |
+// | agora_rl_reward | gauge | | mean reward of the newest update's completions |
+// | agora_rl_held_out_accuracy | gauge | | newest held-out accuracy (greedy) |
+// | agora_rl_rollouts_per_second | gauge | | rollouts submitted per second since the start |
+// | agora_rl_rollouts_total | counter | verdict (accepted, banned, malformed, wrong_task, stale, future, unknown, duplicate, mismatch, unassigned, bad_signature) | rollouts received, by what became of them |
+// | agora_rl_workers | gauge | state (active, banned) | workers that said hello |
+// | agora_rl_policy_bytes_total | counter | kind (delta, whole) | policy bytes queued to workers |
+// | agora_rl_messages_dropped_total | counter | reason (unregistered, rate_limited, policy_busy, unexpected) | worker messages dropped unanswered |
 // | process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes, process_start_time_seconds, process_open_fds | | | the standard process metrics |
 //
 // A peer does not learn whether it missed a deadline (the coordinator strikes it silently), so
@@ -130,6 +140,16 @@ inline constexpr MetricDef kPeerFetchConnections{"agora_peer_fetch_connections",
 inline constexpr MetricDef kPeerIoErrors{"agora_peer_io_errors_total", "ZeroMQ errors the network thread caught and survived."};
 
 inline constexpr MetricDef kNetworkBytes{"agora_network_bytes_total", "Bytes of messages sent and received, by kind."};
+inline constexpr MetricDef kRlStep{"agora_rl_step", "GRPO updates done."};
+inline constexpr MetricDef kRlTotalSteps{"agora_rl_total_steps", "GRPO updates the run makes."};
+inline constexpr MetricDef kRlReward{"agora_rl_reward", "Mean reward of the newest update's completions."};
+inline constexpr MetricDef kRlHeldOutAccuracy{"agora_rl_held_out_accuracy", "Newest held-out accuracy (greedy)."};
+inline constexpr MetricDef kRlRolloutsPerSecond{"agora_rl_rollouts_per_second", "Rollouts submitted per second since the start."};
+inline constexpr MetricDef kRlRollouts{"agora_rl_rollouts_total", "Rollouts received, by verdict."};
+inline constexpr MetricDef kRlWorkers{"agora_rl_workers", "Rollout workers that said hello, by state."};
+inline constexpr MetricDef kRlPolicyBytes{"agora_rl_policy_bytes_total", "Policy bytes queued to workers, by kind."};
+inline constexpr MetricDef kRlMessagesDropped{"agora_rl_messages_dropped_total", "Worker messages dropped unanswered, by reason."};
+
 inline constexpr MetricDef kNetworkDropped{"agora_network_messages_dropped_total", "Malformed messages dropped, by reason."};
 // clang-format on
 }  // namespace metric

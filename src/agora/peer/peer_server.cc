@@ -6,15 +6,6 @@
 
 namespace agora::peer {
 
-bool PeerServer::Bucket::take(double rate, double burst, double now) {
-  if (last == 0) tokens = burst;  // a new bucket starts full
-  tokens = std::min(burst, tokens + (now - last) * rate);
-  last = now;
-  if (tokens < 1) return false;
-  tokens -= 1;
-  return true;
-}
-
 namespace {
 
 net::DecodeLimits request_limits(const PeerServerLimits& limits) {

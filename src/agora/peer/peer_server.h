@@ -30,6 +30,7 @@
 #include <tuple>
 #include <utility>
 
+#include "agora/core/token_bucket.h"
 #include "agora/net/blob_store.h"
 #include "agora/net/curve_socket.h"
 #include "agora/peer/network_counters.h"
@@ -90,10 +91,6 @@ class PeerServer {
   std::array<uint64_t, kRefusals> refusals() const;
 
  private:
-  struct Bucket {
-    double tokens = 0, last = 0;
-    bool take(double rate, double burst, double now);
-  };
   struct Admission {
     bool current = false;
     double until = 0;  // when not current: admitted until then
@@ -109,8 +106,8 @@ class PeerServer {
   Count count_;
   net::Server server_;
   std::map<std::string, Admission> members_;  // by curve key; bounded by the coordinator's lists
-  std::map<std::string, Bucket> member_rates_, connection_rates_;
-  Bucket refusal_replies_;
+  std::map<std::string, TokenBucket> member_rates_, connection_rates_;
+  TokenBucket refusal_replies_;
   struct Cached {
     std::weak_ptr<const Snapshot> snapshot;  // the entry is stale once this snapshot is gone
     std::shared_ptr<const std::string> bytes;

@@ -16,6 +16,7 @@
 #include "agora/rl/held_out.h"
 #include "agora/rl/policy_versions.h"
 #include "agora/rl/rescore.h"
+#include "agora/rl/rl_progress.h"
 #include "agora/rl/rollout_intake.h"
 #include "agora/rl/sampling.h"
 #include "agora/rl/worker_sim.h"
@@ -118,24 +119,6 @@ uint64_t sample_seed(uint64_t seed, int64_t step, int64_t j) {
          static_cast<uint64_t>(j);
 }
 
-nlohmann::json step_json(const GrpoStepStats& s) {
-  nlohmann::json row = {{"event", "rl_step"},
-                        {"step", s.step},
-                        {"reward", s.reward},
-                        {"informative_groups", s.informative},
-                        {"loss", s.loss},
-                        {"clipped_fraction", s.clipped_fraction},
-                        {"capped_fraction", s.capped_fraction},
-                        {"mean_ratio", s.mean_ratio},
-                        {"completion_tokens", s.completion_tokens},
-                        {"rollouts", s.rollouts},
-                        {"accepted", s.accepted},
-                        {"rejected", s.rejected},
-                        {"elapsed_s", s.seconds}};
-  if (s.held_out >= 0) row["held_out_accuracy"] = s.held_out;
-  return row;
-}
-
 }  // namespace
 
 void validate(const GrpoTrainOptions& o) {
@@ -234,14 +217,13 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
     GrpoStepStats s;
     s.held_out = summary.base_accuracy;
     s.seconds = elapsed();
-    events << step_json(s).dump() << "\n" << std::flush;
+    events << rl_step_json(s).dump() << "\n" << std::flush;
   }
   if (options.table) {
-    fmt::print("{:>6}  {:>6}  {:>11}  {:>8}  {:>10}  {:>8}  {:>7}  {:>8}  {:>8}\n", "step",
-               "reward", "informative", "held-out", "rollouts/s", "rejected", "clipped", "elapsed",
-               "ETA");
-    fmt::print("{:>6}  {:>6}  {:>11}  {:>8.3f}  {:>10}  {:>8}  {:>7}  {:>8}  {:>8}\n", 0, "-", "-",
-               summary.base_accuracy, "-", "-", "-", format_duration(elapsed()), "-");
+    print_rl_table_header();
+    GrpoStepStats s;
+    s.seconds = elapsed();
+    print_rl_table_row(s, summary.base_accuracy, options.steps);
   }
 
   uint64_t cursor = 0;
@@ -297,16 +279,10 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
         step == options.steps || (options.eval_interval > 0 && step % options.eval_interval == 0);
     if (evaluate) s.held_out = last_held_out = held_out();
     s.seconds = elapsed();
-    events << step_json(s).dump() << "\n" << std::flush;
+    events << rl_step_json(s).dump() << "\n" << std::flush;
     if (on_step) on_step(s);
     if (options.table && (evaluate || step == 1 || step % 5 == 0)) {
-      const double eta =
-          s.seconds / static_cast<double>(step) * static_cast<double>(options.steps - step);
-      fmt::print("{:>6}  {:>6.3f}  {:>11.2f}  {:>8.3f}  {:>10.1f}  {:>8}  {:>7.3f}  {:>8}  {:>8}\n",
-                 step, s.reward, s.informative, last_held_out,
-                 static_cast<double>(rollouts) / s.seconds, s.rejected, s.clipped_fraction,
-                 format_duration(s.seconds), format_duration(eta));
-      std::fflush(stdout);
+      print_rl_table_row(s, last_held_out, options.steps);
     }
   }
   summary.final_accuracy = last_held_out;

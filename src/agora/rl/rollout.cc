@@ -102,4 +102,15 @@ Rollout decode_rollout(std::string_view bytes, const RolloutLimits& limits) {
   return r;
 }
 
+std::string rollout_signing_bytes(std::string_view run_id, std::string_view rollout_bytes) {
+  if (run_id.size() > 0xFFFF) fail("rl run id of {} bytes is too long (allowed: <= 65535)", run_id.size());
+  std::string out = "agora/rollout/v1";
+  uint8_t len[2];
+  store_le16(static_cast<uint16_t>(run_id.size()), len);
+  out.append(reinterpret_cast<const char*>(len), 2);
+  out.append(run_id);
+  out.append(rollout_bytes);
+  return out;
+}
+
 }  // namespace agora

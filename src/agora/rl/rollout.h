@@ -54,4 +54,9 @@ inline constexpr size_t kRolloutHeaderBytes = 40;
 std::string encode_rollout(const Rollout& rollout);
 Rollout decode_rollout(std::string_view bytes, const RolloutLimits& limits);
 
+// What a worker signs when it submits a rollout over the network (docs/rl.md section 6):
+// "agora/rollout/v1" | u16 len(run_id) | run_id | the rollout's encoded bytes. The run id keeps
+// a rollout signed for one run from being replayed into another.
+std::string rollout_signing_bytes(std::string_view run_id, std::string_view rollout_bytes);
+
 }  // namespace agora

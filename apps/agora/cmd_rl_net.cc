@@ -1,0 +1,144 @@
+// agora rl serve / agora rl work: the learner and the rollout workers of an RL run as separate
+// processes over the network (docs/rl.md section 6).
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "agora/core/error.h"
+#include "agora/coord/allowlist.h"
+#include "agora/net/identity.h"
+#include "agora/obs/progress.h"
+#include "agora/rl/learner_server.h"
+#include "agora/rl/rollout_worker.h"
+#include "agora/train/device.h"
+#include "commands.h"
+#include "signals.h"
+
+namespace agora::cli {
+
+void add_rl_serve(CLI::App& rl) {
+  struct Args {
+    std::string checkpoint, key, allowlist, http = "off", out = "runs/rl-net";
+    LearnerOptions options;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = rl.add_subcommand(
+      "serve", "Be the learner of an RL run: hand out problems, check rollouts, train with GRPO");
+  auto& o = args->options;
+  auto& t = o.train;
+  cmd->add_option("--checkpoint", args->checkpoint, "The base model's checkpoint folder")
+      ->required();
+  cmd->add_option("--key", args->key, "The learner's identity (agora keygen --out FILE)")
+      ->required();
+  cmd->add_option("--listen", o.listen, "Where workers connect (tcp://HOST:PORT)")
+      ->capture_default_str();
+  cmd->add_option("--allowlist", args->allowlist,
+                  "Only these workers' keys (one hex key per line); default: anyone with a key");
+  cmd->add_option("--http", args->http,
+                  "Serve the status page, /api/rl and /metrics on HOST:PORT (off = none)")
+      ->capture_default_str();
+  cmd->add_option("--run-id", o.run_id, "The run's name, in every signature")
+      ->capture_default_str();
+  cmd->add_option("--task", o.task_name, "arithmetic or countdown")->capture_default_str();
+  cmd->add_option("--task-seed", o.task.seed, "The seed problems are generated from")
+      ->capture_default_str();
+  cmd->add_option("--steps", t.steps, "Updates")->capture_default_str();
+  cmd->add_option("--prompts", t.prompts_per_step, "Prompts per update")->capture_default_str();
+  cmd->add_option("--group", t.group_size, "Completions per prompt (G)")->capture_default_str();
+  cmd->add_option("--max-new-tokens", t.max_new_tokens, "Tokens per completion, at most")
+      ->capture_default_str();
+  cmd->add_option("--temperature", t.temperature, "Sampling temperature")->capture_default_str();
+  cmd->add_option("--lr", t.lr, "AdamW learning rate")->capture_default_str();
+  cmd->add_option("--eval-interval", t.eval_interval, "Held-out evaluation every N updates")
+      ->capture_default_str();
+  cmd->add_option("--eval-problems", t.eval_problems, "Held-out problems per evaluation")
+      ->capture_default_str();
+  cmd->add_option("--max-off-policy", t.max_off_policy_steps,
+                  "Refuse rollouts more than this many versions old")
+      ->capture_default_str();
+  cmd->add_option("--rescore-rate", o.rescore_rate, "Share of rollouts re-scored, in (0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--rescore-tolerance", t.rescore_tolerance,
+                  "Largest |claimed - recomputed| log-probability accepted")
+      ->capture_default_str();
+  cmd->add_option("--strikes", t.strikes_to_ban, "Strikes that ban a worker")
+      ->capture_default_str();
+  cmd->add_option("--reassign-after", o.reassign_seconds,
+                  "Seconds before an unanswered slot is handed to another worker")
+      ->capture_default_str();
+  cmd->add_option("--step-timeout", o.step_timeout_seconds,
+                  "Train on the complete groups after this many seconds (0: wait for all)")
+      ->capture_default_str();
+  cmd->add_option("--out", args->out, "Folder for rl.jsonl and the checkpoint 'latest'")
+      ->capture_default_str();
+  cmd->callback([args] {
+    LearnerOptions options = args->options;
+    options.train.out_dir = args->out;
+    if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
+    if (!args->allowlist.empty()) {
+      options.admission.open = false;
+      for (const auto& key : coord::read_allowlist(args->allowlist)) {
+        options.admission.curve_keys.insert(net::curve_public_of(key));
+      }
+    }
+    options.stop = &stop_requested();
+    validate(options);
+    const net::Identity identity = net::Identity::load(args->key);
+    LoadedCheckpoint base = load_checkpoint(args->checkpoint, torch::kCPU);
+    const GrpoTrainSummary s = serve_learner(std::move(base), identity, options);
+    fmt::print("held-out accuracy {:.3f} -> {:.3f} ({:+.1f} points) after {} updates, {} "
+               "rollouts in {}\n",
+               s.base_accuracy, s.final_accuracy, 100 * (s.final_accuracy - s.base_accuracy),
+               s.steps, s.rollouts, format_duration(s.seconds));
+    std::string verdicts;
+    for (const auto& [name, n] : s.verdicts) {
+      if (n > 0) verdicts += fmt::format(" {} {}", name, n);
+    }
+    fmt::print("rollouts:{}\ncheckpoint {}\n", verdicts, s.checkpoint.string());
+  });
+}
+
+void add_rl_work(CLI::App& rl) {
+  struct Args {
+    std::string key, learner_key, base, behaviour = "honest", log;
+    RolloutWorkerOptions options;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = rl.add_subcommand(
+      "work", "Be a rollout worker: fetch the policy, answer problems, submit signed rollouts");
+  auto& o = args->options;
+  cmd->add_option("--key", args->key, "This worker's identity (agora keygen --out FILE)")
+      ->required();
+  cmd->add_option("--learner", o.learner, "The learner's address (tcp://HOST:PORT)")->required();
+  cmd->add_option("--learner-key", args->learner_key, "The learner's public key (hex)")
+      ->required();
+  cmd->add_option("--base", args->base, "The base checkpoint the run starts from")->required();
+  cmd->add_option("--slots", o.slots_per_request, "Slots asked for at once")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--idle-timeout", o.idle_timeout_seconds,
+                  "Give up after this many seconds without an answer")
+      ->capture_default_str();
+  cmd->add_option("--behave", args->behaviour,
+                  "honest, or a cheat the learner must catch: other-model, fabricate, replay, "
+                  "stale")
+      ->capture_default_str();
+  cmd->add_option("--log", args->log, "Write JSON lines of what happened here");
+  cmd->callback([args] {
+    RolloutWorkerOptions options = args->options;
+    options.learner_key = net::key_from_hex(args->learner_key, "--learner-key");
+    options.base = args->base;
+    options.behaviour = parse_worker_behaviour(args->behaviour);
+    options.log = args->log;
+    const net::Identity identity = net::Identity::load(args->key);
+    const RolloutWorkerSummary s = run_rollout_worker(identity, options);
+    std::string receipts;
+    for (const auto& [verdict, n] : s.receipts) receipts += fmt::format(" {} {}", verdict, n);
+    fmt::print("{} rollouts submitted in {}, policy version {}; receipts:{}{}\n", s.submitted,
+               format_duration(s.seconds), s.version, receipts,
+               s.refused.empty() ? "" : "\nrefused by the learner: " + s.refused);
+    if (!s.refused.empty()) throw Error("the learner banned this worker: " + s.refused);
+  });
+}
+
+}  // namespace agora::cli

@@ -1,0 +1,355 @@
+#include "agora/rl/rollout_worker.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "agora/core/error.h"
+#include "agora/net/curve_socket.h"
+#include "agora/rl/published_policy.h"
+#include "agora/rl/rollout.h"
+#include "agora/rl/sampling.h"
+#include "agora/rl/task.h"
+#include "agora/train/checkpoint.h"
+#include "agora/train/parameter_hash.h"
+
+namespace agora {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Worker {
+ public:
+  Worker(const net::Identity& identity, const RolloutWorkerOptions& options);
+  RolloutWorkerSummary run();
+
+ private:
+  double now() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
+  void log(nlohmann::json row);
+  // The next message that `want` accepts, counting receipts on the way; nullopt after `timeout`.
+  template <typename Want>
+  std::optional<wire::Envelope> wait_for(Want want, double timeout);
+  void count_receipt(const wire::RlReceipt& r);
+  void join();
+  void sync_policy(uint64_t target);
+  void answer(const wire::RlWork& work);
+  void send_rollout(const Rollout& rollout);
+  void progress_line(bool force);
+
+  const net::Identity& identity_;
+  RolloutWorkerOptions options_;
+  net::Context context_;
+  net::Client client_;
+  LoadedCheckpoint base_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Task> task_;
+  wire::RlRun run_;
+  uint64_t version_ = 0;
+  std::vector<wire::Envelope> last_batch_, this_batch_;  // replay's
+  std::ofstream log_;
+  RolloutWorkerSummary summary_;
+  const Clock::time_point started_ = Clock::now();
+  double last_progress_ = 0;
+};
+
+net::DecodeLimits worker_limits() {
+  net::DecodeLimits limits;
+  limits.max_control = net::kMaxControlBytes;
+  return limits;  // max_data: a whole policy
+}
+
+Worker::Worker(const net::Identity& identity, const RolloutWorkerOptions& options)
+    : identity_(identity),
+      options_(options),
+      client_(context_, identity, options.learner, options.learner_key, worker_limits(),
+              /*receive_queue=*/256),
+      base_(load_checkpoint(options.base, torch::kCPU)) {
+  if (base_.tokenizer_spec.empty()) fail("the base checkpoint {} names no tokenizer", options.base.string());
+  tokenizer_ = load_tokenizer(base_.tokenizer_spec);
+  base_.model->eval();
+  if (!options_.log.empty()) {
+    log_.open(options_.log, std::ios::trunc);
+    if (!log_) fail("cannot write {}", options_.log.string());
+  }
+}
+
+void Worker::log(nlohmann::json row) {
+  if (!log_) return;
+  row["elapsed_s"] = now();
+  log_ << row.dump() << "\n" << std::flush;
+}
+
+template <typename Want>
+std::optional<wire::Envelope> Worker::wait_for(Want want, double timeout) {
+  const double until = now() + timeout;
+  while (now() < until) {
+    zmq::pollitem_t item{client_.socket().handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(50));
+    while (std::optional<wire::Envelope> m = client_.recv()) {
+      if (m->has_rl_receipt()) {
+        count_receipt(m->rl_receipt());
+        continue;
+      }
+      if (want(*m)) return m;
+    }
+  }
+  return std::nullopt;
+}
+
+void Worker::count_receipt(const wire::RlReceipt& r) {
+  ++summary_.receipts[r.verdict().substr(0, 32)];
+  if (r.verdict() != "accepted") {
+    log({{"event", "rl_worker_refused"},
+         {"problem_id", r.problem_id()},
+         {"sample", r.sample()},
+         {"verdict", r.verdict().substr(0, 32)},
+         {"reason", r.reason().substr(0, 300)}});
+  }
+}
+
+void Worker::join() {
+  wire::Envelope hello;
+  hello.mutable_rl_hello()->set_key(identity_.public_key());
+  hello.mutable_rl_hello()->set_agent(
+      fmt::format("agora rl work ({})", behaviour_name(options_.behaviour)));
+  const double until = now() + options_.idle_timeout_seconds;
+  std::optional<wire::Envelope> m;
+  while (!m && now() < until) {
+    client_.send(hello);
+    m = wait_for([](const wire::Envelope& e) { return e.has_rl_run(); }, 2.0);
+  }
+  if (!m) {
+    fail("the learner at {} did not answer for {:g} s (is it running, and is --learner-key its "
+         "public key?)",
+         options_.learner, options_.idle_timeout_seconds);
+  }
+  run_ = m->rl_run();
+  if (!run_.refused().empty()) fail("the learner refused this worker: {}", run_.refused());
+  const std::string hash = hash_parameters(base_.model).state_hash;
+  if (hash != run_.base_hash()) {
+    fail("the base checkpoint {} has state hash {}, but the learner's run starts from {}: give "
+         "--base the checkpoint the learner was started with",
+         options_.base.string(), net::key_to_hex(hash),
+         run_.base_hash().size() == net::kKeyBytes ? net::key_to_hex(run_.base_hash()) : "?");
+  }
+  TaskOptions task;
+  task.seed = run_.task_seed();
+  task.held_out_fraction = run_.held_out_fraction();
+  task.max_digits = static_cast<int>(run_.max_digits());
+  task.numbers = static_cast<int>(run_.numbers());
+  task_ = make_task(run_.task(), task);
+  if (run_.group_size() < 1 || run_.max_new_tokens() < 1 || run_.max_new_tokens() > 4096 ||
+      !(run_.temperature() > 0)) {
+    fail("the learner sent an unusable run: group size {}, max new tokens {}, temperature {}",
+         run_.group_size(), run_.max_new_tokens(), run_.temperature());
+  }
+  log({{"event", "rl_worker_joined"},
+       {"key", net::key_to_hex(identity_.public_key())},
+       {"run_id", run_.run_id().substr(0, 200)},
+       {"task", task_->name()},
+       {"version", run_.version()},
+       {"behaviour", std::string(behaviour_name(options_.behaviour))}});
+}
+
+void Worker::sync_policy(uint64_t target) {
+  bool whole = false;
+  for (int attempt = 0; attempt < 6 && version_ < target; ++attempt) {
+    wire::Envelope ask;
+    ask.mutable_rl_get_policy()->set_have_version(version_);
+    ask.mutable_rl_get_policy()->set_whole(whole);
+    client_.send(ask);
+    while (version_ < target) {
+      std::optional<wire::Envelope> m =
+          wait_for([](const wire::Envelope& e) { return e.has_rl_policy(); }, 10.0);
+      if (!m) break;  // ask again
+      const wire::RlPolicy& p = m->rl_policy();
+      if (p.to_version() <= version_ || (!p.whole() && p.from_version() != version_)) continue;
+      bool ok = true;
+      try {
+        PublishedPolicy::apply(base_.model, p.payload(), p.whole(), p.to_version());
+      } catch (const Error& e) {
+        ok = false;
+        log({{"event", "rl_worker_policy_error"}, {"error", std::string(e.what()).substr(0, 300)}});
+      }
+      summary_.policy_bytes += static_cast<int64_t>(m->ByteSizeLong());
+      ok = ok && hash_parameters(base_.model).state_hash == p.state_hash();
+      log({{"event", "rl_worker_policy"},
+           {"version", p.to_version()},
+           {"whole", p.whole()},
+           {"bytes", m->ByteSizeLong()},
+           {"hash_ok", ok}});
+      if (!ok) {
+        // A delta applied to the wrong parameters, or corrupted: start again from the whole.
+        ++summary_.hash_mismatches;
+        whole = true;
+        break;
+      }
+      version_ = p.to_version();
+    }
+  }
+  if (version_ < target) {
+    fail("could not bring the policy from version {} to {} (the learner sent no usable update)",
+         version_, target);
+  }
+}
+
+void Worker::send_rollout(const Rollout& rollout) {
+  const std::string bytes = encode_rollout(rollout);
+  wire::Envelope e;
+  e.mutable_rl_rollout()->set_rollout(bytes);
+  e.mutable_rl_rollout()->set_signature(
+      identity_.sign(rollout_signing_bytes(run_.run_id(), bytes)));
+  client_.send(e);
+  ++summary_.submitted;
+  if (options_.behaviour == WorkerBehaviour::kReplay) {
+    client_.send(e);
+    ++summary_.submitted;
+    this_batch_.push_back(e);
+  }
+}
+
+void Worker::answer(const wire::RlWork& work) {
+  const TokenId eot = tokenizer_->eot_id();
+  std::map<uint64_t, std::vector<uint32_t>> by_problem;
+  for (const auto& s : work.slots()) {
+    if (s.sample() < run_.group_size()) by_problem[s.problem_id()].push_back(s.sample());
+  }
+  const WorkerBehaviour b = options_.behaviour;
+  for (const auto& [problem_id, samples] : by_problem) {
+    const Problem problem = task_->make(problem_id);
+    Rollout r;
+    r.task = task_->name();
+    r.task_seed = task_->seed();
+    r.problem_id = problem_id;
+    if (b == WorkerBehaviour::kFabricate) {
+      const std::vector<TokenId> answer = tokenizer_->encode(problem.solution);
+      r.tokens.assign(answer.begin(), answer.end());
+      r.tokens.push_back(eot);
+      r.logprobs.assign(r.tokens.size(), -0.01f);
+      r.policy_version = work.version();
+      for (uint32_t sample : samples) {
+        r.sample = sample;
+        send_rollout(r);
+      }
+      continue;
+    }
+    CompletionSampling sampling;
+    sampling.count = static_cast<int64_t>(samples.size());
+    sampling.max_new_tokens = run_.max_new_tokens();
+    sampling.temperature = run_.temperature();
+    sampling.seed = options_.seed * 0x9E3779B97F4A7C15ull ^ problem_id * 0xD1B54A32D192ED03ull ^
+                    samples.front();
+    const std::vector<Completion> group =
+        sample_completions(base_.model, eot, tokenizer_->encode(problem.prompt), sampling);
+    r.policy_version = b == WorkerBehaviour::kStale        ? 0
+                       : b == WorkerBehaviour::kOtherModel ? work.version()
+                                                           : version_;
+    for (size_t k = 0; k < group.size(); ++k) {
+      r.sample = samples[k];
+      r.tokens.assign(group[k].tokens.begin(), group[k].tokens.end());
+      r.logprobs = group[k].logprobs;
+      send_rollout(r);
+    }
+  }
+  if (b == WorkerBehaviour::kReplay) {
+    for (const wire::Envelope& e : last_batch_) {
+      client_.send(e);
+      ++summary_.submitted;
+    }
+    last_batch_ = std::move(this_batch_);
+    this_batch_.clear();
+  }
+}
+
+void Worker::progress_line(bool force) {
+  if (!options_.progress || (!force && now() - last_progress_ < 5)) return;
+  last_progress_ = now();
+  const int64_t accepted =
+      summary_.receipts.count("accepted") ? summary_.receipts.at("accepted") : 0;
+  int64_t receipts = 0;
+  for (const auto& [verdict, n] : summary_.receipts) receipts += n;
+  fmt::print(stderr,
+             "worker {}: policy version {}, {} rollouts submitted ({:.1f}/s), {} accepted, {} "
+             "refused\n",
+             net::short_key(identity_.public_key()), version_, summary_.submitted,
+             static_cast<double>(summary_.submitted) / std::max(1e-9, now()), accepted,
+             receipts - accepted);
+}
+
+RolloutWorkerSummary Worker::run() {
+  join();
+  const bool follows = options_.behaviour == WorkerBehaviour::kHonest ||
+                       options_.behaviour == WorkerBehaviour::kFabricate ||
+                       options_.behaviour == WorkerBehaviour::kReplay;
+  double last_answer = now();
+  while (true) {
+    wire::Envelope ask;
+    ask.mutable_rl_get_work()->set_max_slots(options_.slots_per_request);
+    client_.send(ask);
+    std::optional<wire::Envelope> m =
+        wait_for([](const wire::Envelope& e) { return e.has_rl_work(); }, 5.0);
+    if (!m) {
+      if (now() - last_answer > options_.idle_timeout_seconds) {
+        fail("the learner at {} stopped answering ({:g} s without work or an answer)",
+             options_.learner, options_.idle_timeout_seconds);
+      }
+      continue;
+    }
+    last_answer = now();
+    const wire::RlWork& work = m->rl_work();
+    if (!work.refused().empty()) {
+      summary_.refused = work.refused().substr(0, 300);
+      log({{"event", "rl_worker_banned"}, {"reason", summary_.refused}});
+      break;
+    }
+    if (work.finished()) {
+      summary_.finished = true;
+      break;
+    }
+    if (follows && work.version() > version_) sync_policy(work.version());
+    if (work.slots_size() == 0) {
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(std::clamp<uint32_t>(work.retry_ms(), 10, 5000)));
+      progress_line(false);
+      continue;
+    }
+    answer(work);
+    progress_line(false);
+  }
+  // The receipts still on their way.
+  wait_for([](const wire::Envelope&) { return false; }, 0.5);
+  progress_line(true);
+  summary_.version = version_;
+  summary_.seconds = now();
+  log({{"event", "rl_worker_done"},
+       {"submitted", summary_.submitted},
+       {"receipts", summary_.receipts},
+       {"version", version_},
+       {"policy_bytes", summary_.policy_bytes},
+       {"hash_mismatches", summary_.hash_mismatches},
+       {"finished", summary_.finished},
+       {"refused", summary_.refused}});
+  return summary_;
+}
+
+}  // namespace
+
+RolloutWorkerSummary run_rollout_worker(const net::Identity& identity,
+                                        const RolloutWorkerOptions& options) {
+  if (options.slots_per_request < 1 || options.slots_per_request > 1024) {
+    fail("rl worker slots per request {} is invalid (allowed: 1 to 1024)",
+         options.slots_per_request);
+  }
+  if (!(options.idle_timeout_seconds > 0)) {
+    fail("rl worker idle timeout {} is invalid (allowed: > 0 seconds)",
+         options.idle_timeout_seconds);
+  }
+  Worker worker(identity, options);
+  return worker.run();
+}
+
+}  // namespace agora
