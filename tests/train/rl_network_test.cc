@@ -74,7 +74,8 @@ TEST(PublishedPolicy, UpdatesThatDoNotFitAreErrors) {
   Llama other = tiny_model(400, 1);  // another vocabulary: another layout
   EXPECT_THROW(PublishedPolicy::apply(other, delta, false, 1), Error);
   // A failed apply left the worker as it was (it is checked before anything is added).
-  EXPECT_EQ(hash_parameters(worker).state_hash, hash_parameters(tiny_model(300, 1)).state_hash);
+  Llama untouched = tiny_model(300, 1);
+  EXPECT_EQ(hash_parameters(worker).state_hash, hash_parameters(untouched).state_hash);
 }
 
 // A client that speaks the worker's protocol by hand.
@@ -181,7 +182,8 @@ TEST(RlNetwork, ALearnerTrainsOnAnHonestWorkerAndBansAHostileOne) {
   ASSERT_TRUE(run.refused().empty()) << run.refused();
   EXPECT_EQ(run.task(), "arithmetic");
   EXPECT_EQ(run.group_size(), 2u);
-  EXPECT_EQ(run.base_hash(), hash_parameters(load_checkpoint(root / "base", torch::kCPU).model).state_hash);
+  LoadedCheckpoint base = load_checkpoint(root / "base", torch::kCPU);
+  EXPECT_EQ(run.base_hash(), hash_parameters(base.model).state_hash);
 
   wire::RlWork work = cheat.get_work(1);
   ASSERT_EQ(work.slots_size(), 1);

@@ -64,8 +64,10 @@ TEST(RlSlotPool, AWorkerHoldsAtMostItsCapAndASlotAtMostMaxHolders) {
   EXPECT_TRUE(pool.hand_out("greedy", 100, 50).empty());  // at its cap
   EXPECT_EQ(pool.holding("greedy"), 3u);
   // reassign_seconds 0: everything is overdue at once, but each slot has at most 2 holders.
+  // b takes the free slot, then two of greedy's; c the two slots still held once; d nothing.
   EXPECT_EQ(pool.hand_out("b", 100, 1).size(), 3u);
-  EXPECT_EQ(pool.hand_out("c", 100, 2).size(), 0u + 0u);
+  EXPECT_EQ(pool.hand_out("c", 100, 2).size(), 2u);
+  EXPECT_TRUE(pool.hand_out("d", 100, 3).empty());
 }
 
 TEST(RlSlotPool, ReleasedAndForgottenSlotsGoBackToThePool) {
