@@ -95,6 +95,19 @@ IntakeOptions intake_options() {
   return o;
 }
 
+// A claim far below any sampled token's log-probability would make GRPO's ratio overflow.
+TEST(Rollout, LogProbabilitiesBelowTheFloorAreRefused) {
+  Rollout r = sample_rollout();
+  r.logprobs[0] = -60.0f;
+  const std::string bytes = encode_rollout(r);
+  RolloutLimits limits;
+  EXPECT_EQ(decode_rollout(bytes, limits), r);  // the default floor accepts any finite value
+  limits.min_logprob = kMinRolloutLogprob;
+  EXPECT_THROW(decode_rollout(bytes, limits), Error);
+  r.logprobs[0] = kMinRolloutLogprob;
+  EXPECT_EQ(decode_rollout(encode_rollout(r), limits), r);
+}
+
 TEST(RolloutIntake, AcceptsAFreshRolloutOfAnOpenProblemOnce) {
   RolloutIntake intake(intake_options());
   intake.open(42);

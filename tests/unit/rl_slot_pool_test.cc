@@ -16,7 +16,7 @@ SlotPoolOptions options(uint32_t group, double reassign, uint32_t cap) {
   o.group_size = group;
   o.reassign_seconds = reassign;
   o.max_slots_per_worker = cap;
-  o.max_holders = 2;
+  o.max_handouts = 2;
   return o;
 }
 
@@ -57,25 +57,35 @@ TEST(RlSlotPool, OverdueSlotsAreHandedAgainAndEitherHolderMayFillThem) {
   EXPECT_EQ(pool.filled(), 2u);
 }
 
-TEST(RlSlotPool, AWorkerHoldsAtMostItsCapAndASlotAtMostMaxHolders) {
-  SlotPool pool(options(4, 0, 3));
+TEST(RlSlotPool, AWorkerHoldsAtMostItsCapOfSlotsThatAreNotOverdue) {
+  SlotPool pool(options(4, 10, 3));
   pool.open({1});
   EXPECT_EQ(pool.hand_out("greedy", 100, 0).size(), 3u);
-  EXPECT_TRUE(pool.hand_out("greedy", 100, 50).empty());  // at its cap
-  EXPECT_EQ(pool.holding("greedy"), 3u);
-  // reassign_seconds 0: everything is overdue at once, but each slot has at most 2 holders.
-  // b takes the free slot, then two of greedy's; c the two slots still held once; d nothing.
-  EXPECT_EQ(pool.hand_out("b", 100, 1).size(), 3u);
-  EXPECT_EQ(pool.hand_out("c", 100, 2).size(), 2u);
-  EXPECT_TRUE(pool.hand_out("d", 100, 3).empty());
+  EXPECT_TRUE(pool.hand_out("greedy", 100, 5).empty());  // at its cap
+  EXPECT_EQ(pool.holding("greedy", 5), 3u);
+  pool.answered("greedy", {1, 0});
+  pool.answered("greedy", {1, 1});
+  // Overdue slots stop counting (a restarted worker gets work): the free slot first, then the
+  // overdue one it never answered (its answer was lost), never the two it answered.
+  EXPECT_EQ(pool.holding("greedy", 10), 0u);
+  EXPECT_EQ(pool.hand_out("greedy", 100, 10), (std::vector<SlotId>{{1, 3}, {1, 2}}));
+  // b takes the two answered-but-unfilled slots; c finds nothing free or overdue.
+  EXPECT_EQ(pool.hand_out("b", 100, 11), (std::vector<SlotId>{{1, 0}, {1, 1}}));
+  EXPECT_TRUE(pool.hand_out("c", 100, 12).empty());
+  // Later everything is overdue again, but max_handouts (2) is reached for all but slot 3.
+  EXPECT_EQ(pool.hand_out("c", 100, 25), (std::vector<SlotId>{{1, 3}}));
+  EXPECT_TRUE(pool.held_by("greedy", {1, 3}));  // a late answer from a first holder still counts
 }
 
-TEST(RlSlotPool, ReleasedAndForgottenSlotsGoBackToThePool) {
+TEST(RlSlotPool, ReleasedAndForgottenSlotsGoBackToOthers) {
   SlotPool pool(options(2, 1000, 100));
   pool.open({5});
   ASSERT_EQ(pool.hand_out("cheat", 2, 0).size(), 2u);
+  pool.answered("cheat", {5, 0});
   pool.release("cheat", {5, 0});  // its rollout failed re-scoring
   EXPECT_FALSE(pool.held_by("cheat", {5, 0}));
+  // Not back to the worker that answered it (a resubmission would be struck as a duplicate).
+  EXPECT_TRUE(pool.hand_out("cheat", 5, 1).empty());
   EXPECT_EQ(pool.hand_out("honest", 5, 1), (std::vector<SlotId>{{5, 0}}));
   pool.forget("cheat");  // banned
   EXPECT_EQ(pool.hand_out("honest", 5, 2), (std::vector<SlotId>{{5, 1}}));
@@ -87,7 +97,7 @@ TEST(RlSlotPool, ReleasedAndForgottenSlotsGoBackToThePool) {
 TEST(RlSlotPool, BadOptionsAreErrors) {
   EXPECT_THROW(SlotPool(options(0, 1, 1)), Error);
   SlotPoolOptions o;
-  o.max_holders = 0;
+  o.max_handouts = 0;
   EXPECT_THROW(SlotPool{o}, Error);
 }
 

@@ -1,5 +1,7 @@
 #include "agora/rl/group_batch.h"
 
+#include <cmath>
+
 #include <algorithm>
 
 #include "agora/rl/held_out.h"
@@ -53,6 +55,17 @@ GrpoLoss grpo_update(Llama& model, torch::optim::Optimizer& optimizer, TokenId e
                    scored.mask, grpo);
   optimizer.zero_grad();
   loss.loss.backward();
+  // A non-finite loss or gradient would write NaN into every parameter (and every worker's
+  // policy with it): the update is skipped instead.
+  double norm_sq = 0;
+  for (const auto& p : model->parameters()) {
+    if (p.grad().defined()) norm_sq += p.grad().pow(2).sum().item<double>();
+  }
+  if (!std::isfinite(loss.loss.item<double>()) || !std::isfinite(norm_sq)) {
+    optimizer.zero_grad();
+    loss.skipped = true;
+    return loss;
+  }
   if (grad_clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), grad_clip);
   optimizer.step();
   return loss;

@@ -44,7 +44,8 @@ std::vector<double> add_group(GroupBatch& batch, const Task& task, const Tokeniz
 
 // One AdamW step on GRPO's loss over the batch's rows (none: no step, an undefined loss). A row
 // without recorded log-probabilities takes the model's own, detached: its ratio is 1, which is
-// exact for a policy that did sample it and SAPO's treatment of another node's text.
+// exact for a policy that did sample it and SAPO's treatment of another node's text. A loss or
+// gradient that is not finite takes no step (GrpoLoss::skipped).
 GrpoLoss grpo_update(Llama& model, torch::optim::Optimizer& optimizer, TokenId eot_id,
                      const GroupBatch& batch, double temperature, double grad_clip,
                      const GrpoOptions& grpo);

@@ -40,6 +40,7 @@ struct GrpoLoss {
   double clipped_fraction = 0;  // of completion tokens whose ratio left the clip range
   double capped_fraction = 0;   // of completion tokens with A < 0 and ratio above the cap
   double mean_ratio = 0;        // over completion tokens
+  bool skipped = false;         // grpo_update took no step: the loss or a gradient was not finite
 };
 
 // logp, logp_old, mask: [N, T] (mask 1 on completion tokens, 0 on prompt and padding);

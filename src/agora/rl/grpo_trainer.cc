@@ -197,6 +197,7 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
     io.group_size = static_cast<uint32_t>(options.group_size);
     io.limits.max_tokens = static_cast<uint32_t>(options.max_new_tokens);
     io.limits.vocab_size = static_cast<uint32_t>(model->config().vocab_size);
+    io.limits.min_logprob = kMinRolloutLogprob;
     io.strikes_to_ban = options.strikes_to_ban;
     intake.emplace(io);
   }
@@ -268,7 +269,8 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
     s.informative =
         static_cast<double>(batch.informative) / static_cast<double>(options.prompts_per_step);
     s.loss = loss.loss.defined() ? loss.loss.item<double>() : 0.0;
-    s.clipped_fraction = loss.clipped_fraction;
+    s.skipped = loss.skipped;
+  s.clipped_fraction = loss.clipped_fraction;
     s.capped_fraction = loss.capped_fraction;
     s.mean_ratio = loss.mean_ratio;
     s.completion_tokens = batch.tokens / rows;

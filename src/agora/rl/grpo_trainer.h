@@ -58,6 +58,7 @@ struct GrpoStepStats {
   double reward = 0;       // mean over the step's completions
   double informative = 0;  // share of groups whose rewards differ (the others teach nothing)
   double loss = 0;
+  bool skipped = false;  // the update was not finite and was not applied
   double clipped_fraction = 0;
   double capped_fraction = 0;
   double mean_ratio = 0;

@@ -32,13 +32,28 @@ namespace agora::learner_detail {
 
 using Clock = std::chrono::steady_clock;
 
+// A worker silent this long is forgotten (its slots go back, a banned one's ban stays).
+inline constexpr double kWorkerIdleSeconds = 120;
+// Rollouts re-scored in one forward pass, at most.
+inline constexpr size_t kRescoreBatch = 64;
+// Hellos from keys the learner does not know yet, a second and at once.
+inline constexpr double kHellosPerSecond = 20, kHelloBurst = 100;
+// Replies waiting per connection: a receipt per rollout, so a step's worth and more.
+inline constexpr int kReplyQueue = 16384;
+// Text a worker sends that lands in logs (its agent string), at most.
+inline constexpr size_t kMaxAgentBytes = 200;
+
 // A worker that said hello, by the key it proved.
 struct Worker {
   net::PublicKey key;  // ed25519
   std::string name;    // its key in hex: the intake's and the logs' name for it
   TokenBucket rate;
   int64_t accepted = 0, refused = 0;
-  double joined_s = 0;
+  double joined_s = 0, last_seen_s = 0;
+  bool ban_logged = false;
+  // Policy bytes queued to it and not yet written: one worker that never reads cannot hold the
+  // policy back from the others.
+  std::shared_ptr<std::atomic<int64_t>> in_flight = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 // A rollout past the intake, waiting for re-scoring (done in batches, one per version).
@@ -65,6 +80,9 @@ class Learner {
   void receipt(const std::string& route, const Rollout* rollout, std::string_view verdict,
                const std::string& reason, Worker& w);
   void rescore_pending();
+  void rescore(uint64_t version, std::vector<Pending>& batch);
+  // Forgets workers not heard from for kWorkerIdleSeconds (their ban stays in the intake).
+  void evict_idle();
   void train_step();
   bool step_ready() const;
   void start_http();
@@ -92,6 +110,7 @@ class Learner {
   std::map<uint64_t, std::shared_ptr<const std::string>> deltas_;
   std::shared_ptr<const std::string> whole_;  // of the newest version, made when first asked
   std::map<std::string, Worker> workers_;     // by curve key
+  TokenBucket hellos_;                        // from keys not in workers_, all together
   std::vector<Pending> pending_;
   std::map<SlotId, std::pair<std::string, Rollout>> filled_;  // slot -> (worker, rollout)
   std::mt19937_64 rescore_draw_;
@@ -99,6 +118,7 @@ class Learner {
   uint64_t cursor_ = 0;
   int64_t step_ = 0;  // updates done
   std::vector<Problem> problems_;
+  std::map<uint64_t, std::vector<TokenId>> prompts_;  // the open problems' prompt tokens
   double step_opened_ = 0;
   int64_t submitted_ = 0, refused_ = 0;  // this step's
   int64_t rollouts_ = 0;                 // all submissions so far

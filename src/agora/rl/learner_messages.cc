@@ -27,13 +27,38 @@ void Learner::handle(const net::Incoming& in) {
     obs::counter(metrics_, obs::metric::kRlMessagesDropped, {{"reason", "rate_limited"}}).inc();
     return;
   }
+  w.last_seen_s = now();
   if (in.message.has_rl_get_policy()) return on_get_policy(in, w);
   if (in.message.has_rl_get_work()) return on_get_work(in, w);
   if (in.message.has_rl_rollout()) return on_rollout(in, w);
   obs::counter(metrics_, obs::metric::kRlMessagesDropped, {{"reason", "unexpected"}}).inc();
 }
 
+namespace {
+
+// The agent string as it goes to the logs: printable ASCII, at most kMaxAgentBytes.
+std::string printable(const std::string& text) {
+  std::string out = text.substr(0, kMaxAgentBytes);
+  for (char& c : out) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  return out;
+}
+
+}  // namespace
+
 void Learner::on_hello(const net::Incoming& in) {
+  const auto known = workers_.find(in.curve_key);
+  // Each hello costs a key conversion: a known worker's count against its own bucket, a
+  // stranger's against one bucket shared by all strangers.
+  TokenBucket& bucket = known != workers_.end() ? known->second.rate : hellos_;
+  const double rate = known != workers_.end() ? options_.worker_messages_per_second
+                                              : kHellosPerSecond;
+  const double burst = known != workers_.end() ? options_.worker_burst : kHelloBurst;
+  if (!bucket.take(rate, burst, now())) {
+    obs::counter(metrics_, obs::metric::kRlMessagesDropped, {{"reason", "rate_limited"}}).inc();
+    return;
+  }
   wire::Envelope e;
   auto* run = e.mutable_rl_run();
   const std::string& key = in.message.rl_hello().key();
@@ -45,14 +70,16 @@ void Learner::on_hello(const net::Incoming& in) {
       matches = false;
     }
   }
+  int serving = 0;  // banned workers do not take a place
+  for (const auto& [curve, w] : workers_) serving += intake_.banned(w.name) ? 0 : 1;
   if (!matches) {
     run->set_refused("RlHello.key is not the ed25519 key this connection authenticated with");
-  } else if (!workers_.count(in.curve_key) &&
-             static_cast<int>(workers_.size()) >= options_.max_workers) {
+  } else if (known == workers_.end() && serving >= options_.max_workers) {
     run->set_refused(fmt::format("the learner serves at most {} workers", options_.max_workers));
   } else {
     auto [it, fresh] = workers_.try_emplace(in.curve_key);
     Worker& w = it->second;
+    w.last_seen_s = now();
     if (fresh) {
       w.key = key;
       w.name = net::key_to_hex(key);
@@ -60,7 +87,9 @@ void Learner::on_hello(const net::Incoming& in) {
       log_event({{"event", "rl_worker"},
                  {"worker", w.name},
                  {"state", "joined"},
-                 {"agent", in.message.rl_hello().agent().substr(0, 200)}});
+                 {"agent", printable(in.message.rl_hello().agent())}});
+    } else {
+      pool_.forget(w.name);  // a restarted worker: what it held is lost
     }
     if (intake_.banned(w.name)) {
       run->set_refused(fmt::format("banned after {} strikes", intake_.strikes(w.name)));
@@ -78,6 +107,7 @@ void Learner::on_hello(const net::Incoming& in) {
       run->set_base_hash(base_hash_);
       run->set_version(published_.version());
       run->set_state_hash(published_.state_hash());
+      run->set_steps(static_cast<uint64_t>(options_.train.steps));
     }
   }
   server_.send(in.route, e);
@@ -87,20 +117,30 @@ void Learner::on_get_policy(const net::Incoming& in, Worker& w) {
   if (intake_.banned(w.name)) return;
   const auto& ask = in.message.rl_get_policy();
   const uint64_t newest = published_.version();
-  if (*in_flight_ > options_.max_policy_bytes_in_flight) {
-    obs::counter(metrics_, obs::metric::kRlMessagesDropped, {{"reason", "policy_busy"}}).inc();
-    return;
-  }
+  int64_t queued = 0;
+  for (const auto& [curve, other] : workers_) queued += other.in_flight->load();
   const auto send = [&](const std::shared_ptr<const std::string>& bytes, const char* kind) {
-    if (server_.send_shared(in.route, bytes, in_flight_) == net::Server::SendResult::kQueued) {
-      obs::counter(metrics_, obs::metric::kRlPolicyBytes, {{"kind", kind}})
-          .inc(static_cast<double>(bytes->size()));
+    const auto size = static_cast<int64_t>(bytes->size());
+    // One reply may always wait per worker; beyond it, the worker's and everyone's limits.
+    if ((*w.in_flight > 0 && *w.in_flight + size > options_.max_policy_bytes_per_worker) ||
+        queued + size > options_.max_policy_bytes_in_flight) {
+      obs::counter(metrics_, obs::metric::kRlMessagesDropped, {{"reason", "policy_busy"}}).inc();
+      return false;
     }
+    if (server_.send_shared(in.route, bytes, w.in_flight) != net::Server::SendResult::kQueued) {
+      return false;
+    }
+    queued += size;
+    obs::counter(metrics_, obs::metric::kRlPolicyBytes, {{"kind", kind}})
+        .inc(static_cast<double>(size));
+    return true;
   };
   const bool chain = !ask.whole() && ask.have_version() < newest &&
                      deltas_.count(ask.have_version() + 1) > 0;
   if (chain) {
-    for (uint64_t v = ask.have_version() + 1; v <= newest; ++v) send(deltas_.at(v), "delta");
+    for (uint64_t v = ask.have_version() + 1; v <= newest; ++v) {
+      if (!send(deltas_.at(v), "delta")) return;  // the worker asks again, from what it has
+    }
     return;
   }
   if (!ask.whole() && ask.have_version() == newest) return;  // nothing newer
@@ -153,32 +193,57 @@ void Learner::receipt(const std::string& route, const Rollout* rollout, std::str
   r->set_verdict(std::string(verdict));
   r->set_reason(reason.substr(0, 500));
   server_.send(route, e);
+  if (intake_.banned(w.name) && !w.ban_logged) {
+    w.ban_logged = true;
+    pool_.forget(w.name);
+    log_event({{"event", "rl_worker"},
+               {"worker", w.name},
+               {"state", "banned"},
+               {"strikes", intake_.strikes(w.name)}});
+  }
 }
 
 void Learner::on_rollout(const net::Incoming& in, Worker& w) {
   ++submitted_;
   ++rollouts_;
   const auto& m = in.message.rl_rollout();
+  // Cheap refusals first: a banned worker's flood costs no signature check.
+  if (intake_.banned(w.name)) {
+    receipt(in.route, nullptr, verdict_name(IntakeVerdict::kBanned), "this worker is banned", w);
+    return;
+  }
   if (!net::verify_signature(w.key, rollout_signing_bytes(options_.run_id, m.rollout()),
                              m.signature())) {
     // The connection is authenticated, so a bad signature is the worker's own doing.
     intake_.strike(w.name, IntakeVerdict::kMalformed);
     receipt(in.route, nullptr, kBadSignature,
             "the signature is not the worker's over rollout_signing_bytes(run id, rollout)", w);
-    if (intake_.banned(w.name)) pool_.forget(w.name);
     return;
   }
   RolloutIntake::Result r = intake_.submit(w.name, m.rollout());
   if (r.verdict != IntakeVerdict::kAccepted) {
     receipt(in.route, nullptr, verdict_name(r.verdict), r.reason, w);
-    if (intake_.banned(w.name)) pool_.forget(w.name);
     return;
   }
   const SlotId slot{r.rollout->problem_id, r.rollout->sample};
+  if (pool_.held_by(w.name, slot)) pool_.answered(w.name, slot);  // the intake recorded it
   if (!pool_.held_by(w.name, slot)) {
     receipt(in.route, &*r.rollout, kUnassigned,
             fmt::format("slot (problem {}, sample {}) was not handed to this worker, or is filled",
                         slot.problem, slot.sample),
+            w);
+    return;
+  }
+  // Re-scoring's forward pass needs prompt and completion within the model's context.
+  const auto prompt = prompts_.find(slot.problem);
+  if (prompt == prompts_.end() ||
+      1 + prompt->second.size() + r.rollout->tokens.size() >
+          static_cast<size_t>(live_->config().max_seq_len)) {
+    intake_.strike(w.name, IntakeVerdict::kMalformed);
+    pool_.release(w.name, slot);
+    receipt(in.route, &*r.rollout, verdict_name(IntakeVerdict::kMalformed),
+            fmt::format("{} completion tokens do not fit the model's context after the prompt",
+                        r.rollout->tokens.size()),
             w);
     return;
   }
@@ -196,59 +261,83 @@ void Learner::on_rollout(const net::Incoming& in, Worker& w) {
 
 void Learner::rescore_pending() {
   if (pending_.empty()) return;
-  std::vector<Pending> pending = std::move(pending_);
+  std::map<uint64_t, std::vector<Pending>> by_version;
+  for (Pending& p : pending_) by_version[p.rollout.policy_version].push_back(std::move(p));
   pending_.clear();
-  std::map<uint64_t, std::vector<size_t>> by_version;
-  for (size_t i = 0; i < pending.size(); ++i) {
-    by_version[pending[i].rollout.policy_version].push_back(i);
-  }
-  std::map<uint64_t, std::vector<TokenId>> prompts;
-  for (const Problem& p : problems_) prompts[p.id] = tokenizer_->encode(p.prompt);
-  for (const auto& [version, members] : by_version) {
-    std::vector<std::vector<TokenId>> rows;
-    std::vector<const Rollout*> rollouts;
-    std::vector<size_t> kept;
-    for (size_t i : members) {
-      Pending& p = pending[i];
-      Worker& w = workers_.at(p.curve);
-      const auto prompt = prompts.find(p.rollout.problem_id);
-      if (!versions_.has(version) || prompt == prompts.end()) {
-        // The step moved on while it waited: too old now, not the worker's fault.
-        receipt(p.route, &p.rollout, verdict_name(IntakeVerdict::kStale),
-                "the run moved past its step before it was checked", w);
-        continue;
-      }
-      rows.push_back(prompt->second);
-      rollouts.push_back(&p.rollout);
-      kept.push_back(i);
+  for (auto& [version, all] : by_version) {
+    for (size_t from = 0; from < all.size(); from += kRescoreBatch) {
+      std::vector<Pending> batch(std::make_move_iterator(all.begin() + from),
+                                 std::make_move_iterator(all.begin() +
+                                                         std::min(all.size(), from + kRescoreBatch)));
+      rescore(version, batch);
     }
-    if (kept.empty()) continue;
-    const std::vector<double> gaps = rescore_gaps(versions_.model(version), eot_, rows, rollouts,
-                                                  options_.train.temperature);
-    for (size_t k = 0; k < kept.size(); ++k) {
-      Pending& p = pending[kept[k]];
-      Worker& w = workers_.at(p.curve);
-      const SlotId slot{p.rollout.problem_id, p.rollout.sample};
-      if (gaps[k] <= options_.train.rescore_tolerance) {
-        pool_.fill(slot);
-        filled_.try_emplace(slot, w.name, p.rollout);
-        receipt(p.route, &p.rollout, verdict_name(IntakeVerdict::kAccepted), "", w);
-      } else {
-        intake_.strike(w.name, IntakeVerdict::kMismatch);
-        pool_.release(w.name, slot);
-        receipt(p.route, &p.rollout, verdict_name(IntakeVerdict::kMismatch),
-                fmt::format("claimed log-probabilities differ from policy {}'s by up to {:.4g} "
-                            "(tolerance {:g})",
-                            version, gaps[k], options_.train.rescore_tolerance),
-                w);
-        if (intake_.banned(w.name)) {
-          pool_.forget(w.name);
-          log_event({{"event", "rl_worker"},
-                     {"worker", w.name},
-                     {"state", "banned"},
-                     {"strikes", intake_.strikes(w.name)}});
-        }
-      }
+  }
+}
+
+void Learner::rescore(uint64_t version, std::vector<Pending>& batch) {
+  std::vector<std::vector<TokenId>> rows;
+  std::vector<const Rollout*> rollouts;
+  std::vector<Pending*> kept;
+  for (Pending& p : batch) {
+    const auto w = workers_.find(p.curve);
+    if (w == workers_.end()) continue;  // forgotten meanwhile
+    const auto prompt = prompts_.find(p.rollout.problem_id);
+    if (!versions_.has(version) || prompt == prompts_.end()) {
+      // The step moved on while it waited: too old now, not the worker's fault.
+      receipt(p.route, &p.rollout, verdict_name(IntakeVerdict::kStale),
+              "the run moved past its step before it was checked", w->second);
+      continue;
+    }
+    rows.push_back(prompt->second);
+    rollouts.push_back(&p.rollout);
+    kept.push_back(&p);
+  }
+  if (kept.empty()) return;
+  std::vector<double> gaps;
+  try {
+    gaps = rescore_gaps(versions_.model(version), eot_, rows, rollouts, options_.train.temperature);
+  } catch (const std::exception& e) {
+    // The learner's own failure (the checks above let through only what fits): nobody's fault,
+    // so nobody is struck, and the slots go back to the pool.
+    log_event({{"event", "rl_rescore_error"}, {"error", std::string(e.what()).substr(0, 500)}});
+    for (Pending* p : kept) {
+      Worker& w = workers_.at(p->curve);
+      pool_.release(w.name, {p->rollout.problem_id, p->rollout.sample});
+      receipt(p->route, &p->rollout, "error", "the learner could not re-score it", w);
+    }
+    return;
+  }
+  for (size_t k = 0; k < kept.size(); ++k) {
+    Pending& p = *kept[k];
+    Worker& w = workers_.at(p.curve);
+    const SlotId slot{p.rollout.problem_id, p.rollout.sample};
+    if (gaps[k] > options_.train.rescore_tolerance) {
+      intake_.strike(w.name, IntakeVerdict::kMismatch);
+      pool_.release(w.name, slot);
+      receipt(p.route, &p.rollout, verdict_name(IntakeVerdict::kMismatch),
+              fmt::format("claimed log-probabilities differ from policy {}'s by up to {:.4g} "
+                          "(tolerance {:g})",
+                          version, gaps[k], options_.train.rescore_tolerance),
+              w);
+    } else if (!pool_.held_by(w.name, slot)) {
+      // Another holder of the slot filled it first (this one was handed it after a timeout).
+      receipt(p.route, &p.rollout, kUnassigned, "the slot was filled meanwhile", w);
+    } else {
+      pool_.fill(slot);
+      filled_.try_emplace(slot, w.name, p.rollout);
+      receipt(p.route, &p.rollout, verdict_name(IntakeVerdict::kAccepted), "", w);
+    }
+  }
+}
+
+void Learner::evict_idle() {
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (now() - it->second.last_seen_s > kWorkerIdleSeconds && *it->second.in_flight == 0) {
+      pool_.forget(it->second.name);
+      log_event({{"event", "rl_worker"}, {"worker", it->second.name}, {"state", "left"}});
+      it = workers_.erase(it);
+    } else {
+      ++it;
     }
   }
 }

@@ -23,12 +23,13 @@ std::string escape(const std::string& text) {
 std::string cell(const nlohmann::json& v) {
   if (v.is_string()) return escape(v.get<std::string>());
   if (v.is_number_float()) return fmt::format("{:.3f}", v.get<double>());
-  return escape(v.dump());
+  return escape(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 }  // namespace
 
-std::string learner_page_html(const nlohmann::json& s) {
+std::string learner_page_html(const nlohmann::json& status) {
+  const nlohmann::json s = status.is_object() ? status : nlohmann::json::object();
   const auto get = [&](const char* key) { return s.contains(key) ? cell(s.at(key)) : "-"; };
   std::string html = R"(<!doctype html><html><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="3"><title>agora rl</title>

@@ -32,6 +32,7 @@ IntakeOptions intake_options(const LearnerOptions& o, const Task& task, int64_t 
   io.group_size = static_cast<uint32_t>(o.train.group_size);
   io.limits.max_tokens = static_cast<uint32_t>(o.train.max_new_tokens);
   io.limits.vocab_size = static_cast<uint32_t>(vocab);
+  io.limits.min_logprob = kMinRolloutLogprob;
   io.strikes_to_ban = o.train.strikes_to_ban;
   return io;
 }
@@ -70,26 +71,35 @@ Learner::Learner(LoadedCheckpoint base, const net::Identity& identity,
       pool_(pool_options(options)),
       context_(options.admission),
       server_(context_, identity, options.listen, net::DecodeLimits{net::kMaxControlBytes, 0},
-              /*reply_queue=*/256),
+              /*reply_queue=*/kReplyQueue),
       rescore_draw_(std::random_device{}()) {
   live_->train();
   fs::create_directories(options_.train.out_dir);
   events_.open(options_.train.out_dir / "rl.jsonl", std::ios::trunc);
   if (!events_) fail("cannot write {}", (options_.train.out_dir / "rl.jsonl").string());
+  if (live_->config().max_seq_len < 2 + options_.train.max_new_tokens) {
+    fail("rl max new tokens {} does not fit the model's context of {} tokens",
+         options_.train.max_new_tokens, live_->config().max_seq_len);
+  }
+  publish_status();
   if (options_.http) start_http();
 }
 
 void Learner::log_event(nlohmann::json row) {
   row["elapsed_s"] = now();
-  events_ << row.dump() << "\n" << std::flush;
+  // Replace, not throw, on bytes that are not UTF-8: some fields come from workers.
+  events_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
+          << std::flush;
 }
 
 void Learner::open_step() {
   problems_.clear();
+  prompts_.clear();
   std::vector<uint64_t> ids;
   for (int64_t j = 0; j < options_.train.prompts_per_step; ++j) {
     problems_.push_back(task_->next(cursor_, /*want_held_out=*/false));
     ids.push_back(problems_.back().id);
+    prompts_[ids.back()] = tokenizer_->encode(problems_.back().prompt);
     intake_.open(ids.back());
   }
   intake_.set_version(published_.version());
@@ -149,6 +159,7 @@ void Learner::train_step() {
   s.informative = static_cast<double>(batch.informative) /
                   static_cast<double>(options_.train.prompts_per_step);
   s.loss = loss.loss.defined() ? loss.loss.item<double>() : 0.0;
+  s.skipped = loss.skipped;
   s.clipped_fraction = loss.clipped_fraction;
   s.capped_fraction = loss.capped_fraction;
   s.mean_ratio = loss.mean_ratio;
@@ -219,6 +230,7 @@ GrpoTrainSummary Learner::run() {
       if (step_ >= options_.train.steps) finished_at = now();
     }
     if (now() - last_status > 1) {
+      evict_idle();
       publish_status();
       last_status = now();
     }
@@ -265,6 +277,10 @@ void validate(const LearnerOptions& o) {
   if (!(o.worker_messages_per_second > 0) || o.worker_burst < 1) {
     fail("rl worker rate {}/s burst {} is invalid (allowed: rate > 0, burst >= 1)",
          o.worker_messages_per_second, o.worker_burst);
+  }
+  if (o.max_policy_bytes_in_flight < 1 || o.max_policy_bytes_per_worker < 1) {
+    fail("rl policy bytes in flight {} / per worker {} are invalid (allowed: >= 1)",
+         o.max_policy_bytes_in_flight, o.max_policy_bytes_per_worker);
   }
   if (o.run_id.empty() || o.run_id.size() > 200) {
     fail("rl run id '{}' is invalid (allowed: 1 to 200 characters)", o.run_id);

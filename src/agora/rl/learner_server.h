@@ -18,8 +18,12 @@
 //   - publishes: the update's int8 delta (published_policy.h), hash-checked by workers.
 //
 // Every map keyed by what a worker sends is bounded: workers by `max_workers` (a key beyond it
-// is refused), slots and identities by what the learner opened, messages by a token bucket per
-// worker (excess dropped and counted), policy replies by `max_policy_bytes_in_flight`.
+// is refused; banned workers do not count, and a worker silent for two minutes is forgotten),
+// slots and identities by what the learner opened, messages by a token bucket per worker and
+// one for all strangers' hellos (excess dropped and counted), policy replies by
+// `max_policy_bytes_in_flight` and `max_policy_bytes_per_worker`. Cheap checks come first: a
+// banned worker's rollouts cost no signature check, and a rollout that would not fit the
+// model's context is refused before re-scoring. Re-scoring runs in batches of at most 64.
 //
 // States of the run, in order: training (steps 1..steps), finishing (the last update is done:
 // workers asking for work are told the run is over, for `linger_seconds`), done.
@@ -54,11 +58,18 @@ struct LearnerOptions {
   std::optional<obs::HttpAddress> http;
   double rescore_rate = 1.0;       // share of accepted rollouts re-scored, in (0, 1]
   double reassign_seconds = 20;    // a slot not answered this long is handed to another worker
-  double step_timeout_seconds = 0;  // 0: wait for every slot
+  // Train on the complete groups this long after a step opened, even if slots are missing (a
+  // slot handed to max_handouts workers that all went silent is never filled); 0: wait forever.
+  double step_timeout_seconds = 300;
   uint32_t max_slots_per_worker = 64;
   int max_workers = 256;
-  double worker_messages_per_second = 200, worker_burst = 1000;
-  int64_t max_policy_bytes_in_flight = int64_t{256} << 20;
+  // A message per rollout: a fast worker sends thousands a second. The bucket stops a flood from
+  // taking the learner's thread, not an honest worker.
+  double worker_messages_per_second = 5000, worker_burst = 20000;
+  // Policy bytes queued to workers and not yet written: in all, and per worker (one reply may
+  // always wait per worker, whatever its size).
+  int64_t max_policy_bytes_in_flight = int64_t{1} << 30;
+  int64_t max_policy_bytes_per_worker = int64_t{64} << 20;
   double linger_seconds = 3;
   // Set (from another thread or a signal handler) to stop serving: the learner saves what it
   // has trained so far and returns.

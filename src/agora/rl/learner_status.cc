@@ -45,7 +45,7 @@ void Learner::publish_status() {
                        {"refused", w.refused},
                        {"strikes", intake_.strikes(w.name)},
                        {"banned", is_banned},
-                       {"holding", pool_.holding(w.name)}});
+                       {"holding", pool_.holding(w.name, now())}});
   }
   obs::gauge(metrics_, obs::metric::kRlWorkers, {{"state", "active"}}).set(active);
   obs::gauge(metrics_, obs::metric::kRlWorkers, {{"state", "banned"}}).set(banned);

@@ -23,6 +23,7 @@ nlohmann::json rl_step_json(const GrpoStepStats& s) {
                         {"rejected", s.rejected},
                         {"elapsed_s", s.seconds}};
   if (s.held_out >= 0) row["held_out_accuracy"] = s.held_out;
+  if (s.skipped) row["skipped"] = true;
   return row;
 }
 

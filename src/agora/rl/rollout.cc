@@ -95,8 +95,9 @@ Rollout decode_rollout(std::string_view bytes, const RolloutLimits& limits) {
   }
   for (uint32_t i = 0; i < n; ++i) {
     r.logprobs[i] = bits_to_float(load_le32(body + 4 * n + 4 * i));
-    if (!std::isfinite(r.logprobs[i]) || r.logprobs[i] > 0) {
-      fail("rollout: log-probability {} is {} (allowed: finite and <= 0)", i, r.logprobs[i]);
+    if (!std::isfinite(r.logprobs[i]) || r.logprobs[i] > 0 || r.logprobs[i] < limits.min_logprob) {
+      fail("rollout: log-probability {} is {} (allowed: finite, <= 0 and >= {})", i,
+           r.logprobs[i], limits.min_logprob);
     }
   }
   return r;

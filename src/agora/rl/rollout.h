@@ -17,13 +17,14 @@
 // Header 40 bytes, so a message is exactly 40 + 8 n bytes.
 //
 // What decoding promises, for any bytes: a Rollout with 1 <= n <= limits.max_tokens tokens, each
-// below limits.vocab_size (when set), and n log-probabilities, each finite and <= 0 (a
-// probability is at most 1), or an Error naming the field, the value and what is allowed. It
+// below limits.vocab_size (when set), and n log-probabilities, each finite, <= 0 (a
+// probability is at most 1) and >= limits.min_logprob, or an Error naming the field, the value and what is allowed. It
 // checks the length against n before it allocates, never reads out of bounds, and accepts no
 // trailing byte. encode then decode gives the rollout back exactly.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,7 +46,12 @@ struct Rollout {
 struct RolloutLimits {
   uint32_t max_tokens = 1024;
   uint32_t vocab_size = 0;  // 0: token ids unchecked
+  // The lowest log-probability accepted. A sampled token is never that unlikely (e^-50 is about
+  // 2e-22), and a claim far below the truth makes GRPO's ratio exp(new - old) overflow; the
+  // learner sets kMinRolloutLogprob. The default accepts any finite value.
+  float min_logprob = -std::numeric_limits<float>::max();
 };
+inline constexpr float kMinRolloutLogprob = -50.0f;
 
 inline constexpr size_t kRolloutHeaderBytes = 40;
 

@@ -66,7 +66,7 @@ Worker::Worker(const net::Identity& identity, const RolloutWorkerOptions& option
     : identity_(identity),
       options_(options),
       client_(context_, identity, options.learner, options.learner_key, worker_limits(),
-              /*receive_queue=*/256),
+              /*receive_queue=*/16384),
       base_(load_checkpoint(options.base, torch::kCPU)) {
   if (base_.tokenizer_spec.empty()) fail("the base checkpoint {} names no tokenizer", options.base.string());
   tokenizer_ = load_tokenizer(base_.tokenizer_spec);
@@ -80,7 +80,9 @@ Worker::Worker(const net::Identity& identity, const RolloutWorkerOptions& option
 void Worker::log(nlohmann::json row) {
   if (!log_) return;
   row["elapsed_s"] = now();
-  log_ << row.dump() << "\n" << std::flush;
+  // Replace, not throw, on bytes that are not UTF-8: reasons come from the learner.
+  log_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
+       << std::flush;
 }
 
 template <typename Want>
@@ -286,6 +288,7 @@ RolloutWorkerSummary Worker::run() {
                        options_.behaviour == WorkerBehaviour::kFabricate ||
                        options_.behaviour == WorkerBehaviour::kReplay;
   double last_answer = now();
+  uint64_t last_version = run_.version();  // the newest the learner has named
   while (true) {
     wire::Envelope ask;
     ask.mutable_rl_get_work()->set_max_slots(options_.slots_per_request);
@@ -293,6 +296,14 @@ RolloutWorkerSummary Worker::run() {
     std::optional<wire::Envelope> m =
         wait_for([](const wire::Envelope& e) { return e.has_rl_work(); }, 5.0);
     if (!m) {
+      // After the run's last update the learner lingers a few seconds, then leaves: a worker
+      // still sampling the last step finds it gone, and that is the end of the run, not an error.
+      const bool last_step = run_.steps() > 0 && last_version + 1 >= run_.steps();
+      if (last_step && now() - last_answer > std::min(10.0, options_.idle_timeout_seconds)) {
+        summary_.finished = true;
+        log({{"event", "rl_worker_learner_gone"}, {"version", last_version}});
+        break;
+      }
       if (now() - last_answer > options_.idle_timeout_seconds) {
         fail("the learner at {} stopped answering ({:g} s without work or an answer)",
              options_.learner, options_.idle_timeout_seconds);
@@ -301,6 +312,7 @@ RolloutWorkerSummary Worker::run() {
     }
     last_answer = now();
     const wire::RlWork& work = m->rl_work();
+    last_version = std::max(last_version, work.version());
     if (!work.refused().empty()) {
       summary_.refused = work.refused().substr(0, 300);
       log({{"event", "rl_worker_banned"}, {"reason", summary_.refused}});

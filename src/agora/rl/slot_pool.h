@@ -8,9 +8,12 @@
 //
 // Slots handed out and not filled within `reassign_seconds` are handed again, to whoever asks
 // next (a worker that died, or is slow, delays the step by at most that); the first holder may
-// still fill it. Each worker holds at most `max_slots_per_worker` unfilled slots, and a slot is
-// handed to at most `max_holders` workers, so memory is bounded by what the learner opened:
-// slots x max_holders names.
+// still fill it, but its overdue slots no longer count against what it may hold, so a worker
+// that restarts gets work at once. A slot is never handed again to a worker that answered it
+// (the learner says so with answered(): a second rollout of the same slot would be struck as a
+// resubmission), and at most `max_handouts` times in all; a worker whose answer was lost on the
+// way may get its slot again. Each worker holds at most `max_slots_per_worker` slots that are not overdue. Memory is
+// bounded by what the learner opened: slots x max_handouts names.
 //
 // Decisions depend only on the calls and the times given, never on a clock: tests drive it.
 #pragma once
@@ -27,7 +30,7 @@ struct SlotPoolOptions {
   uint32_t group_size = 8;
   double reassign_seconds = 20;
   uint32_t max_slots_per_worker = 64;
-  uint32_t max_holders = 3;
+  uint32_t max_handouts = 8;  // per slot, in all
 };
 
 struct SlotId {
@@ -44,29 +47,34 @@ class SlotPool {
   void open(const std::vector<uint64_t>& problems);
 
   // Up to `want` slots for `worker` (capped by what it may still hold): free ones first, in
-  // (problem, sample) order, then overdue ones, oldest hand-out first.
+  // (problem, sample) order, then overdue ones, oldest hand-out first; never one it answered.
   std::vector<SlotId> hand_out(const std::string& worker, uint32_t want, double now);
 
-  // Whether `slot` is open, unfilled and was handed to `worker`.
+  // Whether `slot` is open, unfilled and held by `worker` (overdue or not).
   bool held_by(const std::string& worker, SlotId slot) const;
   void fill(SlotId slot);
   // The checks failed for the rollout `worker` sent for `slot`: it no longer holds it, and the
-  // slot is free again if nobody else does.
+  // slot is free again (for others) if nobody else does.
   void release(const std::string& worker, SlotId slot);
-  // A banned (or departed) worker's unfilled slots go back to the pool.
+  // `worker`, a holder of `slot`, sent a rollout for it that the learner recorded: never hand it
+  // this slot again.
+  void answered(const std::string& worker, SlotId slot);
+  // A banned, departed or restarted worker's unfilled slots go back to the pool.
   void forget(const std::string& worker);
 
   size_t size() const { return slots_.size(); }
   size_t filled() const { return filled_; }
   bool complete() const { return filled_ == slots_.size(); }
-  // Unfilled slots `worker` holds.
-  uint32_t holding(const std::string& worker) const;
+  // Unfilled slots `worker` holds that are not overdue at `now`.
+  uint32_t holding(const std::string& worker, double now) const;
 
  private:
   struct Slot {
     bool filled = false;
-    double handed_at = 0;  // the latest hand-out
-    std::vector<std::string> holders;
+    std::vector<std::pair<std::string, double>> holders;  // (worker, handed at)
+    std::vector<std::string> answered;                    // workers that answered it
+    uint32_t handouts = 0;
+    double latest() const;                                // the newest hand-out; 0: none
   };
   SlotPoolOptions options_;
   std::map<SlotId, Slot> slots_;
