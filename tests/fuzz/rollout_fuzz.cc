@@ -14,9 +14,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   agora::RolloutLimits limits;
   limits.vocab_size = 50257;
+  limits.min_logprob = agora::kMinRolloutLogprob;  // as the learners set it
   try {
     const agora::Rollout r = agora::decode_rollout(bytes, limits);
     if (agora::encode_rollout(r) != bytes) std::abort();  // decoding loses or invents nothing
+    for (float p : r.logprobs) {
+      if (!(p >= agora::kMinRolloutLogprob && p <= 0)) std::abort();  // the promised range
+    }
   } catch (const agora::Error&) {
   }
   agora::IntakeOptions options;

@@ -1,8 +1,9 @@
 // The RL roles over real sockets: the published policy's int8 deltas reproduce the learner's
 // copy bit for bit, and a learner (serve_learner) with an honest worker (run_rollout_worker) and
-// a hand-driven hostile client meets every attack a worker can make with its messages: a hello
-// under someone else's key, a forged signature, a rollout for a slot it was not handed,
-// fabricated log-probabilities until it is banned, and a flood.
+// hand-driven hostile clients meets every attack a worker can make with its messages: a hello
+// under someone else's key, a hello with an agent string cut mid-character, a forged signature, a
+// rollout for a slot it was not handed, an impossible log-probability, fabricated
+// log-probabilities until it is banned, and a flood.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -98,9 +99,10 @@ struct Hostile {
     }
     return std::nullopt;
   }
-  wire::RlRun hello(const net::PublicKey& key) {
+  wire::RlRun hello(const net::PublicKey& key, const std::string& agent = "") {
     wire::Envelope e;
     e.mutable_rl_hello()->set_key(key);
+    e.mutable_rl_hello()->set_agent(agent);
     client.send(e);
     auto m = wait(&wire::Envelope::has_rl_run);
     EXPECT_TRUE(m.has_value());
@@ -155,11 +157,18 @@ TEST(RlNetwork, ALearnerTrainsOnAnHonestWorkerAndBansAHostileOne) {
   o.worker_messages_per_second = 20;
   o.worker_burst = 60;
   o.linger_seconds = 1;
+  o.reassign_seconds = 2;  // the odd worker below never answers its slot
   std::atomic<bool> stop{false};
   o.stop = &stop;
   auto learner = std::async(std::launch::async, [&] {
     return serve_learner(load_checkpoint(root / "base", torch::kCPU), learner_id, o);
   });
+  // A failed ASSERT returns from here: stop the learner first, or the future's destructor
+  // waits for it forever.
+  struct StopOnExit {
+    std::atomic<bool>& stop;
+    ~StopOnExit() { stop = true; }
+  } stop_on_exit{stop};
   // The endpoint, from the learner's first event.
   std::string endpoint;
   for (int i = 0; i < 600 && endpoint.empty(); ++i) {
@@ -207,6 +216,22 @@ TEST(RlNetwork, ALearnerTrainsOnAnHonestWorkerAndBansAHostileOne) {
   EXPECT_FALSE(cheat.get_work(1).refused().empty());
   EXPECT_EQ(cheat.submit(r, run.run_id()).verdict(), "banned");
 
+  // A worker whose agent string (it reaches the learner's logs) has a character cut in two at
+  // the learner's 200-byte limit and terminal escapes (protobuf itself refuses strings that are
+  // not UTF-8), and that claims a log-probability no sampled token has (it would overflow
+  // GRPO's ratio).
+  Hostile odd(endpoint, learner_id.public_key(), 11);
+  std::string agent(199, 'a');
+  agent += "\xc3\xa9\x1b[2J";
+  ASSERT_TRUE(odd.hello(odd.identity.public_key(), agent).refused().empty());
+  const wire::RlWork odd_work = odd.get_work(1);
+  ASSERT_EQ(odd_work.slots_size(), 1);
+  Rollout unlikely = r;
+  unlikely.problem_id = odd_work.slots(0).problem_id();
+  unlikely.sample = odd_work.slots(0).sample();
+  unlikely.logprobs = {-0.5f, -60.0f, -0.5f};
+  EXPECT_EQ(odd.submit(unlikely, run.run_id()).verdict(), "malformed");
+
   // A flood of requests from another worker: the learner answers at most its burst plus its
   // rate, and drops the rest.
   Hostile flood(endpoint, learner_id.public_key(), 10);
@@ -241,6 +266,7 @@ TEST(RlNetwork, ALearnerTrainsOnAnHonestWorkerAndBansAHostileOne) {
   EXPECT_EQ(s.steps, 2);
   EXPECT_GE(s.strikes.at(net::key_to_hex(cheat.identity.public_key())), 3);
   EXPECT_EQ(s.strikes.at(net::key_to_hex(honest_id.public_key())), 0);
+  EXPECT_EQ(s.strikes.at(net::key_to_hex(odd.identity.public_key())), 1);
   EXPECT_EQ(s.verdicts.at("mismatch"), 1);
   EXPECT_TRUE(w.finished);
   EXPECT_EQ(w.hash_mismatches, 0);
