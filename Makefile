@@ -101,17 +101,24 @@ soak: build data
 # problems with their answers (a corpus of training-split problems, its own small SentencePiece
 # vocabulary, one problem per document; a few minutes). rl: GRPO on the task's verifiable rewards,
 # with held-out accuracy before and after. RL_TASK=countdown for the other task (its worked
-# answers are longer: a context of 96 tokens and completions of up to 48).
+# answers are longer: a context of 96 tokens and completions of up to 48). RL_TASK=arithmetic-worked
+# for the same sums worked column by column (completions of up to 40 tokens), from a corpus in
+# which a share RL_CARELESS of the lines forget every carry and borrow: the base learns both
+# methods and prefers the careless one, and RL finds the one the checker rewards (docs/rl.md).
+# RL_CARELESS=0 gives a clean corpus.
 RL_TASK ?= arithmetic
 RL_DIR  := $(DATA)/rl/$(RL_TASK)
 RL_OUT  := runs/rl-base$(if $(filter arithmetic,$(RL_TASK)),,-$(RL_TASK))
 RL_BASE := $(RL_OUT)/latest
-RL_ARGS := --task $(RL_TASK) $(if $(filter countdown,$(RL_TASK)),--max-new-tokens 48)
+RL_ARGS := --task $(RL_TASK) $(if $(filter countdown,$(RL_TASK)),--max-new-tokens 48) \
+           $(if $(filter arithmetic-worked,$(RL_TASK)),--max-new-tokens 40)
 RL_SETS := --set data.dir=$(RL_DIR)/tokens --set train.out_dir=$(RL_OUT) \
            $(if $(filter countdown,$(RL_TASK)),--set data.seq_len=96)
+RL_CARELESS ?= 0.6
+RL_CORPUS_ARGS := $(if $(filter arithmetic-worked,$(RL_TASK)),--careless $(RL_CARELESS))
 
 $(RL_DIR)/problems.txt: | build
-	$(AGORA) rl corpus --task $(RL_TASK) --problems 200000 --out $@
+	$(AGORA) rl corpus --task $(RL_TASK) --problems 200000 $(RL_CORPUS_ARGS) --out $@
 
 $(RL_DIR)/tokenizer.model: $(RL_DIR)/problems.txt
 	$(AGORA) tokenizer train --input $< --vocab-size 320 --out $@

@@ -9,6 +9,7 @@
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/obs/progress.h"
+#include "agora/rl/arithmetic.h"
 #include "agora/rl/grpo_trainer.h"
 #include "agora/rl/held_out.h"
 #include "agora/rl/sampling.h"
@@ -20,7 +21,9 @@ namespace agora::cli {
 namespace {
 
 void add_task_options(CLI::App* cmd, std::string& task, TaskOptions& options) {
-  cmd->add_option("--task", task, "arithmetic or countdown")->capture_default_str();
+  cmd->add_option("--task", task,
+                  "arithmetic, arithmetic-worked (answers worked column by column) or countdown")
+      ->capture_default_str();
   cmd->add_option("--task-seed", options.seed, "The seed problems are generated from")
       ->capture_default_str();
   cmd->add_option("--held-out", options.held_out_fraction,
@@ -59,6 +62,7 @@ void add_corpus(CLI::App& parent) {
     std::string task = "arithmetic", out;
     TaskOptions options;
     int64_t problems = 200'000;
+    double careless = 0;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = parent.add_subcommand(
@@ -66,16 +70,24 @@ void add_corpus(CLI::App& parent) {
       "Write training problems with their solutions, one per line (a base model's corpus)");
   add_task_options(cmd, args->task, args->options);
   cmd->add_option("--problems", args->problems, "How many lines")->capture_default_str();
+  cmd->add_option("--careless", args->careless,
+                  "arithmetic-worked: the share of lines worked without carrying or borrowing "
+                  "(wrong whenever a column carries)")
+      ->capture_default_str();
   cmd->add_option("--out", args->out, "The text file to write")->required();
   cmd->callback([args] {
     if (args->problems < 1) fail("--problems {} is invalid (allowed: >= 1)", args->problems);
+    if (args->careless != 0 && args->task != "arithmetic-worked") {
+      fail("--careless applies to --task arithmetic-worked only (got --task {})", args->task);
+    }
     const auto task = make_task(args->task, args->options);
     std::string text;
     uint64_t id = 0;
     for (int64_t i = 0; i < args->problems; ++i) {
       const Problem p = task->next(id, /*want_held_out=*/false);
       text += p.prompt;
-      text += p.solution;
+      const auto* arithmetic = dynamic_cast<const ArithmeticTask*>(task.get());
+      text += arithmetic ? arithmetic->corpus_solution(p, args->careless) : p.solution;
       text += '\n';
     }
     const std::filesystem::path out(args->out);

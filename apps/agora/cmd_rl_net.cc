@@ -39,7 +39,8 @@ void add_rl_serve(CLI::App& rl) {
       ->capture_default_str();
   cmd->add_option("--run-id", o.run_id, "The run's name, in every signature")
       ->capture_default_str();
-  cmd->add_option("--task", o.task_name, "arithmetic or countdown")->capture_default_str();
+  cmd->add_option("--task", o.task_name, "arithmetic, arithmetic-worked or countdown")
+      ->capture_default_str();
   cmd->add_option("--task-seed", o.task.seed, "The seed problems are generated from")
       ->capture_default_str();
   cmd->add_option("--steps", t.steps, "Updates")->capture_default_str();

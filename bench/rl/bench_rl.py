@@ -3,6 +3,7 @@
 
     bench_rl.py --agora build/apps/agora/agora --checkpoint runs/rl-base/latest
                 [--task arithmetic] [--steps 150] [--prompts 64] [--group 8] [--lr 2e-5]
+                [--max-new-tokens 24]
                 [--temperature 0.7] [--lags 0,2,4] [--parts lags,workers,sapo] [--reuse]
                 [--out out/rl]
 
@@ -60,6 +61,7 @@ def run(args, name, extra):
     out = os.path.join(args.out, name)
     cmd = [args.agora, "rl", "train", "--checkpoint", args.checkpoint, "--task", args.task,
            "--steps", str(args.steps), "--prompts", str(args.prompts), "--group", str(args.group),
+           "--max-new-tokens", str(args.max_new_tokens),
            "--lr", str(args.lr), "--temperature", str(args.temperature),
            "--eval-interval", str(args.eval_interval), "--eval-problems", str(args.eval_problems),
            "--seed", str(args.seed), "--out", out] + extra
@@ -99,7 +101,8 @@ def run_sapo(args, own, shared):
     out = os.path.join(args.out, f"sapo_{own}_{shared}")
     cmd = [args.agora, "rl", "sapo", "--checkpoint", args.checkpoint, "--task", args.task,
            "--nodes", "4", "--rounds", str(args.sapo_rounds), "--own", str(own),
-           "--shared", str(shared), "--group", str(args.group), "--lr", str(args.lr),
+           "--shared", str(shared), "--group", str(args.group),
+           "--max-new-tokens", str(args.max_new_tokens), "--lr", str(args.lr),
            "--temperature", str(args.temperature), "--eval-problems", str(args.eval_problems),
            "--seed", str(args.seed), "--out", out]
     print(f"== sapo {own}/{shared}: {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -166,6 +169,8 @@ def main():
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=24,
+                    help="tokens per completion, at most (40 for arithmetic-worked)")
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--eval-interval", type=int, default=25)

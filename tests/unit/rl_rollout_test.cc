@@ -8,6 +8,7 @@
 #include "agora/core/little_endian.h"
 #include "agora/rl/rollout.h"
 #include "agora/rl/rollout_intake.h"
+#include "agora/rl/task.h"
 
 namespace agora {
 namespace {
@@ -29,9 +30,11 @@ TEST(Rollout, RoundTripsExactly) {
   const std::string bytes = encode_rollout(r);
   EXPECT_EQ(bytes.size(), kRolloutHeaderBytes + 8 * r.tokens.size());
   EXPECT_EQ(decode_rollout(bytes, RolloutLimits{}), r);
-  Rollout c = r;
-  c.task = "countdown";
-  EXPECT_EQ(decode_rollout(encode_rollout(c), RolloutLimits{}), c);
+  for (const std::string& task : task_names()) {
+    Rollout c = r;
+    c.task = task;
+    EXPECT_EQ(decode_rollout(encode_rollout(c), RolloutLimits{}), c) << task;
+  }
 }
 
 TEST(Rollout, EveryBadFieldIsAnError) {

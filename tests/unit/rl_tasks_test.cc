@@ -4,6 +4,7 @@
 #include <set>
 
 #include "agora/core/error.h"
+#include "agora/rl/arithmetic.h"
 #include "agora/rl/task.h"
 
 namespace agora {
@@ -68,6 +69,75 @@ TEST(RlTasks, ArithmeticAcceptsOnlyTheCanonicalAnswer) {
   EXPECT_EQ(t->reward(p, "421 \n"), 1.0);  // a trailing space or newline is no answer
   for (const char* wrong :
        {"420", "0421", "+421", "421x", " 421", "42 1", "", "421,421", "99999999999999999999999"}) {
+    EXPECT_EQ(t->reward(p, wrong), 0.0) << wrong;
+  }
+}
+
+TEST(RlTasks, WorkedArithmeticWritesEveryColumnLeastSignificantFirst) {
+  EXPECT_EQ(ArithmeticTask::worked_answer(372, 49, false), "2+9+0=11,7+4+1=12,3+0+1=4;421");
+  EXPECT_EQ(ArithmeticTask::worked_answer(999, 1, false), "9+1+0=10,9+0+1=10,9+0+1=10;1000");
+  EXPECT_EQ(ArithmeticTask::worked_answer(512, 87, true), "12-7-0=5,11-8-1=2,5-0-1=4;425");
+  EXPECT_EQ(ArithmeticTask::worked_answer(512, 507, true), "12-7-0=5,1-0-1=0,5-5-0=0;5");
+  EXPECT_EQ(ArithmeticTask::worked_answer(0, 0, false), "0+0+0=0;0");
+  EXPECT_EQ(ArithmeticTask::worked_answer(7, 7, true), "7-7-0=0;0");
+  // The same problems as the plain task, so the same held-out split.
+  const auto plain = task("arithmetic"), worked = task("arithmetic-worked");
+  for (uint64_t id = 0; id < 200; ++id) {
+    const Problem a = plain->make(id), b = worked->make(id);
+    EXPECT_EQ(a.prompt, b.prompt);
+    EXPECT_EQ(b.solution.substr(b.solution.rfind(';') + 1), a.solution);
+    EXPECT_EQ(plain->held_out(a), worked->held_out(b));
+  }
+}
+
+TEST(RlTasks, CarelessWorkingForgetsEveryCarryAndBorrow) {
+  EXPECT_EQ(ArithmeticTask::worked_answer(372, 49, false, true), "2+9+0=11,7+4+0=11,3+0+0=3;311");
+  EXPECT_EQ(ArithmeticTask::worked_answer(512, 87, true, true), "12-7-0=5,11-8-0=3,5-0-0=5;535");
+  EXPECT_EQ(ArithmeticTask::worked_answer(999, 1, false, true), "9+1+0=10,9+0+0=9,9+0+0=9;990");
+  EXPECT_EQ(ArithmeticTask::worked_answer(10, 1, true, true), "10-1-0=9,1-0-0=1;19");
+  // Without a carry or a borrow the careless student is right.
+  EXPECT_EQ(ArithmeticTask::worked_answer(123, 456, false, true),
+            ArithmeticTask::worked_answer(123, 456, false, false));
+  EXPECT_EQ(ArithmeticTask::worked_answer(987, 654, true, true),
+            ArithmeticTask::worked_answer(987, 654, true, false));
+}
+
+TEST(RlTasks, TheCorpusMixesInTheAskedShareOfCarelessWorking) {
+  TaskOptions options;
+  const ArithmeticTask worked(options, /*worked=*/true);
+  int differ = 0, careless = 0;
+  for (uint64_t id = 0; id < 4000; ++id) {
+    const Problem p = worked.make(id);
+    EXPECT_EQ(worked.corpus_solution(p, 0.0), p.solution);
+    const std::string wrong = ArithmeticTask::worked_answer(
+        p.numbers[0], p.numbers[1], p.prompt.find('-') != std::string::npos, true);
+    EXPECT_EQ(worked.corpus_solution(p, 1.0), wrong);
+    if (wrong == p.solution) continue;
+    ++differ;
+    const std::string line = worked.corpus_solution(p, 0.6);
+    EXPECT_EQ(line, worked.corpus_solution(p, 0.6)) << "the draw is deterministic";
+    careless += line == wrong;
+  }
+  ASSERT_GT(differ, 1000);
+  EXPECT_NEAR(static_cast<double>(careless) / differ, 0.6, 0.05);
+  EXPECT_THROW(worked.corpus_solution(worked.make(0), 1.5), Error);
+  EXPECT_THROW(worked.corpus_solution(worked.make(0), -0.1), Error);
+  const ArithmeticTask plain(options, /*worked=*/false);
+  EXPECT_THROW(plain.corpus_solution(plain.make(0), 0.5), Error);
+}
+
+TEST(RlTasks, WorkedArithmeticScoresOnlyTheAnswerAfterItsSemicolon) {
+  const auto t = task("arithmetic-worked");
+  Problem p;
+  p.prompt = "372+49=";
+  p.numbers = {372, 49};
+  p.target = 421;
+  EXPECT_EQ(t->reward(p, "2+9+0=11,7+4+1=12,3+0+1=4;421"), 1.0);
+  EXPECT_EQ(t->reward(p, "2+9+0=11,7+4+1=12,3+0+1=4;421\n"), 1.0);
+  EXPECT_EQ(t->reward(p, "anything;421"), 1.0);  // the working is not graded
+  EXPECT_EQ(t->reward(p, ";421"), 1.0);
+  for (const char* wrong : {"421", "2+9+0=11;420", "x;421;", "x;0421", "x;421x", "x;421;421",
+                            "x; 421", ""}) {
     EXPECT_EQ(t->reward(p, wrong), 0.0) << wrong;
   }
 }

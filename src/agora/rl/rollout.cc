@@ -15,7 +15,8 @@ constexpr uint16_t kVersion = 1;
 uint8_t task_code(std::string_view task) {
   if (task == "arithmetic") return 1;
   if (task == "countdown") return 2;
-  fail("rollout: unknown task '{}' (allowed: arithmetic, countdown)", task);
+  if (task == "arithmetic-worked") return 3;
+  fail("rollout: unknown task '{}' (allowed: arithmetic, arithmetic-worked, countdown)", task);
 }
 
 float bits_to_float(uint32_t bits) {
@@ -67,8 +68,12 @@ Rollout decode_rollout(std::string_view bytes, const RolloutLimits& limits) {
     case 2:
       r.task = "countdown";
       break;
+    case 3:
+      r.task = "arithmetic-worked";
+      break;
     default:
-      fail("rollout: task code {} (allowed: 1 arithmetic, 2 countdown)", p[6]);
+      fail("rollout: task code {} (allowed: 1 arithmetic, 2 countdown, 3 arithmetic-worked)",
+           p[6]);
   }
   if (p[7] != 0) fail("rollout: reserved byte {} (allowed: 0)", p[7]);
   r.task_seed = load_le64(p + 8);

@@ -11,8 +11,8 @@
 //
 // Wire format, version 1, integers little-endian, floats IEEE 754 binary32 as their bits:
 //
-//   "AGRL" | u16 version = 1 | u8 task (1 arithmetic, 2 countdown) | u8 0 | u64 task_seed
-//   | u64 problem_id | u64 policy_version | u32 sample | u32 n | u32 tokens[n] | f32 logprobs[n]
+//   "AGRL" | u16 version = 1 | u8 task (1 arithmetic, 2 countdown, 3 arithmetic-worked) | u8 0
+//   | u64 task_seed | u64 problem_id | u64 policy_version | u32 sample | u32 n | u32 tokens[n] | f32 logprobs[n]
 //
 // Header 40 bytes, so a message is exactly 40 + 8 n bytes.
 //
@@ -32,7 +32,7 @@
 namespace agora {
 
 struct Rollout {
-  std::string task;  // "arithmetic" or "countdown"
+  std::string task;  // "arithmetic", "arithmetic-worked" or "countdown"
   uint64_t task_seed = 0;
   uint64_t problem_id = 0;
   uint64_t policy_version = 0;

@@ -52,11 +52,14 @@ int64_t Task::uniform(uint64_t id, uint64_t draw, int64_t lo, int64_t hi) const 
 }
 
 std::vector<std::string> task_names() {
-  return {"arithmetic", "countdown"};
+  return {"arithmetic", "arithmetic-worked", "countdown"};
 }
 
 std::unique_ptr<Task> make_task(std::string_view name, const TaskOptions& options) {
-  if (name == "arithmetic") return std::make_unique<ArithmeticTask>(options);
+  if (name == "arithmetic") return std::make_unique<ArithmeticTask>(options, /*worked=*/false);
+  if (name == "arithmetic-worked") {
+    return std::make_unique<ArithmeticTask>(options, /*worked=*/true);
+  }
   if (name == "countdown") return std::make_unique<CountdownTask>(options);
   fail("unknown rl task '{}' (allowed: {})", name, fmt::join(task_names(), ", "));
 }

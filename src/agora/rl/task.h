@@ -69,7 +69,7 @@ struct TaskOptions {
   int numbers = 4;
 };
 
-// "arithmetic" or "countdown"; Error naming the value and the allowed ones otherwise, or a
+// "arithmetic", "arithmetic-worked" or "countdown"; Error naming the value and the allowed ones otherwise, or a
 // bad option.
 std::unique_ptr<Task> make_task(std::string_view name, const TaskOptions& options);
 std::vector<std::string> task_names();
