@@ -114,6 +114,9 @@ RL_ARGS := --task $(RL_TASK) $(if $(filter countdown,$(RL_TASK)),--max-new-token
            $(if $(filter arithmetic-worked,$(RL_TASK)),--max-new-tokens 40)
 RL_SETS := --set data.dir=$(RL_DIR)/tokens --set train.out_dir=$(RL_OUT) \
            $(if $(filter countdown,$(RL_TASK)),--set data.seq_len=96)
+# The settings results.md measured for the worked task (40 updates of 32 prompts, lr 5e-5).
+RL_TRAIN_ARGS := $(if $(filter arithmetic-worked,$(RL_TASK)),--steps 40 --prompts 32 --lr 5e-5 \
+                 --temperature 1.0 --eval-interval 10)
 RL_CARELESS ?= 0.6
 RL_CORPUS_ARGS := $(if $(filter arithmetic-worked,$(RL_TASK)),--careless $(RL_CARELESS))
 
@@ -133,7 +136,7 @@ rl-base: build $(RL_BASE)/config.json
 	$(AGORA) rl eval --checkpoint $(RL_BASE) $(RL_ARGS)
 
 rl: rl-base
-	$(AGORA) rl train --checkpoint $(RL_BASE) $(RL_ARGS) --out runs/rl$(if $(filter arithmetic,$(RL_TASK)),,-$(RL_TASK))
+	$(AGORA) rl train --checkpoint $(RL_BASE) $(RL_ARGS) $(RL_TRAIN_ARGS) --out runs/rl$(if $(filter arithmetic,$(RL_TASK)),,-$(RL_TASK))
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)
