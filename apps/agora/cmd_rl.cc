@@ -81,12 +81,12 @@ void add_corpus(CLI::App& parent) {
       fail("--careless applies to --task arithmetic-worked only (got --task {})", args->task);
     }
     const auto task = make_task(args->task, args->options);
+    const auto* arithmetic = dynamic_cast<const ArithmeticTask*>(task.get());
     std::string text;
     uint64_t id = 0;
     for (int64_t i = 0; i < args->problems; ++i) {
       const Problem p = task->next(id, /*want_held_out=*/false);
       text += p.prompt;
-      const auto* arithmetic = dynamic_cast<const ArithmeticTask*>(task.get());
       text += arithmetic ? arithmetic->corpus_solution(p, args->careless) : p.solution;
       text += '\n';
     }

@@ -136,8 +136,8 @@ TEST(RlTasks, WorkedArithmeticScoresOnlyTheAnswerAfterItsSemicolon) {
   EXPECT_EQ(t->reward(p, "2+9+0=11,7+4+1=12,3+0+1=4;421\n"), 1.0);
   EXPECT_EQ(t->reward(p, "anything;421"), 1.0);  // the working is not graded
   EXPECT_EQ(t->reward(p, ";421"), 1.0);
-  for (const char* wrong : {"421", "2+9+0=11;420", "x;421;", "x;0421", "x;421x", "x;421;421",
-                            "x; 421", ""}) {
+  for (const char* wrong :
+       {"421", "2+9+0=11;420", "x;421;", "x;0421", "x;421x", "x;421;421", "x; 421", ""}) {
     EXPECT_EQ(t->reward(p, wrong), 0.0) << wrong;
   }
 }

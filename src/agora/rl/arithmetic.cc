@@ -75,7 +75,8 @@ std::string ArithmeticTask::corpus_solution(const Problem& problem, double carel
     fail("rl careless share {} is invalid (allowed: 0 to 1)", careless);
   }
   if (careless == 0) return problem.solution;
-  if (!worked_) fail("rl careless working applies to arithmetic-worked only (the task is {})", name());
+  if (!worked_)
+    fail("rl careless working applies to arithmetic-worked only (the task is {})", name());
   // Draw 5: make() uses draws 0 to 4.
   if (uniform(problem.id, 5, 0, 999'999) >= static_cast<int64_t>(careless * 1e6)) {
     return problem.solution;
