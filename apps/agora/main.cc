@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   agora::cli::add_stage_command(app);
   agora::cli::add_merge_stages_command(app);
   agora::cli::add_async_sim_command(app);
+  agora::cli::add_async_command(app);
   agora::cli::add_swarm_sim_command(app);
   agora::cli::add_rl_command(app);
   try {

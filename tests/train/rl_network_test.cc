@@ -16,7 +16,7 @@
 #include "agora/net/curve_socket.h"
 #include "agora/optim/payload.h"
 #include "agora/rl/learner_server.h"
-#include "agora/rl/published_policy.h"
+#include "agora/train/published_policy.h"
 #include "agora/rl/rollout.h"
 #include "agora/rl/rollout_worker.h"
 #include "agora/rl/task.h"

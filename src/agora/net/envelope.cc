@@ -21,7 +21,8 @@ Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits) {
                          "message has no body (an unknown kind, or from a newer agora)"};
   }
   const bool data = envelope.has_blob() || envelope.has_tensor_data() ||
-                    envelope.has_stage_data() || envelope.has_rl_policy();
+                    envelope.has_stage_data() || envelope.has_rl_policy() ||
+                    envelope.has_async_delivery();
   const size_t limit = data ? limits.max_data : limits.max_control;
   if (bytes.size() > limit) {
     return DecodeFailure{DecodeError::kOverLimit,
@@ -77,6 +78,12 @@ std::string kind_name(const wire::Envelope& envelope) {
     case E::kRlWork: return "rl_work";
     case E::kRlRollout: return "rl_rollout";
     case E::kRlReceipt: return "rl_receipt";
+    case E::kAsyncHello: return "async_hello";
+    case E::kAsyncRun: return "async_run";
+    case E::kAsyncGetWork: return "async_get_work";
+    case E::kAsyncWork: return "async_work";
+    case E::kAsyncDelivery: return "async_delivery";
+    case E::kAsyncReceipt: return "async_receipt";
     case E::BODY_NOT_SET: break;
   }
   return "empty";

@@ -22,7 +22,7 @@
 #include "agora/obs/metrics.h"
 #include "agora/rl/learner_server.h"
 #include "agora/rl/policy_versions.h"
-#include "agora/rl/published_policy.h"
+#include "agora/train/published_policy.h"
 #include "agora/rl/task.h"
 #include "agora/rl/rollout.h"
 #include "agora/rl/rollout_intake.h"

@@ -10,7 +10,7 @@
 
 #include "agora/core/error.h"
 #include "agora/net/curve_socket.h"
-#include "agora/rl/published_policy.h"
+#include "agora/train/published_policy.h"
 #include "agora/rl/rollout.h"
 #include "agora/rl/sampling.h"
 #include "agora/rl/task.h"

@@ -1,4 +1,4 @@
-#include "agora/rl/published_policy.h"
+#include "agora/train/published_policy.h"
 
 #include "agora/core/error.h"
 #include "agora/optim/payload_tensors.h"

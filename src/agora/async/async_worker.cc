@@ -1,0 +1,317 @@
+#include "agora/async/async_worker.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "agora/async/rules.h"
+#include "agora/core/error.h"
+#include "agora/net/curve_socket.h"
+#include "agora/optim/payload_tensors.h"
+#include "agora/train/parameter_hash.h"
+#include "agora/train/published_policy.h"
+#include "agora/train/step.h"
+
+namespace agora {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Worker {
+ public:
+  Worker(const RunConfig& config, const net::Identity& identity, const AsyncWorkerOptions& o);
+  AsyncWorkerSummary run();
+
+ private:
+  double now() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
+  void log(nlohmann::json row);
+  template <typename Want>
+  std::optional<wire::Envelope> wait_for(Want want, double timeout);
+  void count_receipt(const wire::AsyncReceipt& r);
+  void join();
+  // Brings the mirror to the newest version the server has; false when the server is silent.
+  bool sync_params(uint64_t target);
+  void train_and_deliver(const wire::AsyncWork& work);
+
+  RunConfig config_;
+  const net::Identity& identity_;
+  AsyncWorkerOptions o_;
+  net::Context context_;
+  net::Client client_;
+  Learner learner_;  // the model trained and its inner AdamW
+  Llama mirror_;     // the server's published parameters, version version_
+  std::unique_ptr<TrainStep> step_;  // made once the server says how many sequences a step
+  wire::AsyncRun run_;
+  uint64_t version_ = 0;
+  int64_t local_steps_ = 0;  // the inner lr schedule's position
+  std::ofstream log_;
+  AsyncWorkerSummary summary_;
+  const Clock::time_point started_ = Clock::now();
+  double last_progress_ = 0;
+};
+
+RunConfig inner_config(RunConfig config) {
+  config.optimizer.name = "adamw";
+  return config;
+}
+
+Worker::Worker(const RunConfig& config, const net::Identity& identity,
+               const AsyncWorkerOptions& o)
+    : config_(inner_config(config)),
+      identity_(identity),
+      o_(o),
+      client_(context_, identity, o.server, o.server_key, net::DecodeLimits{},
+              /*receive_queue=*/4096),
+      learner_(Learner::create(config_, torch::kCPU)),
+      mirror_(Learner::create(config_, torch::kCPU).model) {
+  mirror_->eval();
+  if (!o_.log.empty()) {
+    log_.open(o_.log, std::ios::trunc);
+    if (!log_) fail("cannot write {}", o_.log.string());
+  }
+}
+
+void Worker::log(nlohmann::json row) {
+  if (!log_) return;
+  row["elapsed_s"] = now();
+  log_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
+       << std::flush;
+}
+
+template <typename Want>
+std::optional<wire::Envelope> Worker::wait_for(Want want, double timeout) {
+  const double until = now() + timeout;
+  while (now() < until) {
+    zmq::pollitem_t item{client_.socket().handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(50));
+    while (std::optional<wire::Envelope> m = client_.recv()) {
+      if (m->has_async_receipt()) {
+        count_receipt(m->async_receipt());
+        continue;
+      }
+      if (want(*m)) return m;
+    }
+  }
+  return std::nullopt;
+}
+
+void Worker::count_receipt(const wire::AsyncReceipt& r) {
+  const std::string verdict = r.verdict().substr(0, 32);
+  ++summary_.receipts[verdict];
+  log({{"event", "async_worker_receipt"},
+       {"work_id", r.work_id()},
+       {"verdict", verdict},
+       {"reason", r.reason().substr(0, 300)},
+       {"version", r.version()}});
+}
+
+void Worker::join() {
+  wire::Envelope hello;
+  hello.mutable_async_hello()->set_key(identity_.public_key());
+  hello.mutable_async_hello()->set_agent(fmt::format("agora async work ({})", o_.behaviour));
+  const double until = now() + o_.idle_timeout_seconds;
+  std::optional<wire::Envelope> m;
+  while (!m && now() < until) {
+    client_.send(hello);
+    m = wait_for([](const wire::Envelope& e) { return e.has_async_run(); }, 2.0);
+  }
+  if (!m) {
+    fail("the server at {} did not answer for {:g} s (is it running, and is --server-key its "
+         "public key?)",
+         o_.server, o_.idle_timeout_seconds);
+  }
+  run_ = m->async_run();
+  if (!run_.refused().empty()) fail("the server refused this worker: {}", run_.refused());
+  const std::string hash = hash_parameters(mirror_).state_hash;
+  if (hash != run_.base_hash()) {
+    fail("this config's initial parameters have state hash {}, but the server's run starts from "
+         "{}: give --config the run config the server was started with (same model and seed)",
+         net::key_to_hex(hash),
+         run_.base_hash().size() == net::kKeyBytes ? net::key_to_hex(run_.base_hash()) : "?");
+  }
+  const auto per = static_cast<int64_t>(run_.sequences_per_step());
+  if (per < 1 || per > config_.train.batch_size) {
+    fail("the server asks for {} sequences a step (allowed: 1 to train.batch_size = {})", per,
+         config_.train.batch_size);
+  }
+  config_.train.micro_batch_size = std::min(config_.train.micro_batch_size, per);
+  if (per % config_.train.micro_batch_size != 0) {
+    fail("the server asks for {} sequences a step, not a multiple of train.micro_batch_size = {}",
+         per, config_.train.micro_batch_size);
+  }
+  step_ = std::make_unique<TrainStep>(config_, torch::kCPU);
+  log({{"event", "async_worker_joined"},
+       {"key", net::key_to_hex(identity_.public_key())},
+       {"method", run_.method().substr(0, 32)},
+       {"version", run_.version()}});
+}
+
+bool Worker::sync_params(uint64_t target) {
+  bool whole = false;
+  for (int attempt = 0; attempt < 6 && version_ < target; ++attempt) {
+    wire::Envelope ask;
+    ask.mutable_rl_get_policy()->set_have_version(version_);
+    ask.mutable_rl_get_policy()->set_whole(whole);
+    client_.send(ask);
+    while (version_ < target) {
+      std::optional<wire::Envelope> m =
+          wait_for([](const wire::Envelope& e) { return e.has_rl_policy(); }, 10.0);
+      if (!m) break;  // ask again
+      const wire::RlPolicy& p = m->rl_policy();
+      if (p.to_version() <= version_ || (!p.whole() && p.from_version() != version_)) continue;
+      bool ok = true;
+      try {
+        PublishedPolicy::apply(mirror_, p.payload(), p.whole(), p.to_version());
+      } catch (const Error& e) {
+        ok = false;
+        log({{"event", "async_worker_params_error"}, {"error", std::string(e.what()).substr(0, 300)}});
+      }
+      summary_.param_bytes += static_cast<int64_t>(m->ByteSizeLong());
+      ok = ok && hash_parameters(mirror_).state_hash == p.state_hash();
+      if (!ok) {
+        // A delta applied to other parameters, or corrupted: start again from the whole.
+        ++summary_.hash_mismatches;
+        whole = true;
+        break;
+      }
+      version_ = p.to_version();
+    }
+  }
+  return version_ >= target;
+}
+
+void Worker::train_and_deliver(const wire::AsyncWork& work) {
+  torch::NoGradGuard outer_guard;
+  std::vector<torch::Tensor> pulled;
+  {
+    const auto source = mirror_->parameters();
+    for (size_t i = 0; i < learner_.params.size(); ++i) {
+      learner_.params[i].copy_(source[i]);
+      pulled.push_back(source[i].detach().clone());
+    }
+  }
+  const auto per = static_cast<uint64_t>(run_.sequences_per_step());
+  for (uint32_t s = 0; s < work.steps(); ++s) {
+    const double began = now();
+    {
+      at::AutoGradMode grad(true);
+      StepContext context;
+      context.step = local_steps_;
+      context.lr = config_.learning_rate(local_steps_);
+      context.num_peers = 1;
+      const SequenceRange range{work.first_sequence() + s * per, per};
+      step_->run(learner_, context, std::span<const SequenceRange>(&range, 1));
+      learner_.strategy->apply(context, {});
+    }
+    ++local_steps_;
+    ++summary_.steps;
+    const double spent = now() - began;
+    summary_.compute_seconds += spent;
+    if (o_.step_seconds > spent) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(o_.step_seconds - spent));
+    }
+  }
+  Payload payload;
+  payload.kind = PayloadKind::kPseudoGradient;
+  payload.step = work.work_id();
+  const double scale = o_.behaviour == "scaled" ? 1000.0 : 1.0;
+  for (size_t i = 0; i < pulled.size(); ++i) {
+    const torch::Tensor d = (pulled[i] - learner_.params[i].detach()) * scale;
+    payload.tensors.push_back(run_.int8() ? int8_rows_payload(d) : dense_payload(d, ValueType::kF32));
+  }
+  const std::string bytes = encode_payload(payload);
+  wire::Envelope e;
+  auto* delivery = e.mutable_async_delivery();
+  delivery->set_work_id(work.work_id());
+  delivery->set_payload(bytes);
+  delivery->set_signature(
+      identity_.sign(delivery_signing_bytes(run_.run_id(), work.work_id(), bytes)));
+  client_.send(e);
+  if (o_.behaviour == "replay") client_.send(e);
+  summary_.delivered_bytes += static_cast<int64_t>(bytes.size());
+  ++summary_.rounds;
+  log({{"event", "async_worker_delivered"},
+       {"work_id", work.work_id()},
+       {"version", work.version()},
+       {"steps", work.steps()},
+       {"bytes", bytes.size()}});
+}
+
+AsyncWorkerSummary Worker::run() {
+  join();
+  uint64_t target = run_.version();
+  double last_answer = now();
+  while (now() - last_answer < o_.idle_timeout_seconds) {
+    if (version_ < target && !sync_params(target)) continue;
+    wire::Envelope ask;
+    ask.mutable_async_get_work()->set_have_version(version_);
+    client_.send(ask);
+    std::optional<wire::Envelope> m =
+        wait_for([](const wire::Envelope& e) { return e.has_async_work(); }, 5.0);
+    if (!m) continue;
+    last_answer = now();
+    const wire::AsyncWork& work = m->async_work();
+    if (!work.refused().empty()) {
+      summary_.refused = work.refused().substr(0, 300);
+      break;
+    }
+    if (work.finished()) {
+      summary_.finished = true;
+      break;
+    }
+    if (work.version() > version_) {
+      target = work.version();
+      continue;
+    }
+    if (work.steps() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint32_t>(work.retry_ms(), 2000)));
+      continue;
+    }
+    if (work.steps() > 100000) fail("the server asks for {} inner steps (at most 100000)", work.steps());
+    train_and_deliver(work);
+    if (o_.progress && now() - last_progress_ > 5) {
+      last_progress_ = now();
+      fmt::print(stderr, "async worker: {} rounds, {} steps, version {}, {:.0f}% of the time computing\n",
+                 summary_.rounds, summary_.steps, version_,
+                 100 * summary_.compute_seconds / std::max(1e-9, now()));
+    }
+  }
+  // Receipts still on their way.
+  wait_for([](const wire::Envelope&) { return false; }, 0.3);
+  summary_.version = version_;
+  summary_.seconds = now();
+  log({{"event", "async_worker_done"},
+       {"rounds", summary_.rounds},
+       {"steps", summary_.steps},
+       {"receipts", summary_.receipts},
+       {"finished", summary_.finished},
+       {"refused", summary_.refused},
+       {"compute_seconds", summary_.compute_seconds},
+       {"param_bytes", summary_.param_bytes},
+       {"hash_mismatches", summary_.hash_mismatches},
+       {"delivered_bytes", summary_.delivered_bytes}});
+  return summary_;
+}
+
+}  // namespace
+
+AsyncWorkerSummary run_async_worker(const RunConfig& config, const net::Identity& identity,
+                                    const AsyncWorkerOptions& options) {
+  if (options.behaviour != "honest" && options.behaviour != "scaled" &&
+      options.behaviour != "replay") {
+    fail("--behave {} is not known (allowed: honest, scaled, replay)", options.behaviour);
+  }
+  if (!(options.step_seconds >= 0)) {
+    fail("--step-seconds {} is invalid (allowed: >= 0)", options.step_seconds);
+  }
+  torch::set_num_threads(config.train.threads > 0 ? static_cast<int>(config.train.threads) : 1);
+  Worker worker(config, identity, options);
+  return worker.run();
+}
+
+}  // namespace agora

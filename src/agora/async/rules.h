@@ -1,0 +1,81 @@
+// The decisions of an asynchronous data-parallel run that need no tensors (docs/async.md):
+// what a worker signs when it delivers a pseudo-gradient, how the server judges the size of
+// one, and how many inner steps a worker of measured speed gets under DyLU. Pure functions of
+// their inputs, so they are unit-tested without sockets or clocks.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace agora {
+
+// The bytes a worker's ed25519 signature covers: a domain tag, the run id (u16 length first),
+// the work id, and the BLAKE2b-256 of the payload. Binding the run and the work id means a
+// delivery cannot be replayed into another run or for other work. Error for a run id longer
+// than 65535 bytes.
+std::string delivery_signing_bytes(std::string_view run_id, uint64_t work_id,
+                                   std::string_view payload);
+
+// The verdicts a delivery receives, as receipts and logs name them. Every one but kAccepted
+// and kStale strikes the worker: an honest worker never sends them.
+inline constexpr std::string_view kAccepted = "accepted";
+inline constexpr std::string_view kStale = "stale";            // from parameters too old
+inline constexpr std::string_view kUnassigned = "unassigned";  // not the work it holds (replay)
+inline constexpr std::string_view kBadSignature = "bad_signature";
+inline constexpr std::string_view kMalformed = "malformed";  // does not decode to the layout
+inline constexpr std::string_view kOutlier = "outlier";      // not finite, or too large
+bool strikes(std::string_view verdict);
+
+// Judges the size of each pseudo-gradient D before it moves the run's parameters theta. Two
+// bounds, both from the bytes alone:
+//   - ||D|| <= max_relative * ||theta||: no delivery may move theta by more than theta's own
+//     size (a hostile worker's first delivery meets this bound already);
+//   - ||D|| / steps <= max_ratio * the median of the last `window` accepted deliveries'
+//     ||D|| / steps, once `min_history` were accepted. Per inner step, because DyLU gives
+//     workers different step counts and D grows with them.
+// Honest D's norms vary by a few times across workers and rounds; the default ratio of 10
+// leaves room for that and refuses a D scaled up by a hostile worker.
+struct NormGuardOptions {
+  double max_relative = 1.0;
+  double max_ratio = 10;
+  size_t window = 16;
+  size_t min_history = 4;
+};
+
+class NormGuard {
+ public:
+  explicit NormGuard(NormGuardOptions options = {}) : options_(options) {}
+  // Why a D of this norm is refused (plain words with the figures), or nullopt to accept.
+  // A norm that is not finite is always refused.
+  std::optional<std::string> check(double norm, double theta_norm, int64_t steps) const;
+  // Records an accepted delivery.
+  void accept(double norm, int64_t steps);
+  // The median of the recorded ||D|| / steps (0 with none).
+  double median() const;
+
+ private:
+  NormGuardOptions options_;
+  std::deque<double> recent_;  // ||D|| / steps, oldest first
+};
+
+// A bias-corrected moving average of a worker's seconds per inner step (alpha 0.3): the first
+// measurement counts fully, later ones move it by a share.
+class PaceEstimate {
+ public:
+  void add(double seconds_per_step);
+  bool known() const { return n_ > 0; }
+  double seconds_per_step() const;
+
+ private:
+  double average_ = 0, weight_ = 0;
+  int64_t n_ = 0;
+};
+
+// DyLU's inner steps for a worker: H_w = max(1, floor(v_w / v_ref * H)), v = 1 / seconds per
+// step, v_ref the fastest worker's. Error for a time that is not positive or H < 1.
+int64_t dylu_inner_steps(double seconds_per_step, double fastest_seconds_per_step, int64_t H);
+
+}  // namespace agora

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Asynchronous data parallelism across processes (docs/async.md): an outer server and four
+workers as real processes, two of them hostile.
+
+    async_network_test.py AGORA DATA_DIR OUT METHOD
+
+`agora async serve --method METHOD` with four `agora async work` processes on loopback, of
+unequal speed: two honest, one scaling its pseudo-gradients by 1000 (--behave scaled), one sending
+every delivery twice (--behave replay). Checked, from the structured output only:
+  - the server exits 0 and moved theta: its updates are the accepted deliveries (one per
+    delivery, or one per round under sync), and the last validation is below the first (theta
+    at the start);
+  - both hostile workers are banned after the server's --strikes strikes; none of the scaled
+    worker's deliveries is accepted, and every replayed copy is refused as unassigned;
+  - the honest workers are never struck: every receipt they got is accepted or stale, and every
+    parameter update they took matched the server's state hash;
+  - the final checkpoint holds theta: agora eval gives the server's last validation loss.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+STRIKES, SECONDS, H = 3, 25, 4
+SPEEDS = {"honest_fast": 0.05, "honest_slow": 0.2, "scaled": 0.1, "replay": 0.1}
+
+
+def events(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def run(cmd):
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"FAILED: {' '.join(cmd)}\n{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+def main():
+    agora, data, out, method = sys.argv[1:5]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    config = os.path.join(root, "bench", "async", "async.toml")
+    sets = ["--set", f"data.dir={data}", "--set", f"diloco.inner_steps={H}",
+            "--set", "train.eval_windows=8"]
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    keys = {}
+    for name in ("server", *SPEEDS):
+        keys[name] = run([agora, "keygen", "--out", f"{out}/{name}.key"]).strip().split()[-1]
+    server = subprocess.Popen(
+        [agora, "async", "serve", "--config", config, *sets, "--key", f"{out}/server.key",
+         "--listen", "tcp://127.0.0.1:*", "--method", method, "--workers", str(len(SPEEDS)),
+         "--seconds", str(SECONDS), "--eval-every", "5", "--strikes", str(STRIKES),
+         "--run-id", "async-network-test", "--out", f"{out}/server"],
+        stdout=open(f"{out}/server.out", "w"), stderr=subprocess.STDOUT)
+    workers = {}
+    try:
+        started = None
+        for _ in range(600):
+            started = next((e for e in events(f"{out}/server/events.jsonl")
+                            if e["event"] == "async_start"), None)
+            if started or server.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert started, "the server never logged its address"
+        assert started["key"] == keys["server"], (started["key"], keys["server"])
+        for name, step in SPEEDS.items():
+            behave = name if name in ("scaled", "replay") else "honest"
+            workers[name] = subprocess.Popen(
+                [agora, "async", "work", "--config", config, *sets, "--key", f"{out}/{name}.key",
+                 "--server", started["listen"], "--server-key", keys["server"],
+                 "--step-seconds", str(step), "--behave", behave, "--idle-timeout", "20",
+                 "--log", f"{out}/{name}.jsonl"],
+                stdout=open(f"{out}/{name}.out", "w"), stderr=subprocess.STDOUT)
+        assert server.wait(timeout=240) == 0, "the server failed"
+        for p in workers.values():
+            p.wait(timeout=60)
+    finally:
+        for p in [server, *workers.values()]:
+            if p.poll() is None:
+                p.kill()
+
+    log = events(f"{out}/server/events.jsonl")
+    summary = next(e for e in log if e["event"] == "async_summary")
+    deliveries = [e for e in log if e["event"] == "async_delivery"]
+    by_key = {keys[name]: name for name in SPEEDS}
+    accepted = [d for d in deliveries if d["verdict"] == "accepted"]
+    assert accepted, "no delivery was accepted"
+    if method == "sync":
+        assert 1 <= summary["updates"] <= len(accepted), summary
+    else:
+        assert summary["updates"] == len(accepted), (summary["updates"], len(accepted))
+    curve = [e for e in log if e["event"] == "async_eval"]
+    assert curve[0]["updates"] == 0 and curve[-1]["val_loss"] < curve[0]["val_loss"], curve
+
+    banned = {by_key[e["worker"]] for e in log
+              if e["event"] == "async_worker" and e["state"] == "banned"}
+    assert banned == {"scaled", "replay"}, banned
+    assert summary["banned"] == {keys["scaled"]: STRIKES, keys["replay"]: STRIKES}, summary
+    scaled = [d for d in deliveries if d["worker"] == keys["scaled"]]
+    assert scaled and all(d["verdict"] == "outlier" for d in scaled), scaled
+    replayed = [d for d in deliveries if d["worker"] == keys["replay"]]
+    assert sum(d["verdict"] == "unassigned" for d in replayed) == STRIKES, replayed
+    for name in ("scaled", "replay"):
+        done = [e for e in events(f"{out}/{name}.jsonl") if e["event"] == "async_worker_done"]
+        assert done and done[0]["refused"], (name, done)
+        assert workers[name].returncode != 0, name
+
+    for name in ("honest_fast", "honest_slow"):
+        mine = [d for d in deliveries if d["worker"] == keys[name]]
+        assert mine and all(d["verdict"] in ("accepted", "stale") for d in mine), (name, mine)
+        done = [e for e in events(f"{out}/{name}.jsonl") if e["event"] == "async_worker_done"]
+        assert done and done[0]["hash_mismatches"] == 0 and not done[0]["refused"], (name, done)
+        receipts = done[0]["receipts"]
+        assert set(receipts) <= {"accepted", "stale"}, (name, receipts)
+    fast = sum(d["worker"] == keys["honest_fast"] for d in accepted)
+    slow = sum(d["worker"] == keys["honest_slow"] for d in accepted)
+    if method != "sync":
+        # Nobody waits: the worker with steps 4x shorter delivers more often.
+        assert fast > slow, (fast, slow)
+
+    evaluated = json.loads(run([agora, "eval", "--checkpoint", f"{out}/server/final", "--data",
+                                f"{data}/val_000000.bin", "--max-windows", "8", "--json"]))
+    # The same 8 windows the server validated its last copy of theta on.
+    assert abs(evaluated["val_loss"] - curve[-1]["val_loss"]) < 1e-5, (evaluated, curve[-1])
+    print(f"ok: {method}: {summary['updates']} updates, {len(accepted)} accepted "
+          f"(fast {fast}, slow {slow}), both cheaters banned, val loss "
+          f"{curve[0]['val_loss']:.3f} -> {curve[-1]['val_loss']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
