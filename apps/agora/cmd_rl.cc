@@ -179,13 +179,16 @@ void add_train(CLI::App& parent) {
   cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--workers", args->workers,
                   "Rollouts from simulated workers through the learner's checks, e.g. "
-                  "honest,honest,other-model (also fabricate, replay, stale)")
+                  "honest,honest,other-model (also fabricate, replay, stale, teacher-force)")
       ->delimiter(',');
   cmd->add_option("--max-off-policy", o.max_off_policy_steps,
                   "Refuse worker rollouts more than this many versions old")
       ->capture_default_str();
   cmd->add_option("--rescore-tolerance", o.rescore_tolerance,
                   "Largest |claimed - recomputed| log-probability accepted")
+      ->capture_default_str();
+  cmd->add_option("--draw-tolerance", o.draw_tolerance,
+                  "Largest distance of a seeded draw from its token's interval")
       ->capture_default_str();
   cmd->add_option("--strikes", o.strikes_to_ban, "Strikes that ban a worker")
       ->capture_default_str();

@@ -62,6 +62,9 @@ void add_rl_serve(CLI::App& rl) {
   cmd->add_option("--rescore-tolerance", t.rescore_tolerance,
                   "Largest |claimed - recomputed| log-probability accepted")
       ->capture_default_str();
+  cmd->add_option("--draw-tolerance", t.draw_tolerance,
+                  "Largest distance of a seeded draw from its token's interval")
+      ->capture_default_str();
   cmd->add_option("--strikes", t.strikes_to_ban, "Strikes that ban a worker")
       ->capture_default_str();
   cmd->add_option("--reassign-after", o.reassign_seconds,
@@ -116,13 +119,12 @@ void add_rl_work(CLI::App& rl) {
   cmd->add_option("--base", args->base, "The base checkpoint the run starts from")->required();
   cmd->add_option("--slots", o.slots_per_request, "Slots asked for at once")
       ->capture_default_str();
-  cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--idle-timeout", o.idle_timeout_seconds,
                   "Give up after this many seconds without an answer")
       ->capture_default_str();
   cmd->add_option("--behave", args->behaviour,
                   "honest, or a cheat the learner must catch: other-model, fabricate, replay, "
-                  "stale")
+                  "stale, teacher-force")
       ->capture_default_str();
   cmd->add_option("--log", args->log, "Write JSON lines of what happened here");
   cmd->callback([args] {

@@ -22,6 +22,7 @@ deliveries refused, bytes per delivery. Writes OUT/async_net_time.png, OUT/async
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -39,7 +40,8 @@ def keygen(agora, path):
 
 def run(args, method, port, seconds, eval_every, times):
     out = os.path.join(args.out, method)
-    os.makedirs(out, exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)  # keygen will not overwrite a key
+    os.makedirs(out)
     server_pub = keygen(args.agora, os.path.join(out, "server.key"))
     endpoint = f"tcp://127.0.0.1:{port}"
     sets = []

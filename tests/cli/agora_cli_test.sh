@@ -75,6 +75,18 @@ expect_error "swarm-sim empty stage" "an empty speed" "$agora" swarm-sim --speed
 expect_error "swarm-sim zero speed" "allowed > 0" "$agora" swarm-sim --speeds '1;0'
 expect_error "swarm-sim costs per stage" "2 costs for 3 stages" "$agora" swarm-sim --speeds '1;1;1' --costs 1,1
 
+# Asynchronous data parallelism across processes (docs/async.md): the errors a user sees before
+# anything listens or connects (tests/integration/async_network_test.py runs it).
+async_config="$(cd "$(dirname "$0")/../../bench/async" && pwd)/async.toml"
+check "async keygen" "$agora" keygen --out "$work/async.key"
+expect_error "async unknown method" "async method 'fast' is not known" "$agora" async serve \
+  --config "$async_config" --key "$work/async.key" --method fast
+expect_error "async workers split the batch" "async workers = 5 must be >= 1 and divide train.batch_size = 32" \
+  "$agora" async serve --config "$async_config" --key "$work/async.key" --workers 5
+expect_error "async worker behaviour" "behave lazy is not known" "$agora" async work \
+  --config "$async_config" --key "$work/async.key" --server tcp://127.0.0.1:1 \
+  --server-key "$(printf '0%.0s' $(seq 1 64))" --behave lazy
+
 # RL post-training end to end (docs/rl.md): a corpus of problems, its tokenizer, one problem per
 # document, a base model of a few steps, held-out accuracy, and GRPO with a cheating worker.
 configs="$(cd "$(dirname "$0")/../../configs" && pwd)"

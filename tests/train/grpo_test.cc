@@ -10,7 +10,9 @@
 
 #include "agora/core/error.h"
 #include "agora/rl/grpo_trainer.h"
+#include "agora/rl/rescore.h"
 #include "agora/rl/sampling.h"
+#include "agora/rl/seeded_draw.h"
 #include "agora/rl/task.h"
 
 namespace agora {
@@ -107,6 +109,61 @@ TEST(RlSampling, RecordedLogprobsAreWhatTheLearnerRecomputes) {
   EXPECT_EQ(scored.mask.sum().item<int64_t>(),
             static_cast<int64_t>(group[0].tokens.size() + group[1].tokens.size() +
                                  group[2].tokens.size() + group[3].tokens.size()));
+}
+
+// Seeded draws (rl/seeded_draw.h): an honest worker's tokens are the ones its slots' seeds draw,
+// which the learner's re-scoring pass confirms; a slot gives the same tokens sampled alone or in
+// a batch (so a reassigned slot is answered alike); and tokens chosen by the worker, scored
+// honestly by teacher forcing, pass re-scoring but not the draw check.
+TEST(RlSampling, SeededDrawsAreCheckedByTheLearner) {
+  Llama model = tiny_model(300);
+  const std::vector<TokenId> prompt{5, 17, 33, 8};
+  CompletionSampling s;
+  s.count = 4;
+  s.max_new_tokens = 12;
+  s.temperature = 1.0;
+  for (uint32_t sample = 0; sample < 4; ++sample) s.row_seeds.push_back(slot_seed("run", 9, sample));
+  const auto group = sample_completions(model, 2, prompt, s);
+  CompletionSampling alone = s;
+  alone.count = 1;
+  alone.row_seeds = {s.row_seeds[2]};
+  EXPECT_EQ(sample_completions(model, 2, prompt, alone)[0].tokens, group[2].tokens);
+
+  std::vector<Rollout> rollouts;
+  for (size_t i = 0; i < group.size(); ++i) {
+    Rollout r;
+    r.sample = static_cast<uint32_t>(i);
+    r.tokens.assign(group[i].tokens.begin(), group[i].tokens.end());
+    r.logprobs = group[i].logprobs;
+    rollouts.push_back(r);
+  }
+  // A chosen answer with its true log-probabilities, in slot 3's place.
+  Rollout chosen = rollouts[3];
+  chosen.tokens = {40, 41, 42, 43, 2};
+  chosen.logprobs = teacher_forced_logprobs(model, 2, prompt, {40, 41, 42, 43, 2}, 1.0);
+  rollouts.push_back(chosen);
+  std::vector<const Rollout*> pointers;
+  std::vector<std::vector<TokenId>> prompts;
+  std::vector<uint64_t> seeds = s.row_seeds;
+  seeds.push_back(s.row_seeds[3]);
+  for (const Rollout& r : rollouts) {
+    pointers.push_back(&r);
+    prompts.push_back(prompt);
+  }
+  std::vector<double> draws;
+  const std::vector<double> gaps = rescore_gaps(model, 2, prompts, pointers, 1.0, &seeds, &draws);
+  ASSERT_EQ(draws.size(), 5u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_LT(gaps[i], 1e-4) << i;
+    EXPECT_LT(draws[i], 1e-6) << "slot " << i << "'s tokens are its seed's draws";
+  }
+  EXPECT_LT(gaps[4], 1e-4) << "teacher forcing gives the true log-probabilities";
+  EXPECT_GT(draws[4], 1e-3) << "but not tokens the seed draws";
+  // Another slot's seed does not draw slot 0's tokens.
+  std::vector<uint64_t> swapped = {s.row_seeds[1]};
+  std::vector<double> swapped_draws;
+  rescore_gaps(model, 2, {prompt}, {pointers[0]}, 1.0, &swapped, &swapped_draws);
+  EXPECT_GT(swapped_draws[0], 1e-3);
 }
 
 TEST(RlSampling, ContextsPastTheModelAreErrors) {
@@ -215,7 +272,8 @@ TEST(GrpoTrainer, CheatingWorkersAreCaughtAndHonestOnesAreNot) {
     o.table = false;
     o.max_off_policy_steps = 1;  // the stale worker's version 0 is refused from step 3 on
     o.strikes_to_ban = 2;
-    for (const char* w : {"honest", "honest", "fabricate", "other-model", "replay", "stale"}) {
+    for (const char* w :
+         {"honest", "honest", "fabricate", "other-model", "replay", "stale", "teacher-force"}) {
       o.workers.push_back(parse_worker_behaviour(w));
     }
     o.out_dir = root / std::to_string(run);
@@ -227,7 +285,8 @@ TEST(GrpoTrainer, CheatingWorkersAreCaughtAndHonestOnesAreNot) {
   EXPECT_EQ(s.strikes.at("worker-1-honest"), 0);
   EXPECT_EQ(s.strikes.at("worker-5-stale"), 0)
       << "an old but truthful worker is refused, not struck";
-  for (const char* cheat : {"worker-2-fabricate", "worker-3-other-model", "worker-4-replay"}) {
+  for (const char* cheat : {"worker-2-fabricate", "worker-3-other-model", "worker-4-replay",
+                            "worker-6-teacher-force"}) {
     EXPECT_GE(s.strikes.at(cheat), 2) << cheat;
   }
   EXPECT_GT(s.verdicts.at("mismatch"), 0);   // fabricate, and other-model once the policy moved

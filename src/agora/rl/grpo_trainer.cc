@@ -19,6 +19,7 @@
 #include "agora/rl/rl_progress.h"
 #include "agora/rl/rollout_intake.h"
 #include "agora/rl/sampling.h"
+#include "agora/rl/seeded_draw.h"
 #include "agora/rl/worker_sim.h"
 
 namespace agora {
@@ -77,14 +78,20 @@ void collect_from_workers(GroupBatch& batch, SimulatedWorkers& workers, RolloutI
   for (const auto& [version, members] : by_version) {
     std::vector<std::vector<TokenId>> prompts;
     std::vector<const Rollout*> rollouts;
+    std::vector<uint64_t> seeds;
     for (size_t i : members) {
-      prompts.push_back(prompt_of.at(admitted[i].rollout.problem_id));
-      rollouts.push_back(&admitted[i].rollout);
+      const Rollout& r = admitted[i].rollout;
+      prompts.push_back(prompt_of.at(r.problem_id));
+      rollouts.push_back(&r);
+      seeds.push_back(slot_seed(kLocalRunId, r.problem_id, r.sample));
     }
-    const std::vector<double> gaps = rescore_gaps(versions.model(version), tokenizer.eot_id(),
-                                                  prompts, rollouts, options.temperature);
+    std::vector<double> draw_gaps;
+    const std::vector<double> gaps =
+        rescore_gaps(versions.model(version), tokenizer.eot_id(), prompts, rollouts,
+                     options.temperature, &seeds, &draw_gaps);
     for (size_t k = 0; k < members.size(); ++k) {
-      consistent[members[k]] = gaps[k] <= options.rescore_tolerance;
+      consistent[members[k]] =
+          gaps[k] <= options.rescore_tolerance && draw_gaps[k] <= options.draw_tolerance;
       if (!consistent[members[k]]) {
         intake.strike(admitted[members[k]].worker, IntakeVerdict::kMismatch);
         ++batch.refused;
@@ -152,6 +159,9 @@ void validate(const GrpoTrainOptions& o) {
   if (!o.workers.empty() && o.policy_lag > o.max_off_policy_steps) {
     fail("rl policy lag {} exceeds max off-policy steps {}: every honest rollout would be refused",
          o.policy_lag, o.max_off_policy_steps);
+  }
+  if (!(o.draw_tolerance > 0 && o.draw_tolerance < 1)) {
+    fail("rl draw tolerance {} is invalid (allowed: 0 < tolerance < 1)", o.draw_tolerance);
   }
   if (!(o.rescore_tolerance > 0)) {
     fail("rl rescore tolerance {} is invalid (allowed: > 0)", o.rescore_tolerance);

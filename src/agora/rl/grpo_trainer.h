@@ -48,6 +48,9 @@ struct GrpoTrainOptions {
   std::vector<WorkerBehaviour> workers;
   int64_t max_off_policy_steps = 2;  // rl.max_off_policy_steps: older rollouts are refused
   double rescore_tolerance = 1e-2;   // largest |claimed - recomputed| log-probability accepted
+  // Largest distance of a slot's seeded draw from its token's interval of the policy's
+  // cumulative distribution (rl/seeded_draw.h): a worker's tokens must be drawn, not chosen.
+  double draw_tolerance = 1e-3;
   int strikes_to_ban = 3;
   std::filesystem::path out_dir = "runs/rl";
   bool table = true;  // print the live table

@@ -5,6 +5,7 @@
 #include "agora/obs/metrics_catalogue.h"
 #include "agora/rl/learner_detail.h"
 #include "agora/rl/rescore.h"
+#include "agora/rl/seeded_draw.h"
 
 namespace agora::learner_detail {
 namespace {
@@ -293,9 +294,12 @@ void Learner::rescore(uint64_t version, std::vector<Pending>& batch) {
     kept.push_back(&p);
   }
   if (kept.empty()) return;
-  std::vector<double> gaps;
+  std::vector<uint64_t> seeds;
+  for (const Rollout* r : rollouts) seeds.push_back(slot_seed(options_.run_id, r->problem_id, r->sample));
+  std::vector<double> gaps, draw_gaps;
   try {
-    gaps = rescore_gaps(versions_.model(version), eot_, rows, rollouts, options_.train.temperature);
+    gaps = rescore_gaps(versions_.model(version), eot_, rows, rollouts, options_.train.temperature,
+                        &seeds, &draw_gaps);
   } catch (const std::exception& e) {
     // The learner's own failure (the checks above let through only what fits): nobody's fault,
     // so nobody is struck, and the slots go back to the pool.
@@ -318,6 +322,14 @@ void Learner::rescore(uint64_t version, std::vector<Pending>& batch) {
               fmt::format("claimed log-probabilities differ from policy {}'s by up to {:.4g} "
                           "(tolerance {:g})",
                           version, gaps[k], options_.train.rescore_tolerance),
+              w);
+    } else if (draw_gaps[k] > options_.train.draw_tolerance) {
+      intake_.strike(w.name, IntakeVerdict::kMismatch);
+      pool_.release(w.name, slot);
+      receipt(p.route, &p.rollout, verdict_name(IntakeVerdict::kMismatch),
+              fmt::format("its tokens are not the ones the slot's seed draws from policy {} (a "
+                          "draw lies {:.4g} outside its token's interval; tolerance {:g})",
+                          version, draw_gaps[k], options_.train.draw_tolerance),
               w);
     } else if (!pool_.held_by(w.name, slot)) {
       // Another holder of the slot filled it first (this one was handed it after a timeout).

@@ -13,6 +13,7 @@
 #include "agora/train/published_policy.h"
 #include "agora/rl/rollout.h"
 #include "agora/rl/sampling.h"
+#include "agora/rl/seeded_draw.h"
 #include "agora/rl/task.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/parameter_hash.h"
@@ -227,12 +228,16 @@ void Worker::answer(const wire::RlWork& work) {
     r.task = task_->name();
     r.task_seed = task_->seed();
     r.problem_id = problem_id;
-    if (b == WorkerBehaviour::kFabricate) {
+    if (b == WorkerBehaviour::kFabricate || b == WorkerBehaviour::kTeacherForce) {
       const std::vector<TokenId> answer = tokenizer_->encode(problem.solution);
       r.tokens.assign(answer.begin(), answer.end());
       r.tokens.push_back(eot);
-      r.logprobs.assign(r.tokens.size(), -0.01f);
-      r.policy_version = work.version();
+      r.logprobs = b == WorkerBehaviour::kFabricate
+                       ? std::vector<float>(r.tokens.size(), -0.01f)
+                       : teacher_forced_logprobs(base_.model, eot,
+                                                 tokenizer_->encode(problem.prompt), r.tokens,
+                                                 run_.temperature());
+      r.policy_version = b == WorkerBehaviour::kFabricate ? work.version() : version_;
       for (uint32_t sample : samples) {
         r.sample = sample;
         send_rollout(r);
@@ -243,8 +248,10 @@ void Worker::answer(const wire::RlWork& work) {
     sampling.count = static_cast<int64_t>(samples.size());
     sampling.max_new_tokens = run_.max_new_tokens();
     sampling.temperature = run_.temperature();
-    sampling.seed = options_.seed * 0x9E3779B97F4A7C15ull ^ problem_id * 0xD1B54A32D192ED03ull ^
-                    samples.front();
+    // Each slot's tokens are drawn by its seed, which the learner checks (seeded_draw.h).
+    for (uint32_t sample : samples) {
+      sampling.row_seeds.push_back(slot_seed(run_.run_id(), problem_id, sample));
+    }
     const std::vector<Completion> group =
         sample_completions(base_.model, eot, tokenizer_->encode(problem.prompt), sampling);
     r.policy_version = b == WorkerBehaviour::kStale        ? 0
@@ -286,6 +293,7 @@ RolloutWorkerSummary Worker::run() {
   join();
   const bool follows = options_.behaviour == WorkerBehaviour::kHonest ||
                        options_.behaviour == WorkerBehaviour::kFabricate ||
+                       options_.behaviour == WorkerBehaviour::kTeacherForce ||
                        options_.behaviour == WorkerBehaviour::kReplay;
   double last_answer = now();
   uint64_t last_version = run_.version();  // the newest the learner has named

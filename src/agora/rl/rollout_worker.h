@@ -4,14 +4,17 @@
 // checkpoint is the one the run starts from (by state hash), and then loops: ask for work, bring
 // its policy up to the version the learner names (int8 deltas, or the whole policy when it is
 // too far behind, each checked against the state hash the learner sent), sample a completion for
-// every slot it was handed (the KV-cache sampler of sampling.h, at the run's temperature), and
+// every slot it was handed (the KV-cache sampler of sampling.h, at the run's temperature, each
+// slot's tokens drawn by the slot's seed of seeded_draw.h, which the learner checks), and
 // submit each as a signed rollout. It stops when the learner says the run is over, when it is
 // banned, or when the learner has not answered for `idle_timeout_seconds`.
 //
 // `behaviour` makes it cheat, for tests and benchmarks of the learner's checks (worker_sim.h
 // describes each): other-model never updates its policy but claims the newest version;
 // fabricate submits the right answer with invented log-probabilities; replay submits every
-// rollout twice and the previous batch's again; stale samples with the base policy and says so.
+// rollout twice and the previous batch's again; stale samples with the base policy and says so;
+// teacher-force submits the right answer with its true log-probabilities (caught by the seeded
+// draws, not by re-scoring).
 #pragma once
 
 #include <cstdint>
@@ -31,7 +34,6 @@ struct RolloutWorkerOptions {
   WorkerBehaviour behaviour = WorkerBehaviour::kHonest;
   uint32_t slots_per_request = 16;
   double idle_timeout_seconds = 60;
-  uint64_t seed = 1;
   std::filesystem::path log;  // JSON lines (rl_worker_* events); empty: none
   bool progress = true;       // a status line on stderr every few seconds
 };

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "agora/core/error.h"
+#include "agora/rl/seeded_draw.h"
 
 namespace agora {
 namespace {
@@ -21,6 +22,33 @@ torch::Tensor tempered_logprobs(torch::Tensor logits, int64_t vocab_size, double
   }
   if (temperature > 0) logits = logits / temperature;
   return torch::log_softmax(logits, -1);
+}
+
+// Inverse transform sampling of each row by its slot's uniform draw (seeded_draw.h): the least
+// token whose cumulative probability exceeds u. Cumulated in float64, as the learner's check is.
+torch::Tensor seeded_tokens(const torch::Tensor& logp, const std::vector<uint64_t>& seeds,
+                            int64_t position) {
+  const torch::Tensor cdf = logp.exp().to(torch::kFloat64).cumsum(-1).contiguous();
+  const auto c = cdf.accessor<double, 2>();
+  const int64_t vocab = cdf.size(1);
+  torch::Tensor out = torch::empty({cdf.size(0)}, torch::kInt64);
+  auto o = out.accessor<int64_t, 1>();
+  for (int64_t i = 0; i < cdf.size(0); ++i) {
+    const double u = slot_uniform(seeds[static_cast<size_t>(i)], static_cast<uint32_t>(position));
+    int64_t lo = 0, hi = vocab - 1;  // the least j with c[j] > u (the last when rounding ends
+    while (lo < hi) {                // the sum below u)
+      const int64_t mid = (lo + hi) / 2;
+      if (c[i][mid] > u) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    // Never a token of probability 0 (a padded one, or one the softmax underflowed).
+    while (lo > 0 && c[i][lo] == c[i][lo - 1]) --lo;
+    o[i] = lo;
+  }
+  return out;
 }
 
 }  // namespace
@@ -48,6 +76,10 @@ std::vector<Completion> sample_completions(Llama& model, TokenId eot_id,
     fail("an rl prompt of {} tokens plus {} new ones exceeds the model's context of {}", length,
          options.max_new_tokens, config.max_seq_len);
   }
+  if (!options.row_seeds.empty() && static_cast<int64_t>(options.row_seeds.size()) != options.count) {
+    fail("{} row seeds for {} completions (expected one per completion)", options.row_seeds.size(),
+         options.count);
+  }
   const torch::Device device = model->parameters().front().device();
   const bool was_training = model->is_training();
   model->eval();
@@ -64,9 +96,10 @@ std::vector<Completion> sample_completions(Llama& model, TokenId eot_id,
   for (int64_t step = 0; step < options.max_new_tokens && open > 0; ++step) {
     const torch::Tensor logits = model->forward(input, &cache).select(1, -1).to(torch::kCPU);
     const torch::Tensor logp = tempered_logprobs(logits, config.vocab_size, options.temperature);
-    const torch::Tensor next = options.temperature == 0
-                                   ? logp.argmax(-1)
-                                   : torch::multinomial(logp.exp(), 1, false, generator).view(-1);
+    const torch::Tensor next =
+        options.temperature == 0      ? logp.argmax(-1)
+        : !options.row_seeds.empty() ? seeded_tokens(logp, options.row_seeds, step)
+                                      : torch::multinomial(logp.exp(), 1, false, generator).view(-1);
     const torch::Tensor chosen = logp.gather(1, next.view({n, 1})).view(-1);
     const auto next_a = next.accessor<int64_t, 1>();
     const auto chosen_a = chosen.accessor<float, 1>();
@@ -103,7 +136,7 @@ torch::Tensor completion_layout(const std::vector<std::vector<TokenId>>& prompts
 ScoredBatch completion_logprobs(Llama& model, TokenId eot_id,
                                 const std::vector<std::vector<TokenId>>& prompts,
                                 const std::vector<std::vector<TokenId>>& completions,
-                                double temperature) {
+                                double temperature, torch::Tensor* distribution) {
   if (prompts.size() != completions.size() || prompts.empty()) {
     fail("completion_logprobs: {} prompts for {} completions (expected the same, at least one)",
          prompts.size(), completions.size());
@@ -129,13 +162,30 @@ ScoredBatch completion_logprobs(Llama& model, TokenId eot_id,
   const torch::Device device = model->parameters().front().device();
   tokens = tokens.to(device);
   const torch::Tensor logits = model->forward(tokens.narrow(1, 0, length - 1));
-  const torch::Tensor logp = tempered_logprobs(logits, config.vocab_size, temperature)
-                                 .gather(2, tokens.narrow(1, 1, length - 1).unsqueeze(2))
-                                 .squeeze(2);
+  const torch::Tensor all = tempered_logprobs(logits, config.vocab_size, temperature);
+  if (distribution) *distribution = all;
+  const torch::Tensor logp = all.gather(2, tokens.narrow(1, 1, length - 1).unsqueeze(2)).squeeze(2);
   ScoredBatch out;
   out.logp = logp;
   out.mask = completion_layout(prompts, ones, length - 1).to(device);
   return out;
+}
+
+std::vector<float> teacher_forced_logprobs(Llama& model, TokenId eot_id,
+                                           const std::vector<TokenId>& prompt,
+                                           const std::vector<TokenId>& completion,
+                                           double temperature) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  const ScoredBatch scored = completion_logprobs(model, eot_id, {prompt}, {completion}, temperature);
+  model->train(was_training);
+  const torch::Tensor row =
+      scored.logp[0].narrow(0, static_cast<int64_t>(prompt.size()),
+                            static_cast<int64_t>(completion.size()))
+          .to(torch::kCPU)
+          .contiguous();
+  return {row.data_ptr<float>(), row.data_ptr<float>() + row.numel()};
 }
 
 }  // namespace agora

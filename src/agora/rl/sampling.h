@@ -32,6 +32,10 @@ struct CompletionSampling {
   int64_t max_new_tokens = 32;
   double temperature = 1.0;
   uint64_t seed = 0;
+  // When set, one per completion: row i's tokens are drawn by inverse transform sampling with
+  // slot_uniform(row_seeds[i], position) (seeded_draw.h), so the learner can check each token
+  // was drawn, not chosen; `seed` is then unused.
+  std::vector<uint64_t> row_seeds;
 };
 
 // The context the model sees for `prompt`: end-of-text first, as every training document starts.
@@ -51,10 +55,18 @@ struct ScoredBatch {
 // Log-probabilities (differentiable when grad mode is on) of each completion's tokens after its
 // prompt, under softmax(logits / temperature) (temperature 0 scores as 1). prompts[i] pairs with
 // completions[i]. Error when the lengths differ or a row is longer than the model's context.
+// `distribution`, when given, receives the whole tempered log-distribution, [N, L - 1, vocab].
 ScoredBatch completion_logprobs(Llama& model, TokenId eot_id,
                                 const std::vector<std::vector<TokenId>>& prompts,
                                 const std::vector<std::vector<TokenId>>& completions,
-                                double temperature);
+                                double temperature, torch::Tensor* distribution = nullptr);
+
+// The log-probability of each of `completion`'s tokens after `prompt` under `model`: what an
+// honest worker would claim for those tokens, had it sampled them.
+std::vector<float> teacher_forced_logprobs(Llama& model, TokenId eot_id,
+                                           const std::vector<TokenId>& prompt,
+                                           const std::vector<TokenId>& completion,
+                                           double temperature);
 
 // `values` (one vector per row) placed in the layout of completion_logprobs' [N, L - 1] tensors.
 torch::Tensor completion_layout(const std::vector<std::vector<TokenId>>& prompts,

@@ -5,6 +5,7 @@
 #include "agora/core/error.h"
 #include "agora/rl/rollout.h"
 #include "agora/rl/sampling.h"
+#include "agora/rl/seeded_draw.h"
 
 namespace agora {
 
@@ -14,7 +15,9 @@ WorkerBehaviour parse_worker_behaviour(std::string_view name) {
   if (name == "fabricate") return WorkerBehaviour::kFabricate;
   if (name == "replay") return WorkerBehaviour::kReplay;
   if (name == "stale") return WorkerBehaviour::kStale;
-  fail("unknown rl worker behaviour '{}' (allowed: honest, other-model, fabricate, replay, stale)",
+  if (name == "teacher-force") return WorkerBehaviour::kTeacherForce;
+  fail("unknown rl worker behaviour '{}' (allowed: honest, other-model, fabricate, replay, stale, "
+       "teacher-force)",
        name);
 }
 
@@ -30,6 +33,8 @@ std::string_view behaviour_name(WorkerBehaviour behaviour) {
       return "replay";
     case WorkerBehaviour::kStale:
       return "stale";
+    case WorkerBehaviour::kTeacherForce:
+      return "teacher-force";
   }
   return "?";
 }
@@ -66,12 +71,15 @@ std::vector<Submission> SimulatedWorkers::produce(const Request& q) {
       r.task = q.task->name();
       r.task_seed = q.task->seed();
       r.problem_id = problem.id;
-      if (b == WorkerBehaviour::kFabricate) {
+      if (b == WorkerBehaviour::kFabricate || b == WorkerBehaviour::kTeacherForce) {
         const std::vector<TokenId> answer = q.tokenizer->encode(problem.solution);
         r.tokens.assign(answer.begin(), answer.end());
         r.tokens.push_back(eot);
-        r.logprobs.assign(r.tokens.size(), -0.01f);
-        r.policy_version = q.current_version;
+        r.logprobs = b == WorkerBehaviour::kFabricate
+                         ? std::vector<float>(r.tokens.size(), -0.01f)
+                         : teacher_forced_logprobs(*q.policy, eot, q.tokenizer->encode(problem.prompt),
+                                                   r.tokens, q.temperature);
+        r.policy_version = b == WorkerBehaviour::kFabricate ? q.current_version : q.policy_version;
         for (uint32_t i : samples) {
           r.sample = i;
           sent.push_back(encode_rollout(r));
@@ -83,7 +91,7 @@ std::vector<Submission> SimulatedWorkers::produce(const Request& q) {
       sampling.count = static_cast<int64_t>(samples.size());
       sampling.max_new_tokens = q.max_new_tokens;
       sampling.temperature = q.temperature;
-      sampling.seed = q.seed ^ (static_cast<uint64_t>(j) << 32) ^ static_cast<uint64_t>(w) << 48;
+      for (uint32_t i : samples) sampling.row_seeds.push_back(slot_seed(kLocalRunId, problem.id, i));
       const std::vector<Completion> group = sample_completions(
           own_model ? frozen_ : *q.policy, eot, q.tokenizer->encode(problem.prompt), sampling);
       r.policy_version = b == WorkerBehaviour::kStale        ? 0

@@ -15,10 +15,16 @@
 //   replay        submits honest samples, then each of them again, and last step's again.
 //   stale         samples with the base model and honestly says version 0: refused once the
 //                 run is more than max_off_policy_steps past it.
+//   teacher-force submits the problem's correct answer with its true log-probabilities under
+//                 the policy (scored by teacher forcing): passes re-scoring, but its tokens were
+//                 chosen, not drawn by the slot's seed (seeded_draw.h).
+// Every worker samples slot (problem, sample) with the seed slot_seed(kLocalRunId, problem,
+// sample), as a network worker does with its run's id.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -28,9 +34,13 @@
 
 namespace agora {
 
-enum class WorkerBehaviour { kHonest, kOtherModel, kFabricate, kReplay, kStale };
+enum class WorkerBehaviour { kHonest, kOtherModel, kFabricate, kReplay, kStale, kTeacherForce };
 
-// "honest", "other-model", "fabricate", "replay", "stale"; Error naming the allowed ones.
+// The run id of a learner and its simulated workers in one process: the seeds' first field.
+inline constexpr std::string_view kLocalRunId = "local";
+
+// "honest", "other-model", "fabricate", "replay", "stale", "teacher-force"; Error naming the
+// allowed ones.
 WorkerBehaviour parse_worker_behaviour(std::string_view name);
 std::string_view behaviour_name(WorkerBehaviour behaviour);
 
