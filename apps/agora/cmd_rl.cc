@@ -1,5 +1,5 @@
 // agora rl {problems, corpus, eval, train, sapo}: RL post-training on tasks with verifiable
-// rewards (docs/rl.md). serve and work, its network roles, are in cmd_rl_net.cc.
+// rewards (docs/rl.md). serve, work and sapo-node, its network roles, are in cmd_rl_net.cc.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -300,6 +300,7 @@ void add_rl_command(CLI::App& app) {
   add_sapo(*rl);
   add_rl_serve(*rl);
   add_rl_work(*rl);
+  add_rl_sapo_node(*rl);
 }
 
 }  // namespace agora::cli

@@ -1,5 +1,6 @@
 // agora rl serve / agora rl work: the learner and the rollout workers of an RL run as separate
-// processes over the network (docs/rl.md section 6).
+// processes over the network (docs/rl.md section 7); agora rl sapo-node: one node of a SAPO swarm
+// across machines (docs/rl.md section 5).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "agora/obs/progress.h"
 #include "agora/rl/learner_server.h"
 #include "agora/rl/rollout_worker.h"
+#include "agora/rl/sapo_node.h"
 #include "agora/train/device.h"
 #include "commands.h"
 #include "signals.h"
@@ -141,6 +143,71 @@ void add_rl_work(CLI::App& rl) {
                format_duration(s.seconds), s.version, receipts,
                s.refused.empty() ? "" : "\nrefused by the learner: " + s.refused);
     if (!s.refused.empty()) throw Error("the learner banned this worker: " + s.refused);
+  });
+}
+
+void add_rl_sapo_node(CLI::App& rl) {
+  struct Args {
+    std::string checkpoint, key, out = "runs/sapo-node";
+    std::vector<std::string> peers;
+    SapoNodeOptions options;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = rl.add_subcommand(
+      "sapo-node", "Be one node of a SAPO swarm across machines: share sampled groups as text");
+  auto& o = args->options;
+  cmd->add_option("--checkpoint", args->checkpoint, "The base model (every node starts from it)")
+      ->required();
+  cmd->add_option("--key", args->key, "This node's identity (agora keygen --out FILE)")->required();
+  cmd->add_option("--listen", o.listen, "Where the other nodes connect (tcp://HOST:PORT)")
+      ->capture_default_str();
+  cmd->add_option("--peer", args->peers,
+                  "Another node, tcp://HOST:PORT@PUBLIC_KEY_HEX (repeat for each)")
+      ->required();
+  cmd->add_option("--task", o.task_name, "arithmetic, arithmetic-worked or countdown")
+      ->capture_default_str();
+  cmd->add_option("--task-seed", o.task.seed, "The seed problems are generated from (same on "
+                  "every node)")
+      ->capture_default_str();
+  cmd->add_option("--rounds", o.sapo.rounds, "Rounds (one update each)")->capture_default_str();
+  cmd->add_option("--own", o.sapo.own, "I: own groups per round")->capture_default_str();
+  cmd->add_option("--shared", o.sapo.shared, "J: groups taken from the other nodes per round")
+      ->capture_default_str();
+  cmd->add_option("--group", o.sapo.group_size, "Completions per problem (G)")
+      ->capture_default_str();
+  cmd->add_option("--max-new-tokens", o.sapo.max_new_tokens, "Tokens per completion, at most")
+      ->capture_default_str();
+  cmd->add_option("--temperature", o.sapo.temperature, "Sampling temperature")
+      ->capture_default_str();
+  cmd->add_option("--lr", o.sapo.lr, "AdamW learning rate")->capture_default_str();
+  cmd->add_option("--eval-problems", o.sapo.eval_problems, "Held-out problems at start and end")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.sapo.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--share-wait", o.share_wait_seconds,
+                  "Seconds a round waits for the other nodes' groups")
+      ->capture_default_str();
+  cmd->add_option("--linger", o.linger_seconds, "Seconds answering peers after the last round")
+      ->capture_default_str();
+  cmd->add_option("--behave", o.behaviour,
+                  "honest, or what the peers must refuse: garbage, held-out")
+      ->capture_default_str();
+  cmd->add_option("--out", args->out, "Folder for sapo.jsonl")->capture_default_str();
+  cmd->callback([args] {
+    SapoNodeOptions options = args->options;
+    options.out = args->out;
+    for (const std::string& p : args->peers) options.peers.push_back(parse_sapo_peer(p));
+    options.stop = &stop_requested();
+    validate(options);
+    const net::Identity identity = net::Identity::load(args->key);
+    LoadedCheckpoint base = load_checkpoint(args->checkpoint, torch::kCPU);
+    const SapoNodeSummary s = run_sapo_node(std::move(base), identity, options);
+    std::string refused;
+    for (const auto& [why, n] : s.refused) refused += fmt::format(" {} {}", why, n);
+    fmt::print("{} rounds, {} own + {} shared groups: cumulative reward {:.2f}; held-out "
+               "accuracy {:.3f} -> {:.3f}; {} groups received, {} used; refused:{} in {}\n",
+               s.rounds, options.sapo.own, options.sapo.shared, s.cumulative_reward,
+               s.base_accuracy, s.accuracy, s.shared_received, s.shared_used,
+               refused.empty() ? " none" : refused, format_duration(s.seconds));
   });
 }
 

@@ -28,6 +28,7 @@ void add_rl_command(CLI::App& app);
 // agora rl serve and agora rl work (cmd_rl_net.cc), under `agora rl`.
 void add_rl_serve(CLI::App& rl);
 void add_rl_work(CLI::App& rl);
+void add_rl_sapo_node(CLI::App& rl);
 
 // "agora 0.1.0 (libtorch 1.13.0, CPU)".
 std::string version_string();

@@ -84,6 +84,8 @@ std::string kind_name(const wire::Envelope& envelope) {
     case E::kAsyncWork: return "async_work";
     case E::kAsyncDelivery: return "async_delivery";
     case E::kAsyncReceipt: return "async_receipt";
+    case E::kSapoGetGroups: return "sapo_get_groups";
+    case E::kSapoGroups: return "sapo_groups";
     case E::BODY_NOT_SET: break;
   }
   return "empty";

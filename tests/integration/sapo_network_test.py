@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""SAPO between machines (docs/rl.md section 5): four `agora rl sapo-node` processes sharing the
+groups they sample as text, two of them hostile.
+
+    sapo_network_test.py AGORA OUT
+
+A small base model is made (as rl_network_test.py makes it), then four nodes run on loopback,
+each naming the other three as peers: two honest, one publishing tokens outside the vocabulary
+(--behave garbage), one publishing held-out problems with their correct answers (--behave
+held-out). Checked, from the structured output only:
+  - every node runs every round (sapo_node_round rows 1..ROUNDS) and exits 0;
+  - each honest node received exactly the other honest node's groups, OWN per round, and
+    refused every reply of the hostile ones whole, by the reason that names what was wrong
+    (bad_token, held_out), once per round;
+  - the groups it used are among those it received, at most SHARED a round;
+  - the node's rewards are its own: cumulative_reward is the sum of its rounds' rewards.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rl_network_test import events, make_base, run  # noqa: E402
+
+ROUNDS, OWN, SHARED, GROUP = 3, 2, 2, 4
+NODES = {"honest0": "honest", "honest1": "honest", "garbage": "garbage", "held_out": "held-out"}
+
+
+def main():
+    agora, out = sys.argv[1], sys.argv[2]
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    base = make_base(agora, out)
+    keys, ports = {}, {}
+    for i, name in enumerate(NODES):
+        keys[name] = run([agora, "keygen", "--out", f"{out}/{name}.key"]).strip().split()[-1]
+        ports[name] = 7860 + i
+    procs = {}
+    try:
+        for name, behave in NODES.items():
+            peers = []
+            for other in NODES:
+                if other != name:
+                    peers += ["--peer", f"tcp://127.0.0.1:{ports[other]}@{keys[other]}"]
+            procs[name] = subprocess.Popen(
+                [agora, "rl", "sapo-node", "--checkpoint", base, "--key", f"{out}/{name}.key",
+                 "--listen", f"tcp://127.0.0.1:{ports[name]}", *peers,
+                 "--rounds", str(ROUNDS), "--own", str(OWN), "--shared", str(SHARED),
+                 "--group", str(GROUP), "--max-new-tokens", "8", "--eval-problems", "8",
+                 "--share-wait", "60", "--linger", "10", "--behave", behave,
+                 "--out", f"{out}/{name}"],
+                stdout=open(f"{out}/{name}.out", "w"), stderr=subprocess.STDOUT)
+        for name, p in procs.items():
+            assert p.wait(timeout=300) == 0, f"{name} failed: see {out}/{name}.out"
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+
+    for name in NODES:
+        log = events(f"{out}/{name}/sapo.jsonl")
+        rounds = [e for e in log if e["event"] == "sapo_node_round"]
+        assert [r["round"] for r in rounds] == list(range(1, ROUNDS + 1)), (name, rounds)
+        summary = next(e for e in log if e["event"] == "sapo_node_summary")
+        assert abs(summary["cumulative_reward"] - sum(r["reward"] for r in rounds)) < 1e-9
+        for r in rounds:
+            assert 0 <= r["shared_used"] <= min(SHARED, r["shared_received"]), (name, r)
+        if NODES[name] != "honest":
+            continue
+        assert summary["shared_received"] == ROUNDS * OWN, (name, summary)
+        assert summary["refused"] == {"bad_token": ROUNDS, "held_out": ROUNDS}, (name, summary)
+        refusals = [e for e in log if e["event"] == "sapo_node_refused"]
+        by_peer = {e["peer"]: e["reason"] for e in refusals}
+        assert by_peer == {f"tcp://127.0.0.1:{ports['garbage']}": "bad_token",
+                           f"tcp://127.0.0.1:{ports['held_out']}": "held_out"}, by_peer
+    print(f"ok: {len(NODES)} nodes x {ROUNDS} rounds; the honest nodes took {ROUNDS * OWN} groups "
+          "from each other and refused the garbage and held-out nodes' every round")
+
+
+if __name__ == "__main__":
+    main()
