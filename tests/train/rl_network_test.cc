@@ -16,12 +16,12 @@
 #include "agora/net/curve_socket.h"
 #include "agora/optim/payload.h"
 #include "agora/rl/learner_server.h"
-#include "agora/train/published_policy.h"
 #include "agora/rl/rollout.h"
 #include "agora/rl/rollout_worker.h"
 #include "agora/rl/task.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/parameter_hash.h"
+#include "agora/train/published_policy.h"
 
 namespace agora {
 namespace {

@@ -37,6 +37,7 @@ constexpr double kHellosPerSecond = 20, kHelloBurst = 100;
 constexpr uint64_t kDeltasKept = 64;
 // Copies of theta kept for validation after the run, at most.
 constexpr double kMaxSnapshots = 1000;
+constexpr double kMaxSnapshotBytes = 8e9;
 
 const std::vector<std::string>& methods() {
   static const std::vector<std::string> m = {"sync", "async", "dylu", "lookahead",
@@ -159,6 +160,15 @@ Server::Server(const RunConfig& config, const net::Identity& identity,
       server_(context_, identity, o.listen, server_limits(), /*reply_queue=*/1024),
       guard_(o.norm_guard) {
   live_->eval();
+  // The copies of theta wait in memory until the run ends: bound them.
+  int64_t bytes = 0;
+  for (const auto& p : live_->parameters()) bytes += p.numel() * 4;
+  const double copies = std::floor(o_.seconds / o_.eval_every) + 2;
+  if (copies * static_cast<double>(bytes) > kMaxSnapshotBytes) {
+    fail("--seconds {} / --eval-every {} keeps {:.0f} copies of a {:.0f} MB model for validation, "
+         "more than {:.0f} GB: validate less often",
+         o_.seconds, o_.eval_every, copies, bytes / 1e6, kMaxSnapshotBytes / 1e9);
+  }
   std::filesystem::create_directories(o_.out);
   events_.open(o_.out / "events.jsonl", std::ios::trunc);
   if (!events_) fail("cannot write {}", (o_.out / "events.jsonl").string());
