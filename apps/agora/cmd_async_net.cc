@@ -51,7 +51,8 @@ void add_async_serve(CLI::App& async) {
       ->capture_default_str();
   cmd->add_option("--eval-every", o.eval_every, "Seconds between validated copies of theta")
       ->capture_default_str();
-  cmd->add_option("--eval-windows", o.eval_windows, "Validation windows (default: train.eval_windows)");
+  cmd->add_option("--eval-windows", o.eval_windows,
+                  "Validation windows (default: train.eval_windows)");
   cmd->add_option("--max-staleness", o.max_staleness,
                   "Refuse pseudo-gradients from parameters more versions old than this")
       ->capture_default_str();

@@ -5,8 +5,8 @@
 
 #include <filesystem>
 
-#include "agora/core/error.h"
 #include "agora/coord/allowlist.h"
+#include "agora/core/error.h"
 #include "agora/net/identity.h"
 #include "agora/obs/progress.h"
 #include "agora/rl/learner_server.h"
@@ -119,8 +119,7 @@ void add_rl_work(CLI::App& rl) {
   cmd->add_option("--learner-key", args->learner_key, "The learner's public key (hex)")
       ->required();
   cmd->add_option("--base", args->base, "The base checkpoint the run starts from")->required();
-  cmd->add_option("--slots", o.slots_per_request, "Slots asked for at once")
-      ->capture_default_str();
+  cmd->add_option("--slots", o.slots_per_request, "Slots asked for at once")->capture_default_str();
   cmd->add_option("--idle-timeout", o.idle_timeout_seconds,
                   "Give up after this many seconds without an answer")
       ->capture_default_str();
@@ -166,7 +165,8 @@ void add_rl_sapo_node(CLI::App& rl) {
       ->required();
   cmd->add_option("--task", o.task_name, "arithmetic, arithmetic-worked or countdown")
       ->capture_default_str();
-  cmd->add_option("--task-seed", o.task.seed, "The seed problems are generated from (same on "
+  cmd->add_option("--task-seed", o.task.seed,
+                  "The seed problems are generated from (same on "
                   "every node)")
       ->capture_default_str();
   cmd->add_option("--rounds", o.sapo.rounds, "Rounds (one update each)")->capture_default_str();
@@ -203,11 +203,12 @@ void add_rl_sapo_node(CLI::App& rl) {
     const SapoNodeSummary s = run_sapo_node(std::move(base), identity, options);
     std::string refused;
     for (const auto& [why, n] : s.refused) refused += fmt::format(" {} {}", why, n);
-    fmt::print("{} rounds, {} own + {} shared groups: cumulative reward {:.2f}; held-out "
-               "accuracy {:.3f} -> {:.3f}; {} groups received, {} used; refused:{} in {}\n",
-               s.rounds, options.sapo.own, options.sapo.shared, s.cumulative_reward,
-               s.base_accuracy, s.accuracy, s.shared_received, s.shared_used,
-               refused.empty() ? " none" : refused, format_duration(s.seconds));
+    fmt::print(
+        "{} rounds, {} own + {} shared groups: cumulative reward {:.2f}; held-out "
+        "accuracy {:.3f} -> {:.3f}; {} groups received, {} used; refused:{} in {}\n",
+        s.rounds, options.sapo.own, options.sapo.shared, s.cumulative_reward, s.base_accuracy,
+        s.accuracy, s.shared_received, s.shared_used, refused.empty() ? " none" : refused,
+        format_duration(s.seconds));
   });
 }
 

@@ -3,8 +3,6 @@
 // a delivery is refused with the verdict that names it, three strikes ban, a flood is cut to the
 // bucket, and an honest delivery moves theta, whose int8 delta a worker applies to the same
 // state hash.
-#include "agora/async/outer_server.h"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,6 +12,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "agora/async/outer_server.h"
 #include "agora/async/rules.h"
 #include "agora/net/curve_socket.h"
 #include "agora/optim/payload.h"
@@ -143,8 +142,9 @@ TEST(AsyncServer, RefusesEveryLieAndAppliesAnHonestDelivery) {
 
   Client cheat(endpoint, server_id.public_key(), 9);
   // A hello naming another key than the connection proved is refused.
-  EXPECT_FALSE(
-      cheat.hello(net::Identity::from_seed(std::string(32, '\x02')).public_key()).refused().empty());
+  EXPECT_FALSE(cheat.hello(net::Identity::from_seed(std::string(32, '\x02')).public_key())
+                   .refused()
+                   .empty());
   const wire::AsyncRun run = cheat.hello(cheat.identity.public_key());
   ASSERT_TRUE(run.refused().empty()) << run.refused();
   EXPECT_EQ(run.method(), "lookahead");
@@ -157,8 +157,9 @@ TEST(AsyncServer, RefusesEveryLieAndAppliesAnHonestDelivery) {
   EXPECT_EQ(work.steps(), 10u);  // H = diloco.inner_steps
   const std::string zero = filled_payload(model, work.work_id(), 0.0f);
   // Work it was not handed (a replay of a finished piece looks the same): strike 1.
-  EXPECT_EQ(cheat.deliver(work.work_id() + 1, filled_payload(model, work.work_id() + 1, 0.0f),
-                          run.run_id())
+  EXPECT_EQ(cheat
+                .deliver(work.work_id() + 1, filled_payload(model, work.work_id() + 1, 0.0f),
+                         run.run_id())
                 .verdict(),
             kUnassigned);
   // A forged signature, and one for another run: strikes 2 and 3 (the first uses up the work).
@@ -185,10 +186,10 @@ TEST(AsyncServer, RefusesEveryLieAndAppliesAnHonestDelivery) {
   }
   EXPECT_EQ(odd.deliver(work.work_id(), encode_payload(dense), run.run_id()).verdict(), kMalformed);
   work = odd.work(0);
-  EXPECT_EQ(odd.deliver(work.work_id(), filled_payload(model, work.work_id() + 7, 0.0f),
-                        run.run_id())
-                .verdict(),
-            kMalformed);
+  EXPECT_EQ(
+      odd.deliver(work.work_id(), filled_payload(model, work.work_id() + 7, 0.0f), run.run_id())
+          .verdict(),
+      kMalformed);
   // Larger than theta itself: an outlier, and the third strike.
   work = odd.work(0);
   const wire::AsyncReceipt huge =

@@ -122,7 +122,8 @@ TEST(RlSampling, SeededDrawsAreCheckedByTheLearner) {
   s.count = 4;
   s.max_new_tokens = 12;
   s.temperature = 1.0;
-  for (uint32_t sample = 0; sample < 4; ++sample) s.row_seeds.push_back(slot_seed("run", 9, sample));
+  for (uint32_t sample = 0; sample < 4; ++sample)
+    s.row_seeds.push_back(slot_seed("run", 9, sample));
   const auto group = sample_completions(model, 2, prompt, s);
   CompletionSampling alone = s;
   alone.count = 1;

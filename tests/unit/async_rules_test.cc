@@ -1,11 +1,10 @@
 // The torch-free decisions of asynchronous data parallelism across processes (async/rules.h).
-#include "agora/async/rules.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
+#include "agora/async/rules.h"
 #include "agora/core/error.h"
 
 namespace agora {

@@ -1,9 +1,9 @@
 // Seeded draws (rl/seeded_draw.h): the numbers every machine computes alike.
-#include "agora/rl/seeded_draw.h"
-
 #include <gtest/gtest.h>
 
 #include <set>
+
+#include "agora/rl/seeded_draw.h"
 
 namespace agora {
 namespace {
@@ -45,7 +45,7 @@ TEST(SeededDraw, SeedsDifferBySlotAndRun) {
 
 TEST(SeededDraw, GapIsTheDistanceOutsideTheInterval) {
   EXPECT_EQ(draw_gap(0.5, 0.4, 0.6), 0.0);
-  EXPECT_EQ(draw_gap(0.4, 0.4, 0.6), 0.0);  // the interval is closed below
+  EXPECT_EQ(draw_gap(0.4, 0.4, 0.6), 0.0);           // the interval is closed below
   EXPECT_NEAR(draw_gap(0.6, 0.4, 0.6), 0.0, 1e-15);  // and open above: 0 away, but outside
   EXPECT_NEAR(draw_gap(0.3, 0.4, 0.6), 0.1, 1e-12);
   EXPECT_NEAR(draw_gap(0.9, 0.4, 0.6), 0.3, 1e-12);

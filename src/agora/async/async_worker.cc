@@ -43,8 +43,8 @@ class Worker {
   AsyncWorkerOptions o_;
   net::Context context_;
   net::Client client_;
-  Learner learner_;  // the model trained and its inner AdamW
-  Llama mirror_;     // the server's published parameters, version version_
+  Learner learner_;                  // the model trained and its inner AdamW
+  Llama mirror_;                     // the server's published parameters, version version_
   std::unique_ptr<TrainStep> step_;  // made once the server says how many sequences a step
   wire::AsyncRun run_;
   uint64_t version_ = 0;
@@ -60,8 +60,7 @@ RunConfig inner_config(RunConfig config) {
   return config;
 }
 
-Worker::Worker(const RunConfig& config, const net::Identity& identity,
-               const AsyncWorkerOptions& o)
+Worker::Worker(const RunConfig& config, const net::Identity& identity, const AsyncWorkerOptions& o)
     : config_(inner_config(config)),
       identity_(identity),
       o_(o),
@@ -79,8 +78,7 @@ Worker::Worker(const RunConfig& config, const net::Identity& identity,
 void Worker::log(nlohmann::json row) {
   if (!log_) return;
   row["elapsed_s"] = now();
-  log_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
-       << std::flush;
+  log_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
 }
 
 template <typename Want>
@@ -121,18 +119,20 @@ void Worker::join() {
     m = wait_for([](const wire::Envelope& e) { return e.has_async_run(); }, 2.0);
   }
   if (!m) {
-    fail("the server at {} did not answer for {:g} s (is it running, and is --server-key its "
-         "public key?)",
-         o_.server, o_.idle_timeout_seconds);
+    fail(
+        "the server at {} did not answer for {:g} s (is it running, and is --server-key its "
+        "public key?)",
+        o_.server, o_.idle_timeout_seconds);
   }
   run_ = m->async_run();
   if (!run_.refused().empty()) fail("the server refused this worker: {}", run_.refused());
   const std::string hash = hash_parameters(mirror_).state_hash;
   if (hash != run_.base_hash()) {
-    fail("this config's initial parameters have state hash {}, but the server's run starts from "
-         "{}: give --config the run config the server was started with (same model and seed)",
-         net::key_to_hex(hash),
-         run_.base_hash().size() == net::kKeyBytes ? net::key_to_hex(run_.base_hash()) : "?");
+    fail(
+        "this config's initial parameters have state hash {}, but the server's run starts from "
+        "{}: give --config the run config the server was started with (same model and seed)",
+        net::key_to_hex(hash),
+        run_.base_hash().size() == net::kKeyBytes ? net::key_to_hex(run_.base_hash()) : "?");
   }
   const auto per = static_cast<int64_t>(run_.sequences_per_step());
   if (per < 1 || per > config_.train.batch_size) {
@@ -169,7 +169,8 @@ bool Worker::sync_params(uint64_t target) {
         PublishedPolicy::apply(mirror_, p.payload(), p.whole(), p.to_version());
       } catch (const Error& e) {
         ok = false;
-        log({{"event", "async_worker_params_error"}, {"error", std::string(e.what()).substr(0, 300)}});
+        log({{"event", "async_worker_params_error"},
+             {"error", std::string(e.what()).substr(0, 300)}});
       }
       summary_.param_bytes += static_cast<int64_t>(m->ByteSizeLong());
       ok = ok && hash_parameters(mirror_).state_hash == p.state_hash();
@@ -222,7 +223,8 @@ void Worker::train_and_deliver(const wire::AsyncWork& work) {
   const double scale = o_.behaviour == "scaled" ? 1000.0 : 1.0;
   for (size_t i = 0; i < pulled.size(); ++i) {
     const torch::Tensor d = (pulled[i] - learner_.params[i].detach()) * scale;
-    payload.tensors.push_back(run_.int8() ? int8_rows_payload(d) : dense_payload(d, ValueType::kF32));
+    payload.tensors.push_back(run_.int8() ? int8_rows_payload(d)
+                                          : dense_payload(d, ValueType::kF32));
   }
   const std::string bytes = encode_payload(payload);
   wire::Envelope e;
@@ -269,14 +271,17 @@ AsyncWorkerSummary Worker::run() {
       continue;
     }
     if (work.steps() == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint32_t>(work.retry_ms(), 2000)));
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(std::min<uint32_t>(work.retry_ms(), 2000)));
       continue;
     }
-    if (work.steps() > 100000) fail("the server asks for {} inner steps (at most 100000)", work.steps());
+    if (work.steps() > 100000)
+      fail("the server asks for {} inner steps (at most 100000)", work.steps());
     train_and_deliver(work);
     if (o_.progress && now() - last_progress_ > 5) {
       last_progress_ = now();
-      fmt::print(stderr, "async worker: {} rounds, {} steps, version {}, {:.0f}% of the time computing\n",
+      fmt::print(stderr,
+                 "async worker: {} rounds, {} steps, version {}, {:.0f}% of the time computing\n",
                  summary_.rounds, summary_.steps, version_,
                  100 * summary_.compute_seconds / std::max(1e-9, now()));
     }

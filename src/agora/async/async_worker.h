@@ -29,7 +29,7 @@ namespace agora {
 struct AsyncWorkerOptions {
   std::string server;  // "tcp://host:port"
   net::PublicKey server_key;
-  double step_seconds = 0;  // 0: as fast as this machine trains
+  double step_seconds = 0;           // 0: as fast as this machine trains
   std::string behaviour = "honest";  // honest | scaled | replay
   double idle_timeout_seconds = 60;
   std::filesystem::path log;  // JSON lines; empty: none

@@ -51,14 +51,14 @@ struct OuterServerOptions {
   std::string method = "lookahead";  // sync | async | dylu | lookahead | lookahead_discounted
   std::string listen = "tcp://0.0.0.0:7700";
   net::Admission admission;
-  int64_t workers = 4;       // the run starts with this many; the batch splits among them
-  int64_t inner_steps = 0;   // H; 0 = diloco.inner_steps
-  double outer_lr = 0;       // 0 = diloco.outer_lr
+  int64_t workers = 4;         // the run starts with this many; the batch splits among them
+  int64_t inner_steps = 0;     // H; 0 = diloco.inner_steps
+  double outer_lr = 0;         // 0 = diloco.outer_lr
   double outer_momentum = -1;  // < 0 = diloco.outer_momentum
-  bool int8 = true;          // pseudo-gradients as int8_rows, else float32
-  double seconds = 300;      // the run's length from its start
-  double eval_every = 30;    // seconds between copies of theta validated after the run
-  int64_t eval_windows = 0;  // 0 = train.eval_windows
+  bool int8 = true;            // pseudo-gradients as int8_rows, else float32
+  double seconds = 300;        // the run's length from its start
+  double eval_every = 30;      // seconds between copies of theta validated after the run
+  int64_t eval_windows = 0;    // 0 = train.eval_windows
   int64_t max_staleness = 32;
   NormGuardOptions norm_guard;
   int max_strikes = 3;

@@ -29,10 +29,13 @@ std::string delivery_signing_bytes(std::string_view run_id, uint64_t work_id,
   return out;
 }
 
-bool strikes(std::string_view verdict) { return verdict != kAccepted && verdict != kStale; }
+bool strikes(std::string_view verdict) {
+  return verdict != kAccepted && verdict != kStale;
+}
 
 std::optional<std::string> NormGuard::check(double norm, double theta_norm, int64_t steps) const {
-  if (!std::isfinite(norm)) return std::string("the pseudo-gradient holds a value that is not finite");
+  if (!std::isfinite(norm))
+    return std::string("the pseudo-gradient holds a value that is not finite");
   if (norm > options_.max_relative * theta_norm) {
     return fmt::format("||D|| = {:.4g} is larger than {:g} x ||theta|| = {:.4g}", norm,
                        options_.max_relative, options_.max_relative * theta_norm);
@@ -70,7 +73,9 @@ void PaceEstimate::add(double seconds_per_step) {
   ++n_;
 }
 
-double PaceEstimate::seconds_per_step() const { return weight_ > 0 ? average_ / weight_ : 0; }
+double PaceEstimate::seconds_per_step() const {
+  return weight_ > 0 ? average_ / weight_ : 0;
+}
 
 int64_t dylu_inner_steps(double seconds_per_step, double fastest_seconds_per_step, int64_t H) {
   if (!(seconds_per_step > 0) || !(fastest_seconds_per_step > 0) || H < 1) {

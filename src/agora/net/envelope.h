@@ -35,8 +35,8 @@ inline std::string relayed_chunk_what(std::string_view name, uint64_t offset) {
 struct DecodeLimits {
   size_t max_control = kMaxControlBytes;
   // Blob, TensorData, StageData, RlPolicy and AsyncDelivery: one payload, one tensor, one
-  // boundary message, one policy or one pseudo-gradient. 1 GiB holds the largest tensor of the 1b preset (its 393 MiB embedding) with
-  // room, and stays far below protobuf's 2 GiB ceiling.
+  // boundary message, one policy or one pseudo-gradient. 1 GiB holds the largest tensor of the 1b
+  // preset (its 393 MiB embedding) with room, and stays far below protobuf's 2 GiB ceiling.
   size_t max_data = size_t{1} << 30;
 };
 

@@ -22,10 +22,10 @@
 #include "agora/obs/metrics.h"
 #include "agora/rl/learner_server.h"
 #include "agora/rl/policy_versions.h"
-#include "agora/rl/task.h"
 #include "agora/rl/rollout.h"
 #include "agora/rl/rollout_intake.h"
 #include "agora/rl/slot_pool.h"
+#include "agora/rl/task.h"
 #include "agora/train/published_policy.h"
 
 namespace agora::learner_detail {

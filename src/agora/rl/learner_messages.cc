@@ -295,7 +295,8 @@ void Learner::rescore(uint64_t version, std::vector<Pending>& batch) {
   }
   if (kept.empty()) return;
   std::vector<uint64_t> seeds;
-  for (const Rollout* r : rollouts) seeds.push_back(slot_seed(options_.run_id, r->problem_id, r->sample));
+  for (const Rollout* r : rollouts)
+    seeds.push_back(slot_seed(options_.run_id, r->problem_id, r->sample));
   std::vector<double> gaps, draw_gaps;
   try {
     gaps = rescore_gaps(versions_.model(version), eot_, rows, rollouts, options_.train.temperature,

@@ -14,10 +14,10 @@
 #include "agora/rl/held_out.h"
 #include "agora/rl/learner_detail.h"
 #include "agora/rl/policy_versions.h"
-#include "agora/train/published_policy.h"
 #include "agora/rl/rl_progress.h"
 #include "agora/rl/rollout_intake.h"
 #include "agora/rl/slot_pool.h"
+#include "agora/train/published_policy.h"
 
 namespace agora {
 namespace fs = std::filesystem;

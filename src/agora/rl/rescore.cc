@@ -38,8 +38,11 @@ std::vector<double> rescore_gaps(Llama& policy, TokenId eot_id,
     for (size_t i = 0; i < rollouts.size(); ++i) {
       const auto n = static_cast<int64_t>(completions[i].size());
       const auto start = static_cast<int64_t>(prompts[i].size());
-      const torch::Tensor p =
-          distribution[static_cast<int64_t>(i)].narrow(0, start, n).to(torch::kCPU).exp().to(torch::kFloat64);
+      const torch::Tensor p = distribution[static_cast<int64_t>(i)]
+                                  .narrow(0, start, n)
+                                  .to(torch::kCPU)
+                                  .exp()
+                                  .to(torch::kFloat64);
       const torch::Tensor ids =
           torch::tensor(std::vector<int64_t>(completions[i].begin(), completions[i].end()),
                         torch::kInt64)

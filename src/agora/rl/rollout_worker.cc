@@ -10,13 +10,13 @@
 
 #include "agora/core/error.h"
 #include "agora/net/curve_socket.h"
-#include "agora/train/published_policy.h"
 #include "agora/rl/rollout.h"
 #include "agora/rl/sampling.h"
 #include "agora/rl/seeded_draw.h"
 #include "agora/rl/task.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/parameter_hash.h"
+#include "agora/train/published_policy.h"
 
 namespace agora {
 namespace {
@@ -232,11 +232,11 @@ void Worker::answer(const wire::RlWork& work) {
       const std::vector<TokenId> answer = tokenizer_->encode(problem.solution);
       r.tokens.assign(answer.begin(), answer.end());
       r.tokens.push_back(eot);
-      r.logprobs = b == WorkerBehaviour::kFabricate
-                       ? std::vector<float>(r.tokens.size(), -0.01f)
-                       : teacher_forced_logprobs(base_.model, eot,
-                                                 tokenizer_->encode(problem.prompt), r.tokens,
-                                                 run_.temperature());
+      r.logprobs =
+          b == WorkerBehaviour::kFabricate
+              ? std::vector<float>(r.tokens.size(), -0.01f)
+              : teacher_forced_logprobs(base_.model, eot, tokenizer_->encode(problem.prompt),
+                                        r.tokens, run_.temperature());
       r.policy_version = b == WorkerBehaviour::kFabricate ? work.version() : version_;
       for (uint32_t sample : samples) {
         r.sample = sample;

@@ -76,7 +76,8 @@ std::vector<Completion> sample_completions(Llama& model, TokenId eot_id,
     fail("an rl prompt of {} tokens plus {} new ones exceeds the model's context of {}", length,
          options.max_new_tokens, config.max_seq_len);
   }
-  if (!options.row_seeds.empty() && static_cast<int64_t>(options.row_seeds.size()) != options.count) {
+  if (!options.row_seeds.empty() &&
+      static_cast<int64_t>(options.row_seeds.size()) != options.count) {
     fail("{} row seeds for {} completions (expected one per completion)", options.row_seeds.size(),
          options.count);
   }
@@ -96,10 +97,10 @@ std::vector<Completion> sample_completions(Llama& model, TokenId eot_id,
   for (int64_t step = 0; step < options.max_new_tokens && open > 0; ++step) {
     const torch::Tensor logits = model->forward(input, &cache).select(1, -1).to(torch::kCPU);
     const torch::Tensor logp = tempered_logprobs(logits, config.vocab_size, options.temperature);
-    const torch::Tensor next =
-        options.temperature == 0      ? logp.argmax(-1)
-        : !options.row_seeds.empty() ? seeded_tokens(logp, options.row_seeds, step)
-                                      : torch::multinomial(logp.exp(), 1, false, generator).view(-1);
+    const torch::Tensor next = options.temperature == 0 ? logp.argmax(-1)
+                               : !options.row_seeds.empty()
+                                   ? seeded_tokens(logp, options.row_seeds, step)
+                                   : torch::multinomial(logp.exp(), 1, false, generator).view(-1);
     const torch::Tensor chosen = logp.gather(1, next.view({n, 1})).view(-1);
     const auto next_a = next.accessor<int64_t, 1>();
     const auto chosen_a = chosen.accessor<float, 1>();
@@ -178,11 +179,12 @@ std::vector<float> teacher_forced_logprobs(Llama& model, TokenId eot_id,
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
-  const ScoredBatch scored = completion_logprobs(model, eot_id, {prompt}, {completion}, temperature);
+  const ScoredBatch scored =
+      completion_logprobs(model, eot_id, {prompt}, {completion}, temperature);
   model->train(was_training);
   const torch::Tensor row =
-      scored.logp[0].narrow(0, static_cast<int64_t>(prompt.size()),
-                            static_cast<int64_t>(completion.size()))
+      scored.logp[0]
+          .narrow(0, static_cast<int64_t>(prompt.size()), static_cast<int64_t>(completion.size()))
           .to(torch::kCPU)
           .contiguous();
   return {row.data_ptr<float>(), row.data_ptr<float>() + row.numel()};

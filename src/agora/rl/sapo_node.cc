@@ -148,7 +148,8 @@ void Node::serve(int ms) {
 
 bool Node::informative(const Group& g) const {
   std::vector<double> rewards;
-  for (const auto& c : g.completions) rewards.push_back(task_->reward(g.problem, completion_text(*tokenizer_, c)));
+  for (const auto& c : g.completions)
+    rewards.push_back(task_->reward(g.problem, completion_text(*tokenizer_, c)));
   return std::any_of(rewards.begin(), rewards.end(), [&](double r) { return r != rewards[0]; });
 }
 
@@ -163,8 +164,8 @@ std::vector<Group> Node::sample_own(int64_t round, double& reward) {
     sampling.count = o_.sapo.group_size;
     sampling.max_new_tokens = o_.sapo.max_new_tokens;
     sampling.temperature = o_.sapo.temperature;
-    sampling.seed = mix(o_.sapo.seed ^ mix(static_cast<uint64_t>(round) << 24 ^
-                                           static_cast<uint64_t>(j)));
+    sampling.seed =
+        mix(o_.sapo.seed ^ mix(static_cast<uint64_t>(round) << 24 ^ static_cast<uint64_t>(j)));
     for (Completion& c : sample_completions(model_, eot_, g.prompt, sampling)) {
       sum += task_->reward(g.problem, completion_text(*tokenizer_, c.tokens));
       g.completions.push_back(std::move(c.tokens));
@@ -307,7 +308,8 @@ SapoNodeSummary Node::run() {
     for (const Group* g : chosen) {
       std::vector<Sample> samples;
       for (const auto& c : g->completions) samples.push_back({c, {}});
-      add_group(batch, *task_, *tokenizer_, g->problem, g->prompt, std::move(samples), o_.sapo.grpo);
+      add_group(batch, *task_, *tokenizer_, g->problem, g->prompt, std::move(samples),
+                o_.sapo.grpo);
     }
     grpo_update(model_, optimizer_, eot_, batch, o_.sapo.temperature, o_.sapo.grad_clip,
                 o_.sapo.grpo);
@@ -323,7 +325,8 @@ SapoNodeSummary Node::run() {
          {"shared_used", used},
          {"refused", summary_.refused}});
     if (o_.progress) {
-      fmt::print(stderr, "sapo node: round {}/{}  reward {:.3f}  cumulative {:.2f}  shared {} of {}\n",
+      fmt::print(stderr,
+                 "sapo node: round {}/{}  reward {:.3f}  cumulative {:.2f}  shared {} of {}\n",
                  round, o_.sapo.rounds, reward, summary_.cumulative_reward, used, received);
     }
   }

@@ -16,9 +16,10 @@ WorkerBehaviour parse_worker_behaviour(std::string_view name) {
   if (name == "replay") return WorkerBehaviour::kReplay;
   if (name == "stale") return WorkerBehaviour::kStale;
   if (name == "teacher-force") return WorkerBehaviour::kTeacherForce;
-  fail("unknown rl worker behaviour '{}' (allowed: honest, other-model, fabricate, replay, stale, "
-       "teacher-force)",
-       name);
+  fail(
+      "unknown rl worker behaviour '{}' (allowed: honest, other-model, fabricate, replay, stale, "
+      "teacher-force)",
+      name);
 }
 
 std::string_view behaviour_name(WorkerBehaviour behaviour) {
@@ -75,10 +76,11 @@ std::vector<Submission> SimulatedWorkers::produce(const Request& q) {
         const std::vector<TokenId> answer = q.tokenizer->encode(problem.solution);
         r.tokens.assign(answer.begin(), answer.end());
         r.tokens.push_back(eot);
-        r.logprobs = b == WorkerBehaviour::kFabricate
-                         ? std::vector<float>(r.tokens.size(), -0.01f)
-                         : teacher_forced_logprobs(*q.policy, eot, q.tokenizer->encode(problem.prompt),
-                                                   r.tokens, q.temperature);
+        r.logprobs =
+            b == WorkerBehaviour::kFabricate
+                ? std::vector<float>(r.tokens.size(), -0.01f)
+                : teacher_forced_logprobs(*q.policy, eot, q.tokenizer->encode(problem.prompt),
+                                          r.tokens, q.temperature);
         r.policy_version = b == WorkerBehaviour::kFabricate ? q.current_version : q.policy_version;
         for (uint32_t i : samples) {
           r.sample = i;
@@ -91,7 +93,8 @@ std::vector<Submission> SimulatedWorkers::produce(const Request& q) {
       sampling.count = static_cast<int64_t>(samples.size());
       sampling.max_new_tokens = q.max_new_tokens;
       sampling.temperature = q.temperature;
-      for (uint32_t i : samples) sampling.row_seeds.push_back(slot_seed(kLocalRunId, problem.id, i));
+      for (uint32_t i : samples)
+        sampling.row_seeds.push_back(slot_seed(kLocalRunId, problem.id, i));
       const std::vector<Completion> group = sample_completions(
           own_model ? frozen_ : *q.policy, eot, q.tokenizer->encode(problem.prompt), sampling);
       r.policy_version = b == WorkerBehaviour::kStale        ? 0

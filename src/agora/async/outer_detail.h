@@ -1,0 +1,113 @@
+// The outer server's state and its parts, shared by outer_server.cc (the loop, theta and the
+// validation) and outer_messages.cc (what each worker message does). Private to those files: the
+// interface is outer_server.h.
+#pragma once
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agora/async/outer_server.h"
+#include "agora/async/rules.h"
+#include "agora/core/token_bucket.h"
+#include "agora/net/curve_socket.h"
+#include "agora/optim/async_outer.h"
+#include "agora/train/published_policy.h"
+
+namespace agora::outer_detail {
+
+using Clock = std::chrono::steady_clock;
+
+// A worker silent this long is forgotten (its work lapses; a ban stays).
+inline constexpr double kWorkerIdleSeconds = 120;
+// Hellos from keys the server does not know yet, a second and at once.
+inline constexpr double kHellosPerSecond = 20, kHelloBurst = 100;
+// Deltas kept for workers catching up; one further behind gets the whole parameters.
+inline constexpr uint64_t kDeltasKept = 64;
+// Copies of theta kept for validation after the run, at most.
+inline constexpr double kMaxSnapshots = 1000;
+inline constexpr double kMaxSnapshotBytes = 8e9;
+
+struct Work {
+  uint64_t id = 0;
+  uint64_t version = 0;  // the parameters it starts from
+  uint64_t first_sequence = 0;
+  int64_t steps = 0;
+  double handed_at = 0;
+};
+
+struct Worker {
+  net::PublicKey key;  // ed25519
+  std::string name;    // its key in hex
+  TokenBucket rate;
+  double last_seen = 0;
+  int strikes = 0;
+  bool banned = false;
+  std::optional<Work> work;
+  PaceEstimate pace;
+  uint64_t delivered_round = UINT64_MAX;  // sync: the last version it delivered for
+  std::shared_ptr<std::atomic<int64_t>> in_flight = std::make_shared<std::atomic<int64_t>>(0);
+};
+
+struct Snapshot {
+  OuterEvalPoint point;
+  std::vector<torch::Tensor> theta;
+};
+
+// See outer_server.h. One thread runs everything: the loop, the messages, the outer steps.
+class Server {
+ public:
+  Server(const RunConfig& config, const net::Identity& identity, const OuterServerOptions& o);
+  OuterServerSummary run();
+
+ private:
+  double now() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
+  double run_seconds() const { return started_run_ < 0 ? 0 : now() - started_run_; }
+  void handle(const net::Incoming& in);
+  void on_hello(const net::Incoming& in);
+  void on_get_params(const net::Incoming& in, Worker& w);
+  void on_get_work(const net::Incoming& in, Worker& w);
+  void on_delivery(const net::Incoming& in, Worker& w);
+  void receipt(const net::Incoming& in, uint64_t work_id, std::string_view verdict,
+               const std::string& reason, Worker& w);
+  void apply(const std::vector<torch::Tensor>& d);  // moves theta, publishes the new version
+  void snapshot_due(bool force);
+  void progress_line(bool force);
+  void log(nlohmann::json row);
+  int64_t serving() const;  // workers not banned
+
+  RunConfig config_;
+  OuterServerOptions o_;
+  int64_t H_ = 0, sequences_per_step_ = 0;
+  Llama live_;  // theta as a model, for publishing and the checkpoint
+  AsyncOuter outer_;
+  PublishedPolicy published_;
+  std::string base_hash_;
+  std::string key_hex_;  // the server's public key, which workers are given
+  net::Context context_;
+  net::Server server_;
+  std::map<uint64_t, std::shared_ptr<const std::string>> deltas_;  // version -> RlPolicy bytes
+  std::shared_ptr<const std::string> whole_;
+  uint64_t whole_version_ = UINT64_MAX;
+  std::map<std::string, Worker> workers_;  // by curve key
+  TokenBucket hellos_;
+  NormGuard guard_;
+  uint64_t next_work_ = 1, next_sequence_ = 0;
+  // sync: the round's accepted pseudo-gradients, summed, and how many.
+  std::vector<torch::Tensor> round_sum_;
+  int64_t round_accepted_ = 0, round_resolved_ = 0, round_handed_ = 0;
+  std::vector<Snapshot> snapshots_;
+  double next_snapshot_ = 0;
+  int64_t staleness_sum_ = 0, accepted_ = 0;
+  OuterServerSummary summary_;
+  std::ofstream events_;
+  const Clock::time_point started_ = Clock::now();
+  double started_run_ = -1, last_progress_ = -10;
+};
+
+}  // namespace agora::outer_detail
