@@ -18,7 +18,7 @@ namespace {
 
 void add_async_serve(CLI::App& async) {
   struct Args {
-    std::string config, key, allowlist, out = "runs/async-net";
+    std::string config, key, allowlist, http = "off", out = "runs/async-net";
     std::vector<std::string> overrides;
     bool f32 = false;
     OuterServerOptions options;
@@ -36,6 +36,8 @@ void add_async_serve(CLI::App& async) {
       ->capture_default_str();
   cmd->add_option("--allowlist", args->allowlist,
                   "Only these workers' keys (one hex key per line); default: anyone with a key");
+  cmd->add_option("--http", args->http, "Serve /api/async and /metrics on HOST:PORT (off = none)")
+      ->capture_default_str();
   cmd->add_option("--run-id", o.run_id, "The run's name, in every signature")
       ->capture_default_str();
   cmd->add_option("--method", o.method, "sync | async | dylu | lookahead | lookahead_discounted")
@@ -64,6 +66,7 @@ void add_async_serve(CLI::App& async) {
     OuterServerOptions options = args->options;
     options.out = args->out;
     options.int8 = !args->f32;
+    if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
     if (!args->allowlist.empty()) {
       options.admission.open = false;
       for (const auto& key : coord::read_allowlist(args->allowlist)) {

@@ -14,7 +14,9 @@ every delivery twice (--behave replay). Checked, from the structured output only
     worker's deliveries is accepted, and every replayed copy is refused as unassigned;
   - the honest workers are never struck: every receipt they got is accepted or stale, and every
     parameter update they took matched the server's state hash;
-  - the final checkpoint holds theta: agora eval gives the server's last validation loss.
+  - the final checkpoint holds theta: agora eval gives the server's last validation loss;
+  - /api/async and /metrics showed the run: its state, version and verdicts as the summary has
+    them, both hostile workers banned, agora_async_* metrics with a series per verdict.
 """
 import json
 import os
@@ -22,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 
 STRIKES, SECONDS, H = 3, 25, 4
 SPEEDS = {"honest_fast": 0.05, "honest_slow": 0.2, "scaled": 0.1, "replay": 0.1}
@@ -32,6 +35,11 @@ def events(path):
         return []
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.read().decode()
 
 
 def run(cmd):
@@ -56,7 +64,7 @@ def main():
         [agora, "async", "serve", "--config", config, *sets, "--key", f"{out}/server.key",
          "--listen", "tcp://127.0.0.1:*", "--method", method, "--workers", str(len(SPEEDS)),
          "--seconds", str(SECONDS), "--eval-every", "5", "--strikes", str(STRIKES),
-         "--run-id", "async-network-test", "--out", f"{out}/server"],
+         "--run-id", "async-network-test", "--http", "127.0.0.1:0", "--out", f"{out}/server"],
         stdout=open(f"{out}/server.out", "w"), stderr=subprocess.STDOUT)
     workers = {}
     try:
@@ -77,6 +85,17 @@ def main():
                  "--step-seconds", str(step), "--behave", behave, "--idle-timeout", "20",
                  "--log", f"{out}/{name}.jsonl"],
                 stdout=open(f"{out}/{name}.out", "w"), stderr=subprocess.STDOUT)
+        # The status API and metrics, as long as the server serves them.
+        status, metrics, states = None, None, set()
+        deadline = time.time() + 240
+        while server.poll() is None and time.time() < deadline:
+            try:
+                status = json.loads(get(started["http"] + "/api/async"))
+                metrics = get(started["http"] + "/metrics")
+                states.add(status["state"])
+            except OSError:
+                pass
+            time.sleep(0.2)
         assert server.wait(timeout=240) == 0, "the server failed"
         for p in workers.values():
             p.wait(timeout=60)
@@ -128,6 +147,15 @@ def main():
                                 f"{data}/val_000000.bin", "--max-windows", "8", "--json"]))
     # The same 8 windows the server validated its last copy of theta on.
     assert abs(evaluated["val_loss"] - curve[-1]["val_loss"]) < 1e-5, (evaluated, curve[-1])
+    assert {"training", "finishing"} <= states, states
+    assert status["version"] == summary["updates"], (status, summary)
+    assert status["verdicts"] == summary["verdicts"], (status, summary)
+    assert sorted(w["worker"] for w in status["workers"] if w["banned"]) == sorted(
+        [keys["scaled"], keys["replay"]]), status
+    assert f"agora_async_updates {summary['updates']}" in metrics, metrics
+    for verdict, n in summary["verdicts"].items():
+        assert f'agora_async_deliveries_total{{verdict="{verdict}"}} {n}' in metrics, verdict
+    assert 'agora_async_workers{state="banned"} 2' in metrics, metrics
     print(f"ok: {method}: {summary['updates']} updates, {len(accepted)} accepted "
           f"(fast {fast}, slow {slow}), both cheaters banned, val loss "
           f"{curve[0]['val_loss']:.3f} -> {curve[-1]['val_loss']:.3f}")

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -16,6 +17,8 @@
 #include "agora/async/rules.h"
 #include "agora/core/token_bucket.h"
 #include "agora/net/curve_socket.h"
+#include "agora/obs/http_server.h"
+#include "agora/obs/metrics.h"
 #include "agora/optim/async_outer.h"
 #include "agora/train/published_policy.h"
 
@@ -47,6 +50,7 @@ struct Worker {
   TokenBucket rate;
   double last_seen = 0;
   int strikes = 0;
+  int64_t accepted = 0;
   bool banned = false;
   std::optional<Work> work;
   PaceEstimate pace;
@@ -80,6 +84,9 @@ class Server {
   void progress_line(bool force);
   void log(nlohmann::json row);
   int64_t serving() const;  // workers not banned
+  void start_http();
+  // Copies what /api/async and /metrics show; once a second and at the end.
+  void publish_status();
 
   RunConfig config_;
   OuterServerOptions o_;
@@ -107,7 +114,14 @@ class Server {
   OuterServerSummary summary_;
   std::ofstream events_;
   const Clock::time_point started_ = Clock::now();
-  double started_run_ = -1, last_progress_ = -10;
+  double started_run_ = -1, last_progress_ = -10, last_status_ = -10;
+  int64_t last_staleness_ = 0;
+
+  // The HTTP handlers read only status_ (under status_mutex_) and the registry (thread-safe).
+  obs::Registry metrics_;
+  std::mutex status_mutex_;
+  nlohmann::json status_;
+  std::unique_ptr<obs::HttpServer> http_;
 };
 
 }  // namespace agora::outer_detail

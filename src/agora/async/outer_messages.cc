@@ -4,6 +4,7 @@
 
 #include "agora/async/outer_detail.h"
 #include "agora/core/error.h"
+#include "agora/obs/metrics_catalogue.h"
 #include "agora/optim/payload_tensors.h"
 
 namespace agora::outer_detail {
@@ -153,6 +154,8 @@ void Server::on_get_work(const net::Incoming& in, Worker& w) {
 void Server::receipt(const net::Incoming& in, uint64_t work_id, std::string_view verdict,
                      const std::string& reason, Worker& w) {
   ++summary_.verdicts[std::string(verdict)];
+  obs::counter(metrics_, obs::metric::kAsyncDeliveries, {{"verdict", std::string(verdict)}}).inc();
+  if (verdict == kAccepted) ++w.accepted;
   if (strikes(verdict)) {
     ++w.strikes;
     if (w.strikes >= o_.max_strikes && !w.banned) {
@@ -228,6 +231,7 @@ void Server::on_delivery(const net::Incoming& in, Worker& w) {
   summary_.tokens += work.steps * sequences_per_step_ * config_.data.seq_len;
   summary_.bytes_per_delivery = static_cast<double>(d.payload().size());
   staleness_sum_ += static_cast<int64_t>(staleness);
+  last_staleness_ = static_cast<int64_t>(staleness);
   summary_.staleness_max =
       std::max<int64_t>(summary_.staleness_max, static_cast<int64_t>(staleness));
   ++accepted_;

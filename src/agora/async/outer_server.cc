@@ -135,13 +135,16 @@ void Server::progress_line(bool force) {
 }
 
 OuterServerSummary Server::run() {
+  if (o_.http) start_http();
+  publish_status();
   log({{"event", "async_start"},
        {"method", o_.method},
        {"workers", o_.workers},
        {"inner_steps", H_},
        {"sequences_per_step", sequences_per_step_},
        {"listen", server_.bound_endpoint()},
-       {"key", key_hex_}});
+       {"key", key_hex_},
+       {"http", http_ ? http_->url() : ""}});
   double finished_at = -1;
   const auto stopped = [&] { return o_.stop && o_.stop->load(); };
   while ((finished_at < 0 || now() - finished_at < o_.linger_seconds) && !stopped()) {
@@ -184,8 +187,10 @@ OuterServerSummary Server::run() {
       }
     }
     progress_line(false);
+    if (now() - last_status_ >= 1) publish_status();
   }
   progress_line(true);
+  publish_status();
   snapshot_due(true);
 
   // Validation of the copies, now that nobody is waiting.

@@ -28,14 +28,17 @@
 // minutes, a banned one stays banned), one outstanding piece of work each, a token bucket of
 // messages per worker and one for strangers' hellos, parameter replies by bytes in flight.
 //
-// Output in `out`: events.jsonl (async_worker, async_delivery, async_eval, async_summary
-// events), the final parameters as a checkpoint `final`.
+// Output in `out`: events.jsonl (async_start with the server's address and key, async_worker,
+// async_delivery, async_eval, async_summary events), the final parameters as a checkpoint
+// `final`. With `http`: /api/async (the run, the verdicts, each worker's accepted deliveries,
+// strikes and pace) and /metrics (obs/metrics_catalogue.h, agora_async_*).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +46,7 @@
 #include "agora/config/run_config.h"
 #include "agora/net/curve_socket.h"
 #include "agora/net/identity.h"
+#include "agora/obs/http_server.h"
 
 namespace agora {
 
@@ -51,6 +55,7 @@ struct OuterServerOptions {
   std::string method = "lookahead";  // sync | async | dylu | lookahead | lookahead_discounted
   std::string listen = "tcp://0.0.0.0:7700";
   net::Admission admission;
+  std::optional<obs::HttpAddress> http;  // /api/async (JSON) and /metrics (agora_async_*)
   int64_t workers = 4;         // the run starts with this many; the batch splits among them
   int64_t inner_steps = 0;     // H; 0 = diloco.inner_steps
   double outer_lr = 0;         // 0 = diloco.outer_lr

@@ -69,6 +69,13 @@
 // | agora_rl_workers | gauge | state (active, banned) | workers that said hello |
 // | agora_rl_policy_bytes_total | counter | kind (delta, whole) | policy bytes queued to workers |
 // | agora_rl_messages_dropped_total | counter | reason (unregistered, rate_limited, policy_busy, unexpected) | worker messages dropped unanswered |
+// | asynchronous data parallelism's outer server (`agora async serve --http`) | | | |
+// | agora_async_updates | gauge | | outer updates applied to theta (its version) |
+// | agora_async_deliveries_total | counter | verdict (accepted, stale, unassigned, bad_signature, malformed, outlier) | pseudo-gradients received, by what became of them |
+// | agora_async_tokens | gauge | | tokens trained in accepted deliveries |
+// | agora_async_staleness | gauge | | versions between the newest accepted delivery's pull and its arrival |
+// | agora_async_workers | gauge | state (active, banned) | workers that said hello |
+// | agora_async_run_seconds | gauge | | seconds since the run started (0 while it waits for its workers) |
 // | process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes, process_start_time_seconds, process_open_fds | | | the standard process metrics |
 //
 // A peer does not learn whether it missed a deadline (the coordinator strikes it silently), so
@@ -149,6 +156,12 @@ inline constexpr MetricDef kRlRollouts{"agora_rl_rollouts_total", "Rollouts rece
 inline constexpr MetricDef kRlWorkers{"agora_rl_workers", "Rollout workers that said hello, by state."};
 inline constexpr MetricDef kRlPolicyBytes{"agora_rl_policy_bytes_total", "Policy bytes queued to workers, by kind."};
 inline constexpr MetricDef kRlMessagesDropped{"agora_rl_messages_dropped_total", "Worker messages dropped unanswered, by reason."};
+inline constexpr MetricDef kAsyncUpdates{"agora_async_updates", "Outer updates applied to theta (its version)."};
+inline constexpr MetricDef kAsyncDeliveries{"agora_async_deliveries_total", "Pseudo-gradients received, by verdict."};
+inline constexpr MetricDef kAsyncTokens{"agora_async_tokens", "Tokens trained in accepted deliveries."};
+inline constexpr MetricDef kAsyncStaleness{"agora_async_staleness", "Versions between the newest accepted delivery's pull and its arrival."};
+inline constexpr MetricDef kAsyncWorkers{"agora_async_workers", "Workers that said hello, by state."};
+inline constexpr MetricDef kAsyncRunSeconds{"agora_async_run_seconds", "Seconds since the run started (0 while it waits for its workers)."};
 
 inline constexpr MetricDef kNetworkDropped{"agora_network_messages_dropped_total", "Malformed messages dropped, by reason."};
 // clang-format on
