@@ -219,6 +219,10 @@ TEST(AsyncServer, RefusesEveryLieAndAppliesAnHonestDelivery) {
   ASSERT_TRUE(honest.hello(honest.identity.public_key()).refused().empty());
   work = honest.work(0);
   ASSERT_GT(work.steps(), 0u);
+  // Asking again (a restarted worker) gives the same work, not a second piece.
+  const wire::AsyncWork again = honest.work(0);
+  EXPECT_EQ(again.work_id(), work.work_id());
+  EXPECT_EQ(again.first_sequence(), work.first_sequence());
   const wire::AsyncReceipt ok =
       honest.deliver(work.work_id(), filled_payload(model, work.work_id(), 1e-3f), run.run_id());
   EXPECT_EQ(ok.verdict(), kAccepted) << ok.reason();

@@ -84,6 +84,8 @@ class Server {
   void progress_line(bool force);
   void log(nlohmann::json row);
   int64_t serving() const;  // workers not banned
+  // Drops the worker's work; under sync, a piece of the current round counts as resolved.
+  void lapse(Worker& w);
   void start_http();
   // Copies what /api/async and /metrics show; once a second and at the end.
   void publish_status();

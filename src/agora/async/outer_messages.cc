@@ -122,10 +122,16 @@ void Server::on_get_work(const net::Incoming& in, Worker& w) {
   } else if (have != newest) {
     // Every method hands out work from the newest parameters: the worker fetches them first.
     work->set_retry_ms(0);
+  } else if (w.work && w.work->version == newest) {
+    // It asks again for work it holds (it restarted, or the answer was lost): the same work, so
+    // a round under sync never waits for work nobody does.
+    work->set_work_id(w.work->id);
+    work->set_first_sequence(w.work->first_sequence);
+    work->set_steps(static_cast<uint32_t>(w.work->steps));
   } else if (o_.method == "sync" && (w.delivered_round == newest || round_handed_ >= serving())) {
     work->set_retry_ms(20);  // this round's work is out; the next round starts when it is in
   } else {
-    if (w.work && o_.method == "sync") ++round_resolved_;  // its round work lapses
+    lapse(w);
     Work next;
     next.id = next_work_++;
     next.version = newest;
@@ -151,6 +157,11 @@ void Server::on_get_work(const net::Incoming& in, Worker& w) {
   server_.send(in.route, e);
 }
 
+void Server::lapse(Worker& w) {
+  if (w.work && o_.method == "sync" && w.work->version == published_.version()) ++round_resolved_;
+  w.work.reset();
+}
+
 void Server::receipt(const net::Incoming& in, uint64_t work_id, std::string_view verdict,
                      const std::string& reason, Worker& w) {
   ++summary_.verdicts[std::string(verdict)];
@@ -160,7 +171,7 @@ void Server::receipt(const net::Incoming& in, uint64_t work_id, std::string_view
     ++w.strikes;
     if (w.strikes >= o_.max_strikes && !w.banned) {
       w.banned = true;
-      w.work.reset();
+      lapse(w);
       log({{"event", "async_worker"},
            {"worker", w.name},
            {"state", "banned"},
@@ -190,8 +201,7 @@ void Server::on_delivery(const net::Incoming& in, Worker& w) {
                   fmt::format("work {} is not the work this worker holds", d.work_id()));
   }
   const Work work = *w.work;
-  w.work.reset();
-  if (o_.method == "sync") ++round_resolved_;
+  lapse(w);
   if (!net::verify_signature(w.key, delivery_signing_bytes(o_.run_id, d.work_id(), d.payload()),
                              d.signature())) {
     return refuse(

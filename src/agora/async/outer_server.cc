@@ -180,7 +180,7 @@ OuterServerSummary Server::run() {
     for (auto it = workers_.begin(); it != workers_.end();) {
       const bool idle = now() - it->second.last_seen > kWorkerIdleSeconds;
       if (idle && !it->second.banned) {
-        if (it->second.work && o_.method == "sync") ++round_resolved_;
+        lapse(it->second);
         it = workers_.erase(it);
       } else {
         ++it;
