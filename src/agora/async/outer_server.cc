@@ -9,6 +9,7 @@
 #include "agora/core/error.h"
 #include "agora/data/data_meta.h"
 #include "agora/data/sampler.h"
+#include "agora/optim/payload.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/evaluate.h"
 #include "agora/train/parameter_hash.h"
@@ -36,10 +37,13 @@ Llama fresh_model(const RunConfig& config) {
   return learner.model;
 }
 
-net::DecodeLimits server_limits() {
+net::DecodeLimits server_limits(Llama& model, bool int8) {
   net::DecodeLimits limits;
   limits.max_control = 64 << 10;  // hellos and work requests are tiny
-  return limits;                  // max_data: one pseudo-gradient
+  // A delivery is one pseudo-gradient of a size known in advance: anything larger is dropped by
+  // the socket before it is buffered.
+  limits.max_data = encoded_size(PublishedPolicy::layout(model, /*whole=*/!int8)) + 4096;
+  return limits;
 }
 
 }  // namespace
@@ -61,7 +65,7 @@ Server::Server(const RunConfig& config, const net::Identity& identity, const Out
       base_hash_(hash_parameters(live_).state_hash),
       key_hex_(net::key_to_hex(identity.public_key())),
       context_(o.admission),
-      server_(context_, identity, o.listen, server_limits(), /*reply_queue=*/1024),
+      server_(context_, identity, o.listen, server_limits(live_, o.int8), /*reply_queue=*/1024),
       guard_(o.norm_guard) {
   live_->eval();
   // The copies of theta wait in memory until the run ends: bound them.
