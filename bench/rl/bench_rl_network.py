@@ -92,10 +92,16 @@ def networked(args, name, behaviours):
             workers.append(subprocess.Popen(
                 [args.agora, "rl", "work", "--key", os.path.join(out, f"w{i}.key"),
                  "--learner", hello["listen"], "--learner-key", keys["learner"],
-                 "--base", args.checkpoint, "--behave", behave, "--seed", str(args.seed + i),
+                 "--base", args.checkpoint, "--behave", behave,
                  "--log", os.path.join(out, f"w{i}.jsonl")],
                 stdout=open(os.path.join(out, f"w{i}.out"), "w"), stderr=subprocess.STDOUT))
-        if learner.wait() != 0:
+        # A learner whose workers all died would wait for rollouts forever.
+        while learner.poll() is None:
+            if all(w.poll() not in (None, 0) for w in workers):
+                learner.kill()
+                sys.exit(f"{name}: every worker failed; see {out}/w*.out")
+            time.sleep(0.2)
+        if learner.returncode != 0:
             sys.exit(f"{name}: agora rl serve failed")
         for w in workers:
             w.wait(timeout=120)
