@@ -8,13 +8,22 @@
 
 #include "agora/net/envelope.h"
 
+namespace {
+
+// The kinds that may be as large as max_data (envelope.h); every other kind is control.
+bool data_kind(const agora::wire::Envelope& m) {
+  return m.has_blob() || m.has_tensor_data() || m.has_stage_data() || m.has_rl_policy() ||
+         m.has_async_delivery();
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   const agora::net::DecodeLimits limits{.max_control = 512, .max_data = 4096};
   const agora::net::Decoded decoded = agora::net::decode_envelope(bytes, limits);
   if (const auto* message = std::get_if<agora::wire::Envelope>(&decoded)) {
-    const bool data_kind = message->has_blob() || message->has_tensor_data();
-    if (size > (data_kind ? limits.max_data : limits.max_control)) std::abort();
+    if (size > (data_kind(*message) ? limits.max_data : limits.max_control)) std::abort();
     if (message->body_case() == agora::wire::Envelope::BODY_NOT_SET) std::abort();
     const std::string again = agora::net::encode_envelope(*message);
     if (!std::holds_alternative<agora::wire::Envelope>(
@@ -25,11 +34,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else if (std::get<agora::net::DecodeFailure>(decoded).reason.empty()) {
     std::abort();  // every refusal says why
   }
-  // A peer's server (peer_server.h) decodes requests only: a Blob or TensorData, of any size,
-  // never comes through.
+  // A peer's server (peer_server.h) decodes requests only: a data message, of any size, never
+  // comes through.
   const agora::net::Decoded request = agora::net::decode_envelope(bytes, {2048, 0});
   if (const auto* message = std::get_if<agora::wire::Envelope>(&request)) {
-    if (message->has_blob() || message->has_tensor_data() || size > 2048) std::abort();
+    if (data_kind(*message) || size > 2048) std::abort();
   }
   return 0;
 }
