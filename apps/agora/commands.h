@@ -24,6 +24,7 @@ void add_merge_stages_command(CLI::App& app);
 void add_async_sim_command(CLI::App& app);
 void add_async_command(CLI::App& app);
 void add_swarm_sim_command(CLI::App& app);
+void add_swarm_command(CLI::App& app);
 void add_rl_command(CLI::App& app);
 // agora rl serve and agora rl work (cmd_rl_net.cc), under `agora rl`.
 void add_rl_serve(CLI::App& rl);

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   agora::cli::add_async_sim_command(app);
   agora::cli::add_async_command(app);
   agora::cli::add_swarm_sim_command(app);
+  agora::cli::add_swarm_command(app);
   agora::cli::add_rl_command(app);
   try {
     app.parse(argc, argv);

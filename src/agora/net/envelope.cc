@@ -22,7 +22,8 @@ Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits) {
   }
   const bool data = envelope.has_blob() || envelope.has_tensor_data() ||
                     envelope.has_stage_data() || envelope.has_rl_policy() ||
-                    envelope.has_async_delivery();
+                    envelope.has_async_delivery() || envelope.has_swarm_poll() ||
+                    envelope.has_swarm_view() || envelope.has_swarm_hop();
   const size_t limit = data ? limits.max_data : limits.max_control;
   if (bytes.size() > limit) {
     return DecodeFailure{DecodeError::kOverLimit,
@@ -86,6 +87,10 @@ std::string kind_name(const wire::Envelope& envelope) {
     case E::kAsyncReceipt: return "async_receipt";
     case E::kSapoGetGroups: return "sapo_get_groups";
     case E::kSapoGroups: return "sapo_groups";
+    case E::kSwarmHello: return "swarm_hello";
+    case E::kSwarmPoll: return "swarm_poll";
+    case E::kSwarmView: return "swarm_view";
+    case E::kSwarmHop: return "swarm_hop";
     case E::BODY_NOT_SET: break;
   }
   return "empty";

@@ -1,0 +1,250 @@
+#include "agora/swarm/coordinator_server.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "agora/core/error.h"
+#include "agora/core/hex.h"
+#include "agora/core/token_bucket.h"
+
+namespace agora {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The live page: /api/swarm every second, one table per stage.
+constexpr const char* kPage = R"(<!doctype html>
+<html><head><meta charset="utf-8"><title>agora swarm</title>
+<style>body{font:14px system-ui,sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0 1.5em}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}.none{color:#b00;font-weight:bold}
+.loading{color:#a60}</style></head><body><h1>agora swarm</h1><div id="run"></div><div id="stages"></div>
+<script>
+async function tick(){
+ const r=await fetch('/api/swarm');const s=await r.json();
+ document.getElementById('run').innerHTML=`<p>phase <b>${s.phase}</b> ${s.waiting_for?'('+s.waiting_for+')':''}
+ &middot; step ${s.steps} of ${s.steps_wanted} &middot; ${s.samples_per_second.toFixed(2)} samples/s
+ (ideal ${s.ideal_samples_per_second.toFixed(2)}, ${(100*s.efficiency).toFixed(0)}%) &middot; lost ${s.lost}
+ &middot; moves ${s.moves} &middot; retried ${s.retried}</p>`;
+ let h='';for(const st of s.stages){
+  h+=`<h3>stage ${st.stage}: <span class="${st.state=='no replica'?'none':''}">${st.state}</span>,
+  ${st.throughput.toFixed(2)} samples/s</h3><table><tr><th>peer</th><th>state</th><th>step</th>
+  <th>s/sample</th><th>holding</th><th>micro-batches</th></tr>`;
+  for(const p of st.replicas)h+=`<tr><td>${p.peer}</td><td class="${p.state}">${p.state}</td>
+  <td>${p.version}</td><td>${p.seconds_per_sample.toFixed(3)}</td><td>${p.holding}</td><td>${p.micro_batches}</td></tr>`;
+  h+='</table>';}
+ document.getElementById('stages').innerHTML=h;}
+setInterval(tick,1000);tick();
+</script></body></html>)";
+
+class Server {
+ public:
+  Server(const net::Identity& identity, const SwarmServerOptions& o)
+      : o_(o),
+        schedule_(o.schedule),
+        context_(o.admission),
+        server_(context_, identity, o.listen, limits(o), /*reply_queue=*/1024) {
+    std::filesystem::create_directories(o_.out);
+    events_.open(o_.out / "events.jsonl", std::ios::trunc);
+    if (!events_) fail("cannot write {}", (o_.out / "events.jsonl").string());
+    log({{"event", "swarm_serve"},
+         {"listen", server_.bound_endpoint()},
+         {"key", net::key_to_hex(identity.public_key())},
+         {"stages", o_.schedule.stages},
+         {"steps", o_.schedule.steps},
+         {"micro_batches", o_.schedule.micro_batches},
+         {"rebalance_seconds", o_.schedule.rebalance_seconds}});
+    if (o_.progress) {
+      fmt::print(stderr, "swarm coordinator on {} (key {})\n", server_.bound_endpoint(),
+                 net::key_to_hex(identity.public_key()));
+    }
+    if (o_.http) start_http();
+  }
+
+  nlohmann::json run() {
+    double finished_at = -1;
+    double last_status = -1;
+    while (o_.stop == nullptr || !o_.stop->load()) {
+      zmq::pollitem_t item{server_.socket().handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(5));
+      for (int n = 0; n < 256; ++n) {
+        std::optional<net::Incoming> in = server_.recv();
+        if (!in) break;
+        handle(*in);
+      }
+      schedule_.tick(now());
+      flush_events();
+      if (now() - last_status >= 0.5) {
+        last_status = now();
+        publish();
+      }
+      if (schedule_.phase() == SwarmPhase::kFinished) {
+        if (finished_at < 0) finished_at = now();
+        if (now() - finished_at >= o_.linger_seconds) break;
+      }
+    }
+    publish();
+    nlohmann::json summary = schedule_.summary(now());
+    log(summary);
+    return summary;
+  }
+
+ private:
+  static net::DecodeLimits limits(const SwarmServerOptions& o) {
+    net::DecodeLimits l;
+    l.max_control = 64 << 10;
+    l.max_data = o.max_message_bytes;
+    return l;
+  }
+
+  double now() const { return std::chrono::duration<double>(Clock::now() - born_).count(); }
+
+  void handle(const net::Incoming& in) {
+    const auto known = keys_.find(in.curve_key);
+    TokenBucket& bucket = known != keys_.end() ? rates_[in.curve_key] : strangers_;
+    if (!bucket.take(o_.messages_per_second, o_.burst, now())) return;
+    if (in.message.has_swarm_hello()) return on_hello(in);
+    if (!in.message.has_swarm_poll()) return;
+    if (known == keys_.end()) {
+      SwarmAnswer refused;
+      refused.refused = "not a member: say hello first";
+      return answer(in.route, refused);
+    }
+    const wire::SwarmPoll& p = in.message.swarm_poll();
+    SwarmReport r;
+    r.stage = p.stage();
+    r.version = p.version();
+    r.state_hash = p.state_hash();
+    r.ready = p.ready();
+    r.seconds_per_sample = p.seconds_per_sample();
+    r.wants = p.wants();
+    r.retried = p.retried();
+    for (int i = 0; i < p.done_size() && i < o_.schedule.micro_batches; ++i) {
+      r.done.emplace_back(p.done(i).micro_batch(), p.done(i).loss());
+    }
+    if (!p.payload().empty()) r.payload = p.payload();
+    answer(in.route, schedule_.poll(known->second, r, now()));
+  }
+
+  void on_hello(const net::Incoming& in) {
+    const wire::SwarmHello& h = in.message.swarm_hello();
+    SwarmAnswer a;
+    bool matches = false;
+    try {
+      matches = net::curve_public_of(h.key()) == in.curve_key;
+    } catch (const Error&) {
+      matches = false;
+    }
+    if (!matches) {
+      a.refused = "the hello's key is not the key this connection authenticated with";
+    } else if (h.fingerprint() != o_.fingerprint) {
+      a.refused =
+          "this peer was started with another run config than the coordinator's (the model, "
+          "seed, data, steps, batch, [optimizer], [schedule] or [pipeline] differ)";
+    } else {
+      a = schedule_.hello(h.key(), h.endpoint(), h.stage(), now());
+      if (a.refused.empty()) {
+        keys_[in.curve_key] = h.key();
+        rates_.try_emplace(in.curve_key);
+      }
+    }
+    answer(in.route, a);
+  }
+
+  void answer(const std::string& route, const SwarmAnswer& a) {
+    wire::Envelope e;
+    wire::SwarmView* v = e.mutable_swarm_view();
+    v->set_step(a.step);
+    v->set_phase(phase_name(a.phase));
+    v->set_stage(static_cast<uint32_t>(a.stage));
+    v->set_stages(static_cast<uint32_t>(o_.schedule.stages));
+    auto member = [](wire::SwarmMember* m, const SwarmPeerRef& r) {
+      m->set_key(r.key);
+      m->set_endpoint(r.endpoint);
+      m->set_stage(static_cast<uint32_t>(r.stage));
+    };
+    for (const SwarmPeerRef& r : a.next) member(v->add_next(), r);
+    for (const SwarmPeerRef& r : a.prev) member(v->add_prev(), r);
+    for (uint32_t j : a.micro_batches) v->add_micro_batches(j);
+    v->set_round_step(a.round_step);
+    for (const auto& [key, payload] : a.round) {
+      wire::SwarmContribution* c = v->add_round();
+      c->set_key(key);
+      c->set_payload(payload);
+    }
+    v->set_stage_hash(a.stage_hash);
+    if (a.source) member(v->mutable_source(), *a.source);
+    v->set_refused(a.refused);
+    v->set_epoch(a.epoch);
+    v->set_micro_batch_size(static_cast<uint32_t>(o_.schedule.micro_batch_size));
+    v->set_waiting_for(a.waiting_for);
+    server_.send(route, e);
+  }
+
+  void log(const nlohmann::json& row) {
+    events_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
+            << std::flush;
+  }
+
+  void flush_events() {
+    for (nlohmann::json& e : schedule_.take_events()) {
+      e["t"] = now();
+      log(e);
+      if (o_.progress && e["event"] == "swarm_step") {
+        const nlohmann::json s = schedule_.summary(now());
+        fmt::print(stderr, "step {:>5}/{}  loss {:.4f}  {:.2f} samples/s  ideal {:.2f}  lost {}\n",
+                   e["step"].get<int64_t>() + 1, o_.schedule.steps, e["loss"].get<double>(),
+                   s["samples_per_second"].get<double>(),
+                   s["ideal_samples_per_second"].get<double>(), s["lost"].get<int64_t>());
+      } else if (o_.progress && e["event"] != "swarm_summary") {
+        fmt::print(stderr, "{}\n", e.dump());
+      }
+    }
+  }
+
+  void publish() {
+    nlohmann::json status = schedule_.status(now());
+    std::lock_guard lock(status_mutex_);
+    status_ = std::move(status);
+  }
+
+  void start_http() {
+    http_ = std::make_unique<obs::HttpServer>(*o_.http);
+    http_->get("/api/swarm", [this](const obs::HttpRequest&) {
+      std::lock_guard lock(status_mutex_);
+      return obs::HttpResponse{200, "application/json", status_.dump()};
+    });
+    http_->get("/", [](const obs::HttpRequest&) {
+      return obs::HttpResponse{200, "text/html; charset=utf-8", kPage};
+    });
+    http_->start();
+    log({{"event", "swarm_http"}, {"url", http_->url()}});
+    if (o_.progress) fmt::print(stderr, "live page: {}\n", http_->url());
+  }
+
+  SwarmServerOptions o_;
+  SwarmSchedule schedule_;
+  Clock::time_point born_ = Clock::now();
+  net::Context context_;
+  net::Server server_;
+  std::map<std::string, std::string> keys_;  // curve key -> ed25519 key, after a hello
+  std::map<std::string, TokenBucket> rates_;  // members only
+  TokenBucket strangers_;
+  std::ofstream events_;
+  std::unique_ptr<obs::HttpServer> http_;
+  std::mutex status_mutex_;
+  nlohmann::json status_ = nlohmann::json::object();
+};
+
+}  // namespace
+
+nlohmann::json serve_swarm(const net::Identity& identity, const SwarmServerOptions& options) {
+  Server server(identity, options);
+  return server.run();
+}
+
+}  // namespace agora

@@ -1,0 +1,51 @@
+// The swarm coordinator as a process (`agora swarm serve`, docs/swarm.md section 4): the clock
+// and membership of a swarm whose replicas are `agora swarm peer` processes. It holds no
+// parameters and no libtorch: it answers each peer's hello and polls with a SwarmView from
+// SwarmSchedule (schedule.h), which says everything, and relays each stage group's DeMo
+// contributions (small: top-k of a chunked DCT) to the group.
+//
+// Admission: the CURVE handshake authenticates every connection (net/curve_socket.h; an
+// allowlist with --allowlist); a hello must name the ed25519 key the handshake proved and the
+// run's fingerprint (the model, seed, data, steps, batch, [optimizer], [schedule], [pipeline]:
+// pipeline/stage_checkpoint.h), so a peer started with another config is refused with a reason.
+// Polls from a key that has not said hello are answered with a refusal. Each key's messages are
+// rate-bounded (a token bucket), strangers' hellos by one shared bucket.
+//
+// Output: OUT/events.jsonl (swarm_serve with the endpoint and key, then schedule.h's events:
+// swarm_join, swarm_lost, swarm_waiting, swarm_resumed, swarm_step, swarm_move, swarm_diverged,
+// swarm_summary). With --http: GET /api/swarm (the run, each stage's replicas and state, "no
+// replica" when a stage has none) and / (a page that shows it live).
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "agora/net/curve_socket.h"
+#include "agora/net/identity.h"
+#include "agora/obs/http_server.h"
+#include "agora/swarm/schedule.h"
+
+namespace agora {
+
+struct SwarmServerOptions {
+  std::string listen = "tcp://0.0.0.0:7800";
+  net::Admission admission;
+  std::optional<obs::HttpAddress> http;
+  std::string fingerprint;  // the run's (stage_run_fingerprint), raw bytes
+  SwarmScheduleOptions schedule;
+  std::filesystem::path out = "runs/swarm";
+  double linger_seconds = 3;  // answering "finished" after the last step
+  double messages_per_second = 400, burst = 2000;
+  size_t max_message_bytes = size_t{256} << 20;  // a poll carries a stage's DeMo contribution
+  bool progress = true;
+  const std::atomic<bool>* stop = nullptr;
+};
+
+// Serves until the run is finished (and lingered) or *stop. Returns the summary (schedule.h).
+// Throws Error when the address cannot be bound or the output folder written.
+nlohmann::json serve_swarm(const net::Identity& identity, const SwarmServerOptions& options);
+
+}  // namespace agora
