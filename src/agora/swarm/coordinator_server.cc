@@ -89,7 +89,7 @@ class Server {
     }
     publish();
     nlohmann::json summary = schedule_.summary(now());
-    log(summary);
+    if (schedule_.phase() != SwarmPhase::kFinished) log(summary);  // else logged at the end
     return summary;
   }
 
@@ -177,6 +177,7 @@ class Server {
       c->set_payload(payload);
     }
     v->set_stage_hash(a.stage_hash);
+    v->set_previous_hash(a.previous_hash);
     if (a.source) member(v->mutable_source(), *a.source);
     v->set_refused(a.refused);
     v->set_epoch(a.epoch);

@@ -62,6 +62,7 @@ SwarmSchedule::SwarmSchedule(SwarmScheduleOptions options) : o_(std::move(option
   contributions_.resize(static_cast<size_t>(o_.stages));
   completed_.resize(static_cast<size_t>(o_.stages));
   stage_hash_.resize(static_cast<size_t>(o_.stages));
+  previous_hash_.resize(static_cast<size_t>(o_.stages));
   for (uint32_t j = 0; j < static_cast<uint32_t>(o_.micro_batches); ++j) pool_.push_back(j);
   waiting_for_ = fmt::format("{} ready peers with every stage served", o_.start_peers);
 }
@@ -187,6 +188,7 @@ SwarmAnswer SwarmSchedule::poll(const std::string& key, const SwarmReport& repor
     a.round = completed_[static_cast<size_t>(m.stage)];
   }
   a.stage_hash = stage_hash_[static_cast<size_t>(m.stage)];
+  a.previous_hash = previous_hash_[static_cast<size_t>(m.stage)];
   if (!ready_at(m, step_) && !gets_round && phase_ != SwarmPhase::kFinished) {
     std::vector<const std::pair<const std::string, Member>*> sources;
     for (const auto& entry : members_) {
@@ -248,6 +250,7 @@ void SwarmSchedule::lose(const std::string& key, const char* why, double now) {
 }
 
 void SwarmSchedule::tick(double now) {
+  if (phase_ == SwarmPhase::kFinished) return;  // peers leave once told: nothing is lost
   std::vector<std::string> silent;
   for (const auto& [k, m] : members_) {
     if (now - m.last_heard > o_.peer_timeout) silent.push_back(k);
@@ -349,6 +352,7 @@ void SwarmSchedule::finish_step(double now) {
   pool_.clear();
   for (uint32_t j = 0; j < static_cast<uint32_t>(o_.micro_batches); ++j) pool_.push_back(j);
   for (auto& [k, m] : members_) m.holding.clear();
+  previous_hash_ = stage_hash_;
   for (auto& h : stage_hash_) h.clear();
   step_started_ = now;
   if (static_cast<int64_t>(step_) >= o_.steps) {

@@ -106,7 +106,7 @@ struct SwarmAnswer {
   std::vector<uint32_t> micro_batches;
   uint64_t round_step = 0;
   std::vector<std::pair<std::string, std::string>> round;  // (key, contribution), by key
-  std::string stage_hash;
+  std::string stage_hash, previous_hash;  // the stage's at the step, and at the step before
   std::optional<SwarmPeerRef> source;
   std::string refused;
   uint64_t epoch = 0;
@@ -181,6 +181,7 @@ class SwarmSchedule {
   bool have_completed_ = false;
   std::vector<std::vector<std::pair<std::string, std::string>>> completed_;
   std::vector<std::string> stage_hash_;  // per stage, at step_ (kept when every replica dies)
+  std::vector<std::string> previous_hash_;  // per stage, at step_ - 1
   // Throughput: from the first step's start; the ideal integrated over time.
   double started_ = -1, step_started_ = 0, last_account_ = 0, ideal_integral_ = 0;
   double last_rebalance_ = 0, finished_at_ = -1;

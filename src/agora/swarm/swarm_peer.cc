@@ -254,7 +254,11 @@ class SwarmPeer {
       finished_ = true;
       return;
     }
-    if (version_ != step_ && !waiting_for_round(v)) ready_ = false;
+    // One step behind with the stage's hash there: the round that brings it to the step comes
+    // in the answer to its next poll.
+    const bool round_coming = ready_ && version_ + 1 == step_ &&
+                              (v.previous_hash().empty() || v.previous_hash() == hash_);
+    if (version_ != step_ && !round_coming) ready_ = false;
     if (ready_ && version_ == step_ && !stage_hash_.empty() && hash_ != stage_hash_) {
       event({{"event", "outvoted"}, {"version", version_}, {"hash", hex_encode(hash_)}});
       ready_ = false;
@@ -268,10 +272,6 @@ class SwarmPeer {
       if (j < static_cast<uint32_t>(M_)) assigned_.push_back(j);
     }
     if (phase_ == "syncing" && version_ == step_ && !payload_) contribute();
-  }
-
-  bool waiting_for_round(const wire::SwarmView& v) const {
-    return ready_ && version_ + 1 == step_ && v.round_size() > 0 && v.round_step() == version_;
   }
 
   // The next stage's ready replicas (routing), the previous stage's members (admission), and
@@ -377,7 +377,7 @@ class SwarmPeer {
       return;
     }
     if (!v.has_source()) {
-      restore();
+      restore(v.previous_hash());
       return;
     }
     if (fetch_ && fetch_->step == step_ && fetch_->source == v.source().key()) return;
@@ -437,23 +437,30 @@ class SwarmPeer {
     fetch_.reset();
   }
 
-  // Every replica of the stage died: the copy this peer saved, if it is of the step and hash.
-  void restore() {
-    if (o_.state_dir.empty() || stage_hash_.empty()) return;
-    const auto held = stage_checkpoint_steps(o_.state_dir, stage_, fingerprint_);
-    if (std::find(held.begin(), held.end(), step_) == held.end()) return;
-    if (seconds_since(last_restore_try_) < 1) return;
+  // Every replica of the stage died: the copy this peer saved, at the step (when the stage's
+  // hash there is known) or at the step before (when the replicas died before reporting the
+  // round's result: the coordinator then hands this peer the round to apply).
+  void restore(const std::string& previous_hash) {
+    if (o_.state_dir.empty() || seconds_since(last_restore_try_) < 1) return;
     last_restore_try_ = Clock::now();
+    const auto held = stage_checkpoint_steps(o_.state_dir, stage_, fingerprint_);
+    auto holds = [&](uint64_t s) { return std::find(held.begin(), held.end(), s) != held.end(); };
+    uint64_t at = step_;
+    std::string expected = stage_hash_;
+    if (expected.empty() || !holds(at)) {
+      if (step_ == 0 || previous_hash.empty() || !holds(step_ - 1)) return;
+      at = step_ - 1;
+      expected = previous_hash;
+    }
     StageCheckpoint state =
-        load_stage_checkpoint(o_.state_dir, static_cast<int64_t>(step_), model_, fingerprint_);
+        load_stage_checkpoint(o_.state_dir, static_cast<int64_t>(at), model_, fingerprint_);
     const std::string hash = hex_decode(stage_parameter_hash(model_), 32, "stage hash");
-    if (hash != stage_hash_) {
-      event({{"event", "restore_refused"}, {"step", step_}, {"hash", hex_encode(hash)}});
+    if (hash != expected) {
+      event({{"event", "restore_refused"}, {"version", at}, {"hash", hex_encode(hash)}});
       return;
     }
     demo_->load_state(state.optimizer);
-    become_ready(step_, hash, "restored", 0);
-    return;
+    become_ready(at, hash, "restored", 0);
   }
 
   void become_ready(uint64_t step, const std::string& hash, const char* how, double seconds) {
