@@ -74,8 +74,16 @@ bool SwarmSchedule::ready_at(const Member& m, uint64_t version) const {
 // Ready at the step, or holding the step before with the round that brings it there.
 bool SwarmSchedule::serves(const Member& m, int64_t stage) const {
   if (m.stage != stage || !m.ready) return false;
-  return m.version == step_ || (have_completed_ && completed_step_ + 1 == step_ &&
-                                m.version == completed_step_);
+  return m.version == step_ || gets_round(m);
+}
+
+// One step behind, at the hash its stage had there: the last round brings it to the step.
+bool SwarmSchedule::gets_round(const Member& m) const {
+  if (!have_completed_ || completed_step_ + 1 != step_ || m.version != completed_step_) {
+    return false;
+  }
+  const std::string& before = previous_hash_[static_cast<size_t>(m.stage)];
+  return m.ready && (before.empty() || m.hash == before);
 }
 
 SwarmAnswer SwarmSchedule::hello(const std::string& key, const std::string& endpoint,
@@ -181,15 +189,13 @@ SwarmAnswer SwarmSchedule::poll(const std::string& key, const SwarmReport& repor
     }
     if (other.stage == m.stage - 1) a.prev.push_back({k, other.endpoint, other.stage});
   }
-  const bool gets_round = have_completed_ && completed_step_ + 1 == step_ &&
-                          m.version == completed_step_ && m.ready;
-  if (gets_round) {
+  if (gets_round(m)) {
     a.round_step = completed_step_;
     a.round = completed_[static_cast<size_t>(m.stage)];
   }
   a.stage_hash = stage_hash_[static_cast<size_t>(m.stage)];
   a.previous_hash = previous_hash_[static_cast<size_t>(m.stage)];
-  if (!ready_at(m, step_) && !gets_round && phase_ != SwarmPhase::kFinished) {
+  if (!ready_at(m, step_) && !gets_round(m) && phase_ != SwarmPhase::kFinished) {
     std::vector<const std::pair<const std::string, Member>*> sources;
     for (const auto& entry : members_) {
       if (entry.first != key && entry.second.stage == m.stage && ready_at(entry.second, step_) &&

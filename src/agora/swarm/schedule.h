@@ -154,6 +154,7 @@ class SwarmSchedule {
 
   bool ready_at(const Member& m, uint64_t version) const;
   bool serves(const Member& m, int64_t stage) const;
+  bool gets_round(const Member& m) const;
   void lose(const std::string& key, const char* why, double now);
   void advance(double now);
   void start_sync(double now);
