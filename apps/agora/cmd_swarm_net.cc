@@ -33,6 +33,7 @@ void add_swarm_serve(CLI::App& swarm) {
   struct Args {
     std::string config, key, allowlist, http = "off", out = "runs/swarm";
     std::vector<std::string> overrides;
+    std::vector<double> costs;
     SwarmServerOptions options;
   };
   auto args = std::make_shared<Args>();
@@ -61,6 +62,9 @@ void add_swarm_serve(CLI::App& swarm) {
   cmd->add_option("--min-gain", s.min_gain, "The least bottleneck gain a move must bring")
       ->capture_default_str();
   cmd->add_option("--max-peers", s.max_members, "Members at most")->capture_default_str();
+  cmd->add_option("--costs", args->costs,
+                  "Each stage's relative compute, for rebalancing (default: from the cut)")
+      ->delimiter(',');
   cmd->add_option("--out", args->out, "Folder for events.jsonl")->capture_default_str();
   cmd->callback([args] {
     const RunConfig config = swarm_config(args->config, args->overrides);
@@ -78,7 +82,9 @@ void add_swarm_serve(CLI::App& swarm) {
     options.schedule.steps = config.train.steps;
     options.schedule.micro_batch_size = config.train.micro_batch_size;
     options.schedule.micro_batches = config.train.batch_size / config.train.micro_batch_size;
-    options.schedule.costs = swarm_stage_costs(config.model, config.pipeline.stages);
+    options.schedule.costs = !args->costs.empty()
+                                 ? args->costs
+                                 : swarm_stage_costs(config.model, config.pipeline.stages);
     if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
     if (!args->allowlist.empty()) {
       options.admission.open = false;
@@ -129,6 +135,11 @@ void add_swarm_peer(CLI::App& swarm) {
   cmd->add_option("--pace-unit", o.pace_unit,
                   "Play a slower machine: seconds per sample at speed 1 (0: compute as fast as "
                   "this machine can)")
+      ->capture_default_str();
+  cmd->add_option("--costs", o.costs,
+                  "With --pace-unit: each stage's relative compute (default: from the cut)")
+      ->delimiter(',');
+  cmd->add_option("--poll", o.poll_seconds, "Seconds between polls of the coordinator")
       ->capture_default_str();
   cmd->add_option("--in-flight", o.in_flight, "Stage 0: micro-batches in flight at once")
       ->capture_default_str();

@@ -105,13 +105,14 @@ TEST(SwarmSchedule, CountsOnlyMicroBatchesAPeerHolds) {
   liar.done = {{a.micro_batches[0], 1.0f}, {a.micro_batches[1], 1.0f}, {3, 1.0f}, {99, 1.0f}};
   s.poll(key(1), liar, 1);
   EXPECT_EQ(s.status(1)["done"], 0);
-  EXPECT_EQ(s.status(1)["samples"], 0);
+  EXPECT_EQ(s.status(1)["samples_done"], 0);
   // Peer 0 reports one twice: counted once.
   r.wants = 0;
   r.done = {{a.micro_batches[0], 1.0f}, {a.micro_batches[0], 1.0f}};
   s.poll(key(0), r, 2);
   EXPECT_EQ(s.status(2)["done"], 1);
-  EXPECT_EQ(s.status(2)["samples"], 2);  // micro_batch_size
+  EXPECT_EQ(s.status(2)["samples_done"], 2);  // micro_batch_size
+  EXPECT_EQ(s.status(2)["samples"], 0);       // of finished steps
 }
 
 TEST(SwarmSchedule, RoundCompletesWithEveryReadyReplicaAndIsHandedOutInKeyOrder) {

@@ -361,6 +361,9 @@ void SwarmSchedule::finish_step(double now) {
   previous_hash_ = stage_hash_;
   for (auto& h : stage_hash_) h.clear();
   step_started_ = now;
+  account(now);
+  last_step_end_ = now;
+  ideal_at_step_end_ = ideal_integral_;
   if (static_cast<int64_t>(step_) >= o_.steps) {
     account(now);
     phase_ = SwarmPhase::kFinished;
@@ -456,14 +459,18 @@ nlohmann::json SwarmSchedule::status(double now) const {
 }
 
 nlohmann::json SwarmSchedule::summary(double now) const {
-  const double end = finished_at_ >= 0 ? finished_at_ : now;
+  // Up to the end of the last finished step: the samples of a step count when it is done.
+  const double end = last_step_end_ >= 0 ? last_step_end_ : now;
   const double seconds = started_ >= 0 ? std::max(1e-9, end - started_) : 0.0;
-  const double rate = seconds > 0 ? static_cast<double>(samples_done_) / seconds : 0.0;
-  const double ideal = seconds > 0 ? ideal_integral_ / seconds : 0.0;
+  const int64_t samples = step_ * o_.micro_batches * o_.micro_batch_size;
+  const double rate = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
+  const double ideal = seconds > 0 ? (last_step_end_ >= 0 ? ideal_at_step_end_ : 0.0) / seconds
+                                   : 0.0;
   return {{"event", "swarm_summary"},
           {"steps", step_},
           {"steps_wanted", o_.steps},
-          {"samples", samples_done_},
+          {"samples", samples},
+          {"samples_done", samples_done_},  // the unfinished step's included
           {"seconds", seconds},
           {"samples_per_second", rate},
           {"ideal_samples_per_second", ideal},

@@ -186,6 +186,8 @@ class SwarmSchedule {
   // Throughput: from the first step's start; the ideal integrated over time.
   double started_ = -1, step_started_ = 0, last_account_ = 0, ideal_integral_ = 0;
   double last_rebalance_ = 0, finished_at_ = -1;
+  // At the end of the last finished step: a run stopped mid-step is measured up to there.
+  double last_step_end_ = -1, ideal_at_step_end_ = 0;
   int64_t samples_done_ = 0, retried_ = 0, moves_ = 0, lost_ = 0, diverged_ = 0;
   double waiting_seconds_ = 0;
   std::vector<double> step_losses_;

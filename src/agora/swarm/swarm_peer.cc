@@ -63,7 +63,8 @@ class SwarmPeer {
         S_(config.pipeline.stages),
         M_(config.train.batch_size / config.train.micro_batch_size),
         m_(config.train.micro_batch_size),
-        costs_(swarm_stage_costs(config.model, config.pipeline.stages)),
+        costs_(!o.costs.empty() ? o.costs
+                                : swarm_stage_costs(config.model, config.pipeline.stages)),
         data_(Sampler::from_directory(config.data.dir, "train",
                                       static_cast<uint32_t>(config.data.seq_len), config.seed)),
         fingerprint_(stage_run_fingerprint(config)),
@@ -206,7 +207,8 @@ class SwarmPeer {
   }
 
   bool poll_if_due() {
-    const bool urgent = !done_.empty() || (payload_ && !round_seen_);
+    const bool urgent = !done_.empty() || (payload_ && !round_seen_) || report_now_;
+    report_now_ = false;
     if (seconds_since(last_poll_) < (urgent ? 0.005 : o_.poll_seconds)) return false;
     if (polls_in_flight_ > 2 && seconds_since(last_poll_) < 1.0) return false;
     last_poll_ = Clock::now();
@@ -219,7 +221,9 @@ class SwarmPeer {
     p->set_seconds_per_sample(seconds_per_sample_);
     if (stage_ == 0 && ready_ && phase_ == "training") {
       const int64_t have = static_cast<int64_t>(assigned_.size() + origin_.size());
-      p->set_wants(static_cast<uint32_t>(std::max<int64_t>(0, 2 * o_.in_flight - have)));
+      // One more than it keeps in flight, so the next starts at once; no more, so a slow
+      // replica does not sit on micro-batches the fast ones could take at the step's end.
+      p->set_wants(static_cast<uint32_t>(std::max<int64_t>(0, o_.in_flight + 1 - have)));
     }
     for (const auto& [j, loss] : done_) {
       auto* d = p->add_done();
@@ -348,6 +352,7 @@ class SwarmPeer {
     ++version_;
     hash_ = hex_decode(stage_parameter_hash(model_), 32, "stage hash");
     payload_.reset();
+    report_now_ = true;  // the coordinator hands out the next step's work once it hears
     nlohmann::json refused = nlohmann::json::array();
     for (const auto& r : report.refused) refused.push_back({{"peer", r.peer.substr(0, 8)}, {"reason", r.reason}});
     event({{"event", "step"},
@@ -854,7 +859,7 @@ class SwarmPeer {
   std::deque<uint32_t> assigned_;
   std::vector<std::pair<uint32_t, float>> done_;
   std::optional<std::string> payload_;
-  bool round_seen_ = false;
+  bool round_seen_ = false, report_now_ = false;
   std::optional<Fetch> fetch_;
   uint32_t next_attempt_ = 1;
   int64_t retried_ = 0;
@@ -883,6 +888,13 @@ SwarmPeerSummary run_swarm_peer(const RunConfig& config, const net::Identity& id
   if (!(options.speed > 0) || !(options.pace_unit >= 0)) {
     fail("--speed {} and --pace-unit {}: allowed speed > 0 and pace >= 0", options.speed,
          options.pace_unit);
+  }
+  if (!options.costs.empty() &&
+      static_cast<int64_t>(options.costs.size()) != config.pipeline.stages) {
+    fail("--costs has {} values for {} stages", options.costs.size(), config.pipeline.stages);
+  }
+  for (double c : options.costs) {
+    if (!(c > 0)) fail("--costs: {} is not a positive cost", c);
   }
   if (options.in_flight < 1 || options.in_flight > 1024) {
     fail("--in-flight {} is invalid (allowed: 1 to 1024)", options.in_flight);

@@ -47,6 +47,7 @@
 #include <atomic>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "agora/config/run_config.h"
 #include "agora/net/identity.h"
@@ -61,9 +62,10 @@ struct SwarmPeerOptions {
   int64_t stage = -1;               // asked for; -1 = the coordinator chooses
   double speed = 1;                 // with pace_unit: this machine's speed (1 = reference)
   double pace_unit = 0;             // seconds per sample (forward + backward) at speed 1; 0 = none
+  std::vector<double> costs;        // per stage, for the pace; empty = swarm_stage_costs
   int64_t in_flight = 4;            // stage 0: micro-batches in flight at once
   bool uniform_routing = false;     // uniform random routing (the baseline), not by throughput
-  double poll_seconds = 0.05;
+  double poll_seconds = 0.02;
   double timeout_seconds = 30;      // coordinator silence; a micro-batch's round trip
   std::filesystem::path events;     // JSON lines
   std::filesystem::path out_dir;    // the stage file at the end (agora merge-stages)
