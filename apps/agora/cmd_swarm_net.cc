@@ -20,9 +20,22 @@
 namespace agora::cli {
 namespace {
 
-// What every swarm process resolves the same way: the vocabulary from the data's meta.json.
+// What every swarm process checks and resolves the same way, before anything is read or bound:
+// a pipeline, a batch of whole micro-batches, DeMo without look-ahead; the vocabulary from the
+// data's meta.json.
 RunConfig swarm_config(const std::string& path, const std::vector<std::string>& overrides) {
   RunConfig config = RunConfig::load(path, overrides);
+  if (config.pipeline.stages < 2) {
+    fail("agora swarm: pipeline.stages is {} (allowed: 2 or more; a swarm serves pipeline stages)",
+         config.pipeline.stages);
+  }
+  if (config.train.batch_size % config.train.micro_batch_size != 0) {
+    fail("agora swarm: train.batch_size {} is not a multiple of train.micro_batch_size {}",
+         config.train.batch_size, config.train.micro_batch_size);
+  }
+  if (config.demo.lookahead) {
+    fail("agora swarm: demo.lookahead is not available in a swarm (allowed: false)");
+  }
   if (config.model.vocab_size == 0) {
     config.set_vocab_size(read_data_meta(config.data.dir).vocab_size);
   }
@@ -68,13 +81,6 @@ void add_swarm_serve(CLI::App& swarm) {
   cmd->add_option("--out", args->out, "Folder for events.jsonl")->capture_default_str();
   cmd->callback([args] {
     const RunConfig config = swarm_config(args->config, args->overrides);
-    if (config.pipeline.stages < 2) {
-      fail("agora swarm serve: pipeline.stages is {} (allowed: 2 or more)", config.pipeline.stages);
-    }
-    if (config.train.batch_size % config.train.micro_batch_size != 0) {
-      fail("train.batch_size {} is not a multiple of train.micro_batch_size {}",
-           config.train.batch_size, config.train.micro_batch_size);
-    }
     SwarmServerOptions options = args->options;
     options.out = args->out;
     options.fingerprint = stage_run_fingerprint(config);

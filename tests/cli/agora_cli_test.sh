@@ -87,6 +87,18 @@ expect_error "async worker behaviour" "behave lazy is not known" "$agora" async 
   --config "$async_config" --key "$work/async.key" --server tcp://127.0.0.1:1 \
   --server-key "$(printf '0%.0s' $(seq 1 64))" --behave lazy
 
+# The swarm across processes (docs/swarm.md section 4): the errors a user sees before anything
+# listens (tests/integration/swarm_network_test.py runs it).
+swarm_configs="$(cd "$(dirname "$0")/../../configs" && pwd)"
+expect_error "swarm needs a pipeline" "pipeline.stages is 1 (allowed: 2 or more" "$agora" swarm serve \
+  --config "$swarm_configs/tiny.toml" --key "$work/async.key"
+expect_error "swarm whole micro-batches" "train.batch_size 32 is not a multiple of train.micro_batch_size 3" \
+  "$agora" swarm peer --config "$swarm_configs/swarm.toml" --set train.micro_batch_size=3 \
+  --key "$work/async.key" --coordinator tcp://127.0.0.1:1 --coordinator-key "$(printf '0%.0s' $(seq 1 64))" \
+  --listen tcp://127.0.0.1:1
+expect_error "swarm without look-ahead" "demo.lookahead is not available in a swarm" "$agora" swarm serve \
+  --config "$swarm_configs/swarm.toml" --set demo.lookahead=true --key "$work/async.key"
+
 # RL post-training end to end (docs/rl.md): a corpus of problems, its tokenizer, one problem per
 # document, a base model of a few steps, held-out accuracy, and GRPO with a cheating worker.
 configs="$(cd "$(dirname "$0")/../../configs" && pwd)"
