@@ -92,7 +92,7 @@ expect_error "async worker behaviour" "behave lazy is not known" "$agora" async 
 swarm_configs="$(cd "$(dirname "$0")/../../configs" && pwd)"
 expect_error "swarm needs a pipeline" "pipeline.stages is 1 (allowed: 2 or more" "$agora" swarm serve \
   --config "$swarm_configs/tiny.toml" --key "$work/async.key"
-expect_error "swarm whole micro-batches" "train.batch_size 32 is not a multiple of train.micro_batch_size 3" \
+expect_error "swarm whole micro-batches" "train.batch_size = 32 is not a multiple of train.micro_batch_size = 3" \
   "$agora" swarm peer --config "$swarm_configs/swarm.toml" --set train.micro_batch_size=3 \
   --key "$work/async.key" --coordinator tcp://127.0.0.1:1 --coordinator-key "$(printf '0%.0s' $(seq 1 64))" \
   --listen tcp://127.0.0.1:1
