@@ -17,6 +17,7 @@ Checked, from the structured output only:
   - the coordinator finishes every step; it lost the three replicas and logged the wait;
   - every replica finishes at the last step, and the replicas of each stage end bit-identical
     (the same parameter hash in their finish events);
+  - /api/swarm and /metrics showed the wait: phase waiting, stage 2 with no replica serving;
   - the stage-1 replica fetched, the stage-2 replicas restored and fetched, at the hash the
     stage's other replicas reported for that step;
   - the loss went down; the stage files merge into one checkpoint that agora eval reads.
@@ -127,6 +128,11 @@ def main():
             lambda s: s if s and s["phase"] == "waiting" and
             s["stages"][2]["state"] == "no replica" else None)(status(http)))
         assert "stage 2" in waiting["waiting_for"], waiting
+        with urllib.request.urlopen(http + "/metrics", timeout=5) as r:
+            metrics = r.read().decode()
+        assert 'agora_swarm_phase{phase="waiting"} 1' in metrics, metrics
+        assert 'agora_swarm_replicas{stage="2",state="serving"} 0' in metrics, metrics
+        assert 'agora_swarm_stage_throughput{stage="2"} 0' in metrics, metrics
         start("p4")
         wait_for("p4 to bring stage 2 back",
                  lambda: any(e["event"] == "restored" for e in events(f"{out}/p4.jsonl")))

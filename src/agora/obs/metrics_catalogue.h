@@ -76,6 +76,16 @@
 // | agora_async_staleness | gauge | | versions between the newest accepted delivery's pull and its arrival |
 // | agora_async_workers | gauge | state (active, banned) | workers that said hello |
 // | agora_async_run_seconds | gauge | | seconds since the run started (0 while it waits for its workers) |
+// | the swarm's coordinator (`agora swarm serve --http`) | | | |
+// | agora_swarm_step | gauge | | the step the swarm trains (steps done) |
+// | agora_swarm_phase | gauge | phase (waiting, training, syncing, finished) | 1 for the current phase |
+// | agora_swarm_samples_per_second | gauge | | samples of finished steps per second since the start |
+// | agora_swarm_ideal_samples_per_second | gauge | | the bottleneck of the replicas' solo throughputs, averaged |
+// | agora_swarm_stage_throughput | gauge | stage | samples per second the stage's serving replicas can do |
+// | agora_swarm_replicas | gauge | stage, state (serving, loading) | members per stage |
+// | agora_swarm_lost_total | counter | | members lost (silent) or restarted |
+// | agora_swarm_moves_total | counter | | rebalancing moves |
+// | agora_swarm_retried_total | counter | | micro-batches stage 0 sent again |
 // | process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes, process_start_time_seconds, process_open_fds | | | the standard process metrics |
 //
 // A peer does not learn whether it missed a deadline (the coordinator strikes it silently), so
@@ -162,6 +172,15 @@ inline constexpr MetricDef kAsyncTokens{"agora_async_tokens", "Tokens trained in
 inline constexpr MetricDef kAsyncStaleness{"agora_async_staleness", "Versions between the newest accepted delivery's pull and its arrival."};
 inline constexpr MetricDef kAsyncWorkers{"agora_async_workers", "Workers that said hello, by state."};
 inline constexpr MetricDef kAsyncRunSeconds{"agora_async_run_seconds", "Seconds since the run started (0 while it waits for its workers)."};
+inline constexpr MetricDef kSwarmStep{"agora_swarm_step", "The step the swarm trains (steps done)."};
+inline constexpr MetricDef kSwarmPhase{"agora_swarm_phase", "1 for the swarm's current phase."};
+inline constexpr MetricDef kSwarmSamplesPerSecond{"agora_swarm_samples_per_second", "Samples of finished steps per second since the start."};
+inline constexpr MetricDef kSwarmIdeal{"agora_swarm_ideal_samples_per_second", "The bottleneck of the serving replicas' solo throughputs, averaged over the run."};
+inline constexpr MetricDef kSwarmStageThroughput{"agora_swarm_stage_throughput", "Samples per second a stage's serving replicas can do."};
+inline constexpr MetricDef kSwarmReplicas{"agora_swarm_replicas", "Members per stage, by state."};
+inline constexpr MetricDef kSwarmLost{"agora_swarm_lost_total", "Members lost (silent) or restarted."};
+inline constexpr MetricDef kSwarmMoves{"agora_swarm_moves_total", "Rebalancing moves."};
+inline constexpr MetricDef kSwarmRetried{"agora_swarm_retried_total", "Micro-batches stage 0 sent again."};
 
 inline constexpr MetricDef kNetworkDropped{"agora_network_messages_dropped_total", "Malformed messages dropped, by reason."};
 // clang-format on

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -11,6 +12,7 @@
 #include "agora/core/error.h"
 #include "agora/core/hex.h"
 #include "agora/core/token_bucket.h"
+#include "agora/obs/metrics_catalogue.h"
 
 namespace agora {
 namespace {
@@ -70,7 +72,11 @@ class Server {
     double last_status = -1;
     while (o_.stop == nullptr || !o_.stop->load()) {
       zmq::pollitem_t item{server_.socket().handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(5));
+      try {
+        zmq::poll(&item, 1, std::chrono::milliseconds(5));
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;  // Ctrl-C: the loop's stop flag ends the run
+      }
       for (int n = 0; n < 256; ++n) {
         std::optional<net::Incoming> in = server_.recv();
         if (!in) break;
@@ -209,12 +215,35 @@ class Server {
 
   void publish() {
     nlohmann::json status = schedule_.status(now());
+    namespace m = obs::metric;
+    obs::gauge(metrics_, m::kSwarmStep).set(status["steps"].get<double>());
+    for (const char* phase : {"waiting", "training", "syncing", "finished"}) {
+      obs::gauge(metrics_, m::kSwarmPhase, {{"phase", phase}}).set(status["phase"] == phase);
+    }
+    obs::gauge(metrics_, m::kSwarmSamplesPerSecond).set(status["samples_per_second"].get<double>());
+    obs::gauge(metrics_, m::kSwarmIdeal).set(status["ideal_samples_per_second"].get<double>());
+    for (const nlohmann::json& stage : status["stages"]) {
+      const std::string s = std::to_string(stage["stage"].get<int64_t>());
+      obs::gauge(metrics_, m::kSwarmStageThroughput, {{"stage", s}})
+          .set(stage["throughput"].get<double>());
+      int serving = 0, loading = 0;
+      for (const nlohmann::json& r : stage["replicas"]) (r["state"] == "serving" ? serving : loading)++;
+      obs::gauge(metrics_, m::kSwarmReplicas, {{"stage", s}, {"state", "serving"}}).set(serving);
+      obs::gauge(metrics_, m::kSwarmReplicas, {{"stage", s}, {"state", "loading"}}).set(loading);
+    }
+    obs::counter(metrics_, m::kSwarmLost).set_total(status["lost"].get<double>());
+    obs::counter(metrics_, m::kSwarmMoves).set_total(status["moves"].get<double>());
+    obs::counter(metrics_, m::kSwarmRetried).set_total(status["retried"].get<double>());
     std::lock_guard lock(status_mutex_);
     status_ = std::move(status);
   }
 
   void start_http() {
     http_ = std::make_unique<obs::HttpServer>(*o_.http);
+    obs::add_process_metrics(metrics_);
+    http_->get("/metrics", [this](const obs::HttpRequest&) {
+      return obs::HttpResponse{200, std::string(obs::kPrometheusContentType), metrics_.render()};
+    });
     http_->get("/api/swarm", [this](const obs::HttpRequest&) {
       std::lock_guard lock(status_mutex_);
       return obs::HttpResponse{200, "application/json", status_.dump()};
@@ -236,6 +265,7 @@ class Server {
   std::map<std::string, TokenBucket> rates_;  // members only
   TokenBucket strangers_;
   std::ofstream events_;
+  obs::Registry metrics_;
   std::unique_ptr<obs::HttpServer> http_;
   std::mutex status_mutex_;
   nlohmann::json status_ = nlohmann::json::object();

@@ -14,7 +14,8 @@
 // Output: OUT/events.jsonl (swarm_serve with the endpoint and key, then schedule.h's events:
 // swarm_join, swarm_lost, swarm_waiting, swarm_resumed, swarm_step, swarm_move, swarm_diverged,
 // swarm_summary). With --http: GET /api/swarm (the run, each stage's replicas and state, "no
-// replica" when a stage has none) and / (a page that shows it live).
+// replica" when a stage has none), / (a page that shows it live) and /metrics (agora_swarm_*,
+// obs/metrics_catalogue.h).
 #pragma once
 
 #include <atomic>

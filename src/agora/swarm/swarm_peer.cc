@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <cerrno>
 #include <chrono>
 #include <deque>
 #include <fstream>
@@ -553,7 +554,11 @@ class SwarmPeer {
     items.push_back({coordinator_.socket().handle(), 0, ZMQ_POLLIN, 0});
     for (auto& [key, client] : clients_) items.push_back({client->socket().handle(), 0, ZMQ_POLLIN, 0});
     if (fetch_ && fetch_->client) items.push_back({fetch_->client->socket().handle(), 0, ZMQ_POLLIN, 0});
-    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(5));
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(5));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;  // Ctrl-C: the loop's stop flag ends the run
+    }
   }
 
   // One piece of work: a backward first (it frees memory and finishes micro-batches), then a
