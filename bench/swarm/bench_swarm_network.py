@@ -7,7 +7,8 @@ against uniform routing, with and without rebalancing, under a kill every --kill
                            [--rebalance 40] [--out out/swarm-net]
 
 Per variant: `agora swarm serve` and one `agora swarm peer` per speed in --speeds (stages split
-by ';'), on loopback, with configs/swarm.toml at train.batch_size --batch (micro-batches of 2).
+by ';'), on loopback, with configs/swarm.toml at train.batch_size --batch (micro-batches of 2,
+each stage-0 replica keeping --in-flight of them going).
 Each peer plays a machine of its speed: a sample's forward and backward on its stage take at
 least --pace-unit / speed seconds (swarm_peer.h; every stage costs the same, --costs 1,1,1).
 Every --kill-every seconds one peer is SIGKILLed (chosen by --seed among the peers of stages that
@@ -107,6 +108,7 @@ def run_variant(args, name, routing, rebalance, layout, keys, out):
                "--coordinator-key", serve["key"], "--listen", "tcp://127.0.0.1:*",
                "--stage", str(stage), "--speed", str(speed_of[peer]),
                "--pace-unit", str(args.pace_unit), "--costs", costs, "--timeout", "10",
+               "--in-flight", str(args.in_flight),
                "--events", f"{out}/{peer}.jsonl"]
         if routing == "uniform":
             cmd.append("--uniform")
@@ -206,7 +208,10 @@ def main():
     p.add_argument("--data", default=os.path.join(root, "data/tokens/sp8k"))
     p.add_argument("--speeds", default="1,1,0.333;1,0.333;1,1,0.333")
     p.add_argument("--pace-unit", type=float, default=0.05)
-    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--in-flight", type=int, default=10,
+                   help="micro-batches each stage-0 replica keeps in flight (the simulation's "
+                        "source keeps 4 per peer: 32 for 8 peers)")
     p.add_argument("--seconds", type=float, default=150)
     p.add_argument("--kill-every", type=float, default=50)
     p.add_argument("--restart", type=float, default=10)
