@@ -32,10 +32,11 @@
 // at (the coordinator checks the hash).
 //
 // Faults. A stage-0 replica sends a micro-batch again (kept encoded, no recompute) when the
-// replica it went to has left the next stage, when the coordinator reports a member lost since
-// it was sent (what the lost one held is gone), or after `timeout_seconds`. A replica that dies
-// costs the micro-batches in flight through it; a micro-batch sent again after a death may add
-// its gradient twice on stages past the death (a few per death; the replicas stay identical).
+// replica it went to has left the next stage, or when it has been out for four times the usual
+// round trip (at least a second, at most `timeout_seconds`): a replica on its path died, and
+// what it held is gone. A replica that dies costs the micro-batches in flight through it; one
+// sent again may add its gradient twice on the stages its first attempt reached past the death
+// (a few per death; the replicas stay identical).
 // Messages from keys that are not the previous stage's members are dropped unread; what waits
 // to be computed is bounded; anything kept for a step is dropped when the step is over.
 //
@@ -63,7 +64,7 @@ struct SwarmPeerOptions {
   double speed = 1;                 // with pace_unit: this machine's speed (1 = reference)
   double pace_unit = 0;             // seconds per sample (forward + backward) at speed 1; 0 = none
   std::vector<double> costs;        // per stage, for the pace; empty = swarm_stage_costs
-  int64_t in_flight = 4;            // stage 0: micro-batches in flight at once
+  int64_t in_flight = 4;            // stage 0: micro-batches in flight at most (a slow one keeps fewer)
   bool uniform_routing = false;     // uniform random routing (the baseline), not by throughput
   double poll_seconds = 0.02;
   double timeout_seconds = 30;      // coordinator silence; a micro-batch's round trip

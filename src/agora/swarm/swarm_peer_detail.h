@@ -1,0 +1,215 @@
+// The replica process of swarm_peer.h, one class split by concern over three files:
+// swarm_peer.cc (set-up, the coordinator, the step's sync), swarm_peer_stage.cc (the stage's
+// parameters between replicas and the disk: serving, fetching, restoring) and swarm_peer_work.cc
+// (micro-batches: routing, forwards, backwards, sending again, the pace). Not an interface: only
+// those files include it.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "agora/core/error.h"
+#include "agora/core/hex.h"
+#include "agora/core/token_bucket.h"
+#include "agora/data/sampler.h"
+#include "agora/net/curve_socket.h"
+#include "agora/optim/decoupled_momentum.h"
+#include "agora/pipeline/boundary.h"
+#include "agora/pipeline/partition.h"
+#include "agora/pipeline/stage_checkpoint.h"
+#include "agora/pipeline/stage_files.h"
+#include "agora/pipeline/stage_model.h"
+#include "agora/pipeline/subspace.h"
+#include "agora/swarm/router.h"
+#include "agora/swarm/schedule.h"
+#include "agora/train/batches.h"
+#include "agora/train/loss.h"
+#include "agora/swarm/swarm_peer.h"
+#include "agora/train/parameter_hash.h"
+
+namespace agora::swarm_detail {
+
+using Clock = std::chrono::steady_clock;
+
+// Forwards waiting to be computed, per replica: a sender races ahead of this bound at a loss.
+inline constexpr size_t kMaxWaiting = 256;
+
+// The id a replica's key has in a SwarmRouter.
+uint64_t router_id(const std::string& key);
+
+class SwarmPeer {
+ public:
+  SwarmPeer(const RunConfig& config, const net::Identity& identity, const SwarmPeerOptions& o);
+  SwarmPeerSummary run();
+  void failed(const std::string& what);
+
+ private:
+  // ---- set-up, the stage, the coordinator --------------------------------------------------
+
+  static net::DecodeLimits limits();
+  static double seconds_since(Clock::time_point t);
+  double now() const { return seconds_since(born_); }
+
+  void hello();
+
+  // A fresh stage at the seeded start: version 0 is every replica's, so it is ready at step 0.
+  void take_stage(int64_t stage);
+  SwarmRouterOptions router_options() const;
+  void new_momentum();
+  void forget_work();
+  bool poll_if_due();
+  void on_view(const wire::SwarmView& v);
+
+  // The next stage's ready replicas (routing), the previous stage's members (admission), and
+  // what a lost member means for the micro-batches in flight.
+  void members(const wire::SwarmView& v);
+
+  // ---- the step's end ----------------------------------------------------------------------
+
+  void contribute();
+  void apply_round(const wire::SwarmView& v);
+  void save_state();
+
+  // ---- joining: the stage's parameters at the step ------------------------------------------
+
+  void fetch_or_restore(const wire::SwarmView& v);
+  void on_tensor(const wire::Envelope& reply);
+
+  // Every replica of the stage died: the copy this peer saved, at the step (when the stage's
+  // hash there is known) or at the step before (when the replicas died before reporting the
+  // round's result: the coordinator then hands this peer the round to apply).
+  void restore(const std::string& previous_hash);
+  void become_ready(uint64_t step, const std::string& hash, const char* how, double seconds);
+
+  // ---- serving: forwards in, GetTensor, backwards ------------------------------------------
+
+  void serve(const net::Incoming& in);
+  void answer_tensor(const net::Incoming& in);
+  bool pump();
+  void wait_for_messages();
+
+  // One piece of work: a backward first (it frees memory and finishes micro-batches), then a
+  // forward that waits, then (stage 0) a new micro-batch or one to send again.
+  bool compute();
+  torch::Tensor windows(uint64_t step, uint32_t j) const;
+  BoundaryPosition position(uint64_t step, uint32_t j, int64_t stage) const;
+
+  // Sleeps out what a slower machine would still be computing, and measures.
+  double pace(Clock::time_point started, double share);
+  void measured(double seconds);
+
+  // Sends `bytes` on to the next stage by the router; false when no replica is there.
+  bool send_on(uint64_t step, uint32_t j, uint32_t attempt, const std::string& bytes,
+               std::string* replica);
+  void start(uint32_t j);
+
+  // Stage 0: a micro-batch whose replica left the next stage, or unanswered for four times the
+  // usual round trip (a replica on its path died: what it held is gone), goes again, to another
+  // replica when there is one. Only the replica that left is skipped by the router: a timeout
+  // may be any later stage's doing.
+  bool resend_due();
+
+  void arrived(const wire::SwarmHop& hop);
+
+  // Stage 0: micro-batches to keep in flight, at most in_flight: enough to cover a round trip
+  // with this replica's own compute (one more than round trip / own seconds per micro-batch), so
+  // a slow stage-0 replica does not queue work that would finish the step late.
+  int64_t window() const;
+  void forward(const std::string& route, const wire::SwarmHop& hop);
+  void reply(const std::string& route, const wire::SwarmHop& hop, const std::string& bytes,
+             float loss, double seconds);
+  void backward(const std::string& from, const wire::SwarmHop& hop);
+  void event(nlohmann::json e);
+
+  struct Origin {
+    torch::Tensor output;
+    std::string bytes, replica;
+    uint32_t attempt = 0;
+    bool sent = false;
+    double forward_seconds = 0;
+    Clock::time_point sent_at;
+  };
+  struct Held {
+    std::string route;
+    uint32_t attempt = 0;  // the sender's
+    torch::Tensor input, output;
+    double forward_seconds = 0;
+  };
+  struct Unsent {
+    uint32_t micro_batch = 0, attempt = 0;
+    std::string bytes;
+  };
+  struct Fetch {
+    uint64_t step = 0;
+    std::string source, expected;
+    std::set<std::string> missing;
+    std::unique_ptr<net::Client> client;
+    Clock::time_point started;
+  };
+
+  RunConfig config_;
+  SwarmPeerOptions o_;
+  const net::Identity& identity_;
+  int64_t S_, M_, m_;
+  std::vector<double> costs_;
+  Sampler data_;
+  std::string fingerprint_;
+  Clock::time_point born_ = Clock::now();
+  net::Context context_;
+  net::Server server_;
+  net::Client coordinator_;
+  std::unique_ptr<SubspaceBasis> subspace_;
+  std::optional<BoundaryCoder> coder_;
+  std::ofstream events_;
+
+  // The stage.
+  int64_t stage_ = -1;
+  StageSpan span_;
+  StageModel model_{nullptr};
+  std::unique_ptr<DecoupledMomentum> demo_;
+  uint64_t version_ = 0;
+  bool ready_ = false;
+  std::string hash_;  // raw, of the parameters at version_
+  double seconds_per_sample_ = 0;
+  int64_t measured_ = 0;
+
+  // The coordinator's view.
+  uint64_t step_ = 0;
+  std::string phase_ = "waiting", stage_hash_;
+  bool finished_ = false;
+  Clock::time_point last_view_, last_poll_, last_restore_try_;
+  int polls_in_flight_ = 0;
+
+  // Routing and work.
+  SwarmRouter router_{SwarmRouterOptions{}};
+  std::map<std::string, std::string> next_;  // key -> endpoint
+  std::map<std::string, std::unique_ptr<net::Client>> clients_;
+  std::map<uint64_t, std::string> by_id_;
+  std::set<std::string> prev_curves_;
+  std::deque<std::pair<std::string, wire::SwarmHop>> waiting_, backwards_;
+  std::map<std::pair<uint32_t, uint32_t>, Held> held_;  // (micro-batch, attempt sent on)
+  std::map<uint32_t, Origin> origin_;
+  std::deque<Unsent> unsent_;  // middle stages: forwards waiting for a next replica
+  std::deque<uint32_t> assigned_;
+  std::vector<std::pair<uint32_t, float>> done_;
+  std::optional<std::string> payload_;
+  bool round_seen_ = false, report_now_ = false;
+  std::optional<Fetch> fetch_;
+  uint32_t next_attempt_ = 1;
+  double round_trip_ = 0;  // stage 0: moving average of a micro-batch's seconds out and back
+  int64_t round_trips_ = 0;
+  int64_t retried_ = 0;
+  uint64_t ignored_ = 0;
+  TokenBucket tensor_rate_;
+  SwarmPeerSummary summary_;
+};
+
+}  // namespace agora::swarm_detail

@@ -1,0 +1,311 @@
+// The replica process (swarm_peer.h): micro-batches. Forwards in, backwards back, stage 0's
+// micro-batches out and sent again, routing by SwarmRouter, the pace of a slower machine.
+#include "agora/swarm/swarm_peer_detail.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+
+namespace agora::swarm_detail {
+
+void SwarmPeer::serve(const net::Incoming& in) {
+  if (in.message.has_get_tensor()) return answer_tensor(in);
+  if (!in.message.has_swarm_hop() || in.message.swarm_hop().backward()) return;
+  if (prev_curves_.count(in.curve_key) == 0) {
+    ++ignored_;
+    return;
+  }
+  if (waiting_.size() >= kMaxWaiting) {
+    ++ignored_;
+    return;
+  }
+  waiting_.push_back({in.route, in.message.swarm_hop()});
+}
+
+bool SwarmPeer::pump() {
+  bool any = false;
+  for (int n = 0; n < 64; ++n) {
+    std::optional<net::Incoming> in = server_.recv();
+    if (!in) break;
+    serve(*in);
+    any = true;
+  }
+  while (std::optional<wire::Envelope> m = coordinator_.recv()) {
+    if (m->has_swarm_view()) on_view(m->swarm_view());
+    any = true;
+    if (finished_) return true;
+  }
+  for (auto& [key, client] : clients_) {
+    for (int n = 0; n < 64; ++n) {
+      std::optional<wire::Envelope> m = client->recv();
+      if (!m) break;
+      any = true;
+      if (m->has_swarm_hop() && m->swarm_hop().backward()) {
+        arrived(m->swarm_hop());
+        backwards_.push_back({key, m->swarm_hop()});
+      }
+    }
+  }
+  if (fetch_) {
+    while (fetch_ && fetch_->client) {
+      std::optional<wire::Envelope> m = fetch_->client->recv();
+      if (!m) break;
+      any = true;
+      on_tensor(*m);
+    }
+  }
+  return any;
+}
+
+// Stage 0: a micro-batch's round trip, from its send to its gradient's arrival (not counting the
+// time it then waits for this replica's own compute).
+void SwarmPeer::arrived(const wire::SwarmHop& hop) {
+  if (stage_ != 0) return;
+  const auto it = origin_.find(hop.micro_batch());
+  if (it == origin_.end() || it->second.attempt != hop.attempt() || !it->second.sent) return;
+  const double trip = seconds_since(it->second.sent_at);
+  round_trip_ = round_trips_++ == 0 ? trip : 0.9 * round_trip_ + 0.1 * trip;
+}
+
+int64_t SwarmPeer::window() const {
+  const double own = seconds_per_sample_ * static_cast<double>(m_);
+  if (round_trips_ < 3 || own <= 0) return o_.in_flight;
+  const auto covering = static_cast<int64_t>(std::ceil(round_trip_ / own)) + 1;
+  return std::clamp<int64_t>(covering, std::min<int64_t>(2, o_.in_flight), o_.in_flight);
+}
+
+void SwarmPeer::wait_for_messages() {
+  std::vector<zmq::pollitem_t> items;
+  items.push_back({server_.socket().handle(), 0, ZMQ_POLLIN, 0});
+  items.push_back({coordinator_.socket().handle(), 0, ZMQ_POLLIN, 0});
+  for (auto& [key, client] : clients_) items.push_back({client->socket().handle(), 0, ZMQ_POLLIN, 0});
+  if (fetch_ && fetch_->client) items.push_back({fetch_->client->socket().handle(), 0, ZMQ_POLLIN, 0});
+  try {
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(5));
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) throw;  // Ctrl-C: the loop's stop flag ends the run
+  }
+}
+
+bool SwarmPeer::compute() {
+  if (!ready_ || version_ != step_) {
+    backwards_.clear();
+    return false;
+  }
+  if (!backwards_.empty()) {
+    auto [from, hop] = std::move(backwards_.front());
+    backwards_.pop_front();
+    if (hop.step() == version_) backward(from, hop);
+    return true;
+  }
+  if (phase_ != "training") return false;
+  // Forwards of an older step are dropped; of a newer one (a sender that saw the step begin
+  // first), kept until this replica is there.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (it->second.step() < version_) {
+      it = waiting_.erase(it);
+      continue;
+    }
+    if (it->second.step() > version_) {
+      ++it;
+      continue;
+    }
+    auto [route, hop] = std::move(*it);
+    waiting_.erase(it);
+    forward(route, hop);
+    return true;
+  }
+  if (!unsent_.empty() && !next_.empty()) {
+    const Unsent u = std::move(unsent_.front());
+    unsent_.pop_front();
+    std::string replica;
+    if (!send_on(version_, u.micro_batch, u.attempt, u.bytes, &replica)) unsent_.push_front(u);
+    return true;
+  }
+  if (stage_ != 0) return false;
+  if (resend_due()) return true;
+  if (!assigned_.empty() && static_cast<int64_t>(origin_.size()) < window()) {
+    const uint32_t j = assigned_.front();
+    assigned_.pop_front();
+    start(j);
+    return true;
+  }
+  return false;
+}
+
+torch::Tensor SwarmPeer::windows(uint64_t step, uint32_t j) const {
+  return read_sequences(data_, step * static_cast<uint64_t>(M_ * m_) + j * static_cast<uint64_t>(m_), m_);
+}
+
+BoundaryPosition SwarmPeer::position(uint64_t step, uint32_t j, int64_t stage) const {
+  return {step, j, static_cast<uint32_t>(stage)};
+}
+
+double SwarmPeer::pace(Clock::time_point started, double share) {
+  if (o_.pace_unit > 0) {
+    const double target = o_.pace_unit * costs_[static_cast<size_t>(stage_)] / o_.speed *
+                          static_cast<double>(m_) * share;
+    const double left = target - seconds_since(started);
+    if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
+  }
+  return seconds_since(started);
+}
+
+void SwarmPeer::measured(double seconds) {
+  const double sps = seconds / static_cast<double>(m_);
+  ++measured_;
+  seconds_per_sample_ = measured_ == 1 ? sps : 0.8 * seconds_per_sample_ + 0.2 * sps;
+}
+
+bool SwarmPeer::send_on(uint64_t step, uint32_t j, uint32_t attempt, const std::string& bytes,
+             std::string* replica) {
+  const std::optional<uint64_t> id = router_.pick(m_, now());
+  if (!id) return false;
+  *replica = by_id_.at(*id);
+  wire::Envelope e;
+  auto* hop = e.mutable_swarm_hop();
+  hop->set_step(step);
+  hop->set_micro_batch(j);
+  hop->set_attempt(attempt);
+  hop->set_boundary(bytes);
+  clients_.at(*replica)->send(e);
+  return true;
+}
+
+void SwarmPeer::start(uint32_t j) {
+  const auto started = Clock::now();
+  const torch::Tensor tokens = windows(version_, j).narrow(1, 0, config_.data.seq_len);
+  Origin f;
+  f.output = model_->forward(tokens);
+  f.bytes = coder_->encode_forward(position(version_, j, 0), f.output, tokens);
+  f.forward_seconds = pace(started, 1.0 / 3);
+  ++summary_.forwards;
+  f.attempt = next_attempt_++;
+  f.sent = send_on(version_, j, f.attempt, f.bytes, &f.replica);
+  f.sent_at = Clock::now();
+  origin_[j] = std::move(f);
+}
+
+bool SwarmPeer::resend_due() {
+  const double limit = round_trips_ >= 3
+                           ? std::clamp(4 * round_trip_, 1.0, o_.timeout_seconds)
+                           : o_.timeout_seconds;
+  for (auto& [j, f] : origin_) {
+    const bool gone = f.sent && next_.count(f.replica) == 0;
+    if (f.sent && !gone && seconds_since(f.sent_at) < limit) continue;
+    if (gone) router_.failed(router_id(f.replica), now());
+    f.attempt = next_attempt_++;
+    const bool was_sent = f.sent;
+    f.sent = send_on(version_, j, f.attempt, f.bytes, &f.replica);
+    f.sent_at = Clock::now();
+    if (f.sent && was_sent) ++retried_;
+    if (f.sent) return true;
+  }
+  return false;
+}
+
+void SwarmPeer::forward(const std::string& route, const wire::SwarmHop& hop) {
+  const auto started = Clock::now();
+  const uint32_t j = hop.micro_batch();
+  if (j >= static_cast<uint32_t>(M_)) return;
+  const torch::Tensor w = windows(version_, j);
+  const torch::Tensor tokens = w.narrow(1, 0, config_.data.seq_len);
+  torch::Tensor in;
+  try {
+    in = coder_->decode_forward(hop.boundary(), position(version_, j, stage_ - 1), tokens,
+                                torch::kCPU)
+             .requires_grad_(true);
+  } catch (const Error& e) {
+    event({{"event", "refused_hop"}, {"micro_batch", j}, {"why", e.what()}});
+    return;
+  }
+  ++summary_.forwards;
+  if (span_.head) {
+    const torch::Tensor logits = model_->forward(in);
+    const torch::Tensor loss =
+        next_token_loss(logits, w.narrow(1, 1, config_.data.seq_len)) / static_cast<double>(M_);
+    const double forward_seconds = pace(started, 1.0 / 3);
+    const auto back = Clock::now();
+    loss.backward();
+    const std::string bytes = coder_->encode_backward(position(version_, j, stage_), in.grad(), in);
+    const double seconds = forward_seconds + pace(back, 2.0 / 3);
+    measured(seconds);
+    ++summary_.backwards;
+    reply(route, hop, bytes, loss.item<float>() * static_cast<float>(M_), seconds);
+    return;
+  }
+  Held h;
+  h.route = route;
+  h.attempt = hop.attempt();
+  h.input = in;
+  h.output = model_->forward(in);
+  const std::string bytes = coder_->encode_forward(position(version_, j, stage_), h.output, tokens);
+  h.forward_seconds = pace(started, 1.0 / 3);
+  const uint32_t mine = next_attempt_++;
+  std::string replica;
+  // No replica of the next stage serving yet: sent as soon as one is.
+  if (!send_on(version_, j, mine, bytes, &replica)) unsent_.push_back({j, mine, bytes});
+  if (held_.size() >= 4 * static_cast<size_t>(M_) + kMaxWaiting) held_.erase(held_.begin());
+  held_[{j, mine}] = std::move(h);
+}
+
+void SwarmPeer::reply(const std::string& route, const wire::SwarmHop& hop, const std::string& bytes,
+           float loss, double seconds) {
+  wire::Envelope e;
+  auto* b = e.mutable_swarm_hop();
+  b->set_step(hop.step());
+  b->set_micro_batch(hop.micro_batch());
+  b->set_attempt(hop.attempt());
+  b->set_backward(true);
+  b->set_boundary(bytes);
+  b->set_loss(loss);
+  b->set_seconds(static_cast<float>(seconds));
+  server_.send(route, e);
+}
+
+void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
+  const uint32_t j = hop.micro_batch();
+  router_.answered(router_id(from), m_, hop.seconds());
+  const auto started = Clock::now();
+  if (stage_ == 0) {
+    const auto it = origin_.find(j);
+    if (it == origin_.end() || it->second.attempt != hop.attempt()) return;  // an old attempt
+    Origin& f = it->second;
+    try {
+      f.output.backward(coder_->decode_backward(hop.boundary(), position(version_, j, 1),
+                                                f.output.size(0), f.output.size(1),
+                                                torch::kCPU));
+    } catch (const Error& e) {
+      event({{"event", "refused_hop"}, {"micro_batch", j}, {"why", e.what()}});
+      return;
+    }
+    measured(f.forward_seconds + pace(started, 2.0 / 3));
+    ++summary_.backwards;
+    done_.emplace_back(j, hop.loss());
+    origin_.erase(it);
+    return;
+  }
+  const auto it = held_.find({j, hop.attempt()});
+  if (it == held_.end()) return;
+  Held& h = it->second;
+  try {
+    h.output.backward(coder_->decode_backward(hop.boundary(), position(version_, j, stage_ + 1),
+                                              h.output.size(0), h.output.size(1),
+                                              torch::kCPU));
+  } catch (const Error& e) {
+    event({{"event", "refused_hop"}, {"micro_batch", j}, {"why", e.what()}});
+    held_.erase(it);
+    return;
+  }
+  const std::string bytes =
+      coder_->encode_backward(position(version_, j, stage_), h.input.grad(), h.input);
+  const double seconds = h.forward_seconds + pace(started, 2.0 / 3);
+  measured(seconds);
+  ++summary_.backwards;
+  wire::SwarmHop back = hop;
+  back.set_attempt(h.attempt);
+  reply(h.route, back, bytes, hop.loss(), seconds);
+  held_.erase(it);
+}
+
+}  // namespace agora::swarm_detail
