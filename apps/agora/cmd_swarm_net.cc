@@ -1,7 +1,6 @@
 // agora swarm serve / agora swarm peer: a swarm of unequal replicas per pipeline stage across
 // processes, its coordinator and its replicas (docs/swarm.md section 4).
 #include <fmt/format.h>
-
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -119,19 +118,17 @@ void add_swarm_peer(CLI::App& swarm) {
     SwarmPeerOptions options;
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = swarm.add_subcommand(
-      "peer", "Serve a pipeline stage as one of its replicas in a swarm");
+  auto* cmd =
+      swarm.add_subcommand("peer", "Serve a pipeline stage as one of its replicas in a swarm");
   auto& o = args->options;
   cmd->add_option("--config", args->config, "The run config the coordinator was started with")
       ->required();
   cmd->add_option("--set", args->overrides, "Override a config key (as the coordinator did)");
-  cmd->add_option("--key", args->key, "This peer's identity (agora keygen --out FILE)")
-      ->required();
+  cmd->add_option("--key", args->key, "This peer's identity (agora keygen --out FILE)")->required();
   cmd->add_option("--coordinator", o.coordinator, "The coordinator (tcp://HOST:PORT)")->required();
   cmd->add_option("--coordinator-key", args->coordinator_key, "Its public key (64 hex)")
       ->required();
-  cmd->add_option("--listen", o.listen, "Where replicas of the previous stage connect")
-      ->required();
+  cmd->add_option("--listen", o.listen, "Where replicas of the previous stage connect")->required();
   cmd->add_option("--advertise", o.advertise,
                   "The endpoint others dial (default: --listen, 0.0.0.0 as 127.0.0.1)");
   cmd->add_option("--stage", o.stage, "The stage to serve (-1: the coordinator chooses)")
@@ -147,7 +144,8 @@ void add_swarm_peer(CLI::App& swarm) {
       ->delimiter(',');
   cmd->add_option("--poll", o.poll_seconds, "Seconds between polls of the coordinator")
       ->capture_default_str();
-  cmd->add_option("--in-flight", o.in_flight, "Stage 0: micro-batches in flight at most (a slow replica keeps fewer)")
+  cmd->add_option("--in-flight", o.in_flight,
+                  "Stage 0: micro-batches in flight at most (a slow replica keeps fewer)")
       ->capture_default_str();
   cmd->add_flag("--uniform", o.uniform_routing,
                 "Route uniformly at random (the baseline), not by measured throughput");
@@ -172,10 +170,11 @@ void add_swarm_peer(CLI::App& swarm) {
     options.stop = &stop_requested();
     const net::Identity identity = net::Identity::load(args->key);
     const SwarmPeerSummary s = run_swarm_peer(config, identity, options);
-    fmt::print("stage {} at step {}: {} forwards, {} backwards, {} fetches, {} moves in {:.1f} s; "
-               "parameters {}\n",
-               s.stage, s.version, s.forwards, s.backwards, s.fetches, s.moves, s.seconds,
-               s.parameter_hash.substr(0, 16));
+    fmt::print(
+        "stage {} at step {}: {} forwards, {} backwards, {} fetches, {} moves in {:.1f} s; "
+        "parameters {}\n",
+        s.stage, s.version, s.forwards, s.backwards, s.fetches, s.moves, s.seconds,
+        s.parameter_hash.substr(0, 16));
   });
 }
 

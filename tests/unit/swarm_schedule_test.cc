@@ -1,6 +1,4 @@
 // swarm/schedule.h: the swarm coordinator's decisions, on a hand-driven clock.
-#include "agora/swarm/schedule.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,13 +6,20 @@
 #include <vector>
 
 #include "agora/core/error.h"
+#include "agora/swarm/schedule.h"
 
 namespace agora {
 namespace {
 
-std::string key(int i) { return std::string(32, static_cast<char>('a' + i)); }
-std::string hash(int i) { return std::string(32, static_cast<char>('A' + i)); }
-std::string endpoint(int i) { return "tcp://127.0.0.1:" + std::to_string(9000 + i); }
+std::string key(int i) {
+  return std::string(32, static_cast<char>('a' + i));
+}
+std::string hash(int i) {
+  return std::string(32, static_cast<char>('A' + i));
+}
+std::string endpoint(int i) {
+  return "tcp://127.0.0.1:" + std::to_string(9000 + i);
+}
 
 SwarmScheduleOptions options(int64_t stages = 2, int64_t micro_batches = 4) {
   SwarmScheduleOptions o;

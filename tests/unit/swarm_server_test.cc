@@ -1,7 +1,5 @@
 // swarm/coordinator_server.h over real CURVE sockets: hostile and confused clients are refused
 // with a reason, a flood is cut by the rate bound, honest replicas are answered.
-#include "agora/swarm/coordinator_server.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +12,7 @@
 
 #include "agora/net/curve_socket.h"
 #include "agora/net/identity.h"
+#include "agora/swarm/coordinator_server.h"
 
 namespace agora {
 namespace {
@@ -106,19 +105,23 @@ TEST_F(SwarmServer, RefusesHellosThatLieAndPollsBeforeAHello) {
   Client a(endpoint_, server_id_.public_key(), 2);
   Client b(endpoint_, server_id_.public_key(), 3);
   // Another member's key: the connection proved a's.
-  EXPECT_NE(a.hello(b.identity.public_key(), options_.fingerprint, 0).refused().find(
-                "not the key this connection authenticated"),
+  EXPECT_NE(a.hello(b.identity.public_key(), options_.fingerprint, 0)
+                .refused()
+                .find("not the key this connection authenticated"),
             std::string::npos);
   // Another run config.
-  EXPECT_NE(a.hello(a.identity.public_key(), std::string(32, 'X'), 0).refused().find(
-                "another run config"),
+  EXPECT_NE(a.hello(a.identity.public_key(), std::string(32, 'X'), 0)
+                .refused()
+                .find("another run config"),
             std::string::npos);
   // A stage the run does not have, an endpoint nobody can dial.
-  EXPECT_NE(a.hello(a.identity.public_key(), options_.fingerprint, 5).refused().find(
-                "stage 5 does not exist"),
+  EXPECT_NE(a.hello(a.identity.public_key(), options_.fingerprint, 5)
+                .refused()
+                .find("stage 5 does not exist"),
             std::string::npos);
-  EXPECT_NE(a.hello(a.identity.public_key(), options_.fingerprint, 0, "ipc:///x").refused().find(
-                "tcp://"),
+  EXPECT_NE(a.hello(a.identity.public_key(), options_.fingerprint, 0, "ipc:///x")
+                .refused()
+                .find("tcp://"),
             std::string::npos);
   // A poll from a key that never said hello.
   b.poll();

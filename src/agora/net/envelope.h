@@ -36,8 +36,9 @@ struct DecodeLimits {
   size_t max_control = kMaxControlBytes;
   // Blob, TensorData, StageData, RlPolicy, AsyncDelivery and the swarm's SwarmPoll, SwarmView
   // and SwarmHop: one payload, one tensor, one boundary message, one policy, one
-  // pseudo-gradient, a stage's DeMo contributions or a micro-batch's activations. 1 GiB holds the largest tensor of the 1b
-  // preset (its 393 MiB embedding) with room, and stays far below protobuf's 2 GiB ceiling.
+  // pseudo-gradient, a stage's DeMo contributions or a micro-batch's activations. 1 GiB holds the
+  // largest tensor of the 1b preset (its 393 MiB embedding) with room, and stays far below
+  // protobuf's 2 GiB ceiling.
   size_t max_data = size_t{1} << 30;
 };
 

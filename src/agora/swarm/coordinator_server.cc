@@ -227,7 +227,8 @@ class Server {
       obs::gauge(metrics_, m::kSwarmStageThroughput, {{"stage", s}})
           .set(stage["throughput"].get<double>());
       int serving = 0, loading = 0;
-      for (const nlohmann::json& r : stage["replicas"]) (r["state"] == "serving" ? serving : loading)++;
+      for (const nlohmann::json& r : stage["replicas"])
+        (r["state"] == "serving" ? serving : loading)++;
       obs::gauge(metrics_, m::kSwarmReplicas, {{"stage", s}, {"state", "serving"}}).set(serving);
       obs::gauge(metrics_, m::kSwarmReplicas, {{"stage", s}, {"state", "loading"}}).set(loading);
     }
@@ -261,7 +262,7 @@ class Server {
   Clock::time_point born_ = Clock::now();
   net::Context context_;
   net::Server server_;
-  std::map<std::string, std::string> keys_;  // curve key -> ed25519 key, after a hello
+  std::map<std::string, std::string> keys_;   // curve key -> ed25519 key, after a hello
   std::map<std::string, TokenBucket> rates_;  // members only
   TokenBucket strangers_;
   std::ofstream events_;

@@ -14,7 +14,9 @@
 namespace agora {
 namespace {
 
-std::string short_hex(const std::string& key) { return hex_encode(key).substr(0, 8); }
+std::string short_hex(const std::string& key) {
+  return hex_encode(key).substr(0, 8);
+}
 
 }  // namespace
 
@@ -46,7 +48,8 @@ SwarmSchedule::SwarmSchedule(SwarmScheduleOptions options) : o_(std::move(option
   if (o_.micro_batches < 1 || o_.micro_batches > 65536) {
     fail("swarm: {} micro-batches per step, allowed 1 to 65536", o_.micro_batches);
   }
-  if (o_.micro_batch_size < 1) fail("swarm: micro_batch_size {}, allowed >= 1", o_.micro_batch_size);
+  if (o_.micro_batch_size < 1)
+    fail("swarm: micro_batch_size {}, allowed >= 1", o_.micro_batch_size);
   if (o_.costs.empty()) o_.costs.assign(static_cast<size_t>(o_.stages), 1.0);
   if (static_cast<int64_t>(o_.costs.size()) != o_.stages) {
     fail("swarm: {} stage costs for {} stages", o_.costs.size(), o_.stages);
@@ -86,14 +89,14 @@ bool SwarmSchedule::gets_round(const Member& m) const {
   return m.ready && (before.empty() || m.hash == before);
 }
 
-SwarmAnswer SwarmSchedule::hello(const std::string& key, const std::string& endpoint,
-                                 int64_t stage, double now) {
+SwarmAnswer SwarmSchedule::hello(const std::string& key, const std::string& endpoint, int64_t stage,
+                                 double now) {
   SwarmAnswer answer;
   answer.step = step_;
   answer.phase = phase_;
   if (stage >= o_.stages || stage < -1) {
-    answer.refused = fmt::format("stage {} does not exist (allowed: 0 to {}, or -1: any)", stage,
-                                 o_.stages - 1);
+    answer.refused =
+        fmt::format("stage {} does not exist (allowed: 0 to {}, or -1: any)", stage, o_.stages - 1);
     return answer;
   }
   if (endpoint.empty() || endpoint.size() > 256 || endpoint.rfind("tcp://", 0) != 0) {
@@ -155,8 +158,8 @@ SwarmAnswer SwarmSchedule::poll(const std::string& key, const SwarmReport& repor
     }
     retried_ += std::clamp<int64_t>(report.retried, 0, o_.micro_batches);
     const int64_t room = o_.max_hold - static_cast<int64_t>(m.holding.size());
-    const int64_t give = std::min<int64_t>({std::max<int64_t>(report.wants, 0), room,
-                                            static_cast<int64_t>(pool_.size())});
+    const int64_t give = std::min<int64_t>(
+        {std::max<int64_t>(report.wants, 0), room, static_cast<int64_t>(pool_.size())});
     for (int64_t i = 0; i < give; ++i) {
       a.micro_batches.push_back(pool_.front());
       m.holding.insert(pool_.front());
@@ -279,8 +282,7 @@ void SwarmSchedule::advance(double now) {
     if (!any) unserved = s;
   }
   if (unserved >= 0) {
-    const std::string why =
-        fmt::format("stage {} has no replica holding step {}", unserved, step_);
+    const std::string why = fmt::format("stage {} has no replica holding step {}", unserved, step_);
     if (phase_ == SwarmPhase::kTraining || why != waiting_for_) {
       if (started_ >= 0) {
         event({{"event", "swarm_waiting"}, {"stage", unserved}, {"step", step_}, {"why", why}});
@@ -386,8 +388,8 @@ void SwarmSchedule::rebalance(double now) {
   if (!move) return;
   for (auto& [k, m] : members_) {
     if (m.id != move->peer) continue;
-    m.seconds_per_sample *= o_.costs[static_cast<size_t>(move->to)] /
-                            o_.costs[static_cast<size_t>(move->from)];
+    m.seconds_per_sample *=
+        o_.costs[static_cast<size_t>(move->to)] / o_.costs[static_cast<size_t>(move->from)];
     m.stage = move->to;
     m.ready = false;
     ++moves_;
@@ -464,8 +466,8 @@ nlohmann::json SwarmSchedule::summary(double now) const {
   const double seconds = started_ >= 0 ? std::max(1e-9, end - started_) : 0.0;
   const int64_t samples = step_ * o_.micro_batches * o_.micro_batch_size;
   const double rate = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
-  const double ideal = seconds > 0 ? (last_step_end_ >= 0 ? ideal_at_step_end_ : 0.0) / seconds
-                                   : 0.0;
+  const double ideal =
+      seconds > 0 ? (last_step_end_ >= 0 ? ideal_at_step_end_ : 0.0) / seconds : 0.0;
   return {{"event", "swarm_summary"},
           {"steps", step_},
           {"steps_wanted", o_.steps},

@@ -69,15 +69,15 @@ const char* phase_name(SwarmPhase phase);
 struct SwarmScheduleOptions {
   int64_t stages = 2;
   int64_t steps = 1;
-  int64_t micro_batches = 1;       // M per step
-  int64_t micro_batch_size = 1;    // samples per micro-batch (for throughput)
-  std::vector<double> costs;       // per stage (balance.h); empty = 1 each
-  int64_t start_peers = 1;         // ready peers before the first step
-  double peer_timeout = 5;         // seconds of silence before a peer is lost
-  double rebalance_seconds = 0;    // 0 = never
-  double min_gain = 0.05;          // balance.h plan_move
+  int64_t micro_batches = 1;     // M per step
+  int64_t micro_batch_size = 1;  // samples per micro-batch (for throughput)
+  std::vector<double> costs;     // per stage (balance.h); empty = 1 each
+  int64_t start_peers = 1;       // ready peers before the first step
+  double peer_timeout = 5;       // seconds of silence before a peer is lost
+  double rebalance_seconds = 0;  // 0 = never
+  double min_gain = 0.05;        // balance.h plan_move
   int64_t max_members = 64;
-  int64_t max_hold = 16;           // micro-batches one stage-0 replica holds at once
+  int64_t max_hold = 16;  // micro-batches one stage-0 replica holds at once
 };
 
 // What a peer reports in a poll (SwarmPoll).
@@ -121,8 +121,7 @@ class SwarmSchedule {
 
   // A peer's hello: `stage` < 0 lets the coordinator choose. Returns the answer (refused says why
   // when the swarm is full or the stage does not exist).
-  SwarmAnswer hello(const std::string& key, const std::string& endpoint, int64_t stage,
-                    double now);
+  SwarmAnswer hello(const std::string& key, const std::string& endpoint, int64_t stage, double now);
   // A known peer's poll; an unknown key is refused ("say hello first").
   SwarmAnswer poll(const std::string& key, const SwarmReport& report, double now);
   // Loses silent peers and moves the phase on; call it often.
@@ -182,7 +181,7 @@ class SwarmSchedule {
   uint64_t completed_step_ = 0;
   bool have_completed_ = false;
   std::vector<std::vector<std::pair<std::string, std::string>>> completed_;
-  std::vector<std::string> stage_hash_;  // per stage, at step_ (kept when every replica dies)
+  std::vector<std::string> stage_hash_;     // per stage, at step_ (kept when every replica dies)
   std::vector<std::string> previous_hash_;  // per stage, at step_ - 1
   // Throughput: from the first step's start; the ideal integrated over time.
   double started_ = -1, step_started_ = 0, last_account_ = 0, ideal_integral_ = 0;

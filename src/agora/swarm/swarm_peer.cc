@@ -1,9 +1,9 @@
 // The replica process (swarm_peer.h): set-up, the coordinator, the step's sync.
-#include "agora/swarm/swarm_peer_detail.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
+
+#include "agora/swarm/swarm_peer_detail.h"
 
 namespace agora::swarm_detail {
 
@@ -27,15 +27,15 @@ uint64_t router_id(const std::string& key) {
   return id;
 }
 
-SwarmPeer::SwarmPeer(const RunConfig& config, const net::Identity& identity, const SwarmPeerOptions& o)
+SwarmPeer::SwarmPeer(const RunConfig& config, const net::Identity& identity,
+                     const SwarmPeerOptions& o)
     : config_(config),
       o_(o),
       identity_(identity),
       S_(config.pipeline.stages),
       M_(config.train.batch_size / config.train.micro_batch_size),
       m_(config.train.micro_batch_size),
-      costs_(!o.costs.empty() ? o.costs
-                              : swarm_stage_costs(config.model, config.pipeline.stages)),
+      costs_(!o.costs.empty() ? o.costs : swarm_stage_costs(config.model, config.pipeline.stages)),
       data_(Sampler::from_directory(config.data.dir, "train",
                                     static_cast<uint32_t>(config.data.seq_len), config.seed)),
       fingerprint_(stage_run_fingerprint(config)),
@@ -226,8 +226,8 @@ void SwarmPeer::on_view(const wire::SwarmView& v) {
   }
   // One step behind with the stage's hash there: the round that brings it to the step comes
   // in the answer to its next poll.
-  const bool round_coming = ready_ && version_ + 1 == step_ &&
-                            (v.previous_hash().empty() || v.previous_hash() == hash_);
+  const bool round_coming =
+      ready_ && version_ + 1 == step_ && (v.previous_hash().empty() || v.previous_hash() == hash_);
   if (version_ != step_ && !round_coming) ready_ = false;
   if (ready_ && version_ == step_ && !stage_hash_.empty() && hash_ != stage_hash_) {
     event({{"event", "outvoted"}, {"version", version_}, {"hash", hex_encode(hash_)}});
@@ -301,7 +301,8 @@ void SwarmPeer::contribute() {
 void SwarmPeer::apply_round(const wire::SwarmView& v) {
   round_seen_ = true;
   std::vector<Contribution> round;
-  for (const wire::SwarmContribution& c : v.round()) round.push_back({hex_encode(c.key()), c.payload()});
+  for (const wire::SwarmContribution& c : v.round())
+    round.push_back({hex_encode(c.key()), c.payload()});
   StepContext context{static_cast<int64_t>(version_), config_.learning_rate(version_),
                       static_cast<int64_t>(round.size())};
   const ApplyReport report = demo_->apply(context, round);
@@ -312,7 +313,8 @@ void SwarmPeer::apply_round(const wire::SwarmView& v) {
   payload_.reset();
   report_now_ = true;  // the coordinator hands out the next step's work once it hears
   nlohmann::json refused = nlohmann::json::array();
-  for (const auto& r : report.refused) refused.push_back({{"peer", r.peer.substr(0, 8)}, {"reason", r.reason}});
+  for (const auto& r : report.refused)
+    refused.push_back({{"peer", r.peer.substr(0, 8)}, {"reason", r.reason}});
   event({{"event", "step"},
          {"stage", stage_},
          {"version", version_},
@@ -327,8 +329,7 @@ void SwarmPeer::apply_round(const wire::SwarmView& v) {
 void SwarmPeer::event(nlohmann::json e) {
   if (!events_.is_open()) return;
   e["t"] = now();
-  events_ << e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n'
-          << std::flush;
+  events_ << e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n' << std::flush;
 }
 
 }  // namespace agora::swarm_detail
@@ -346,8 +347,9 @@ SwarmPeerSummary run_swarm_peer(const RunConfig& config, const net::Identity& id
          config.train.batch_size, config.train.micro_batch_size);
   }
   if (config.demo.lookahead) {
-    fail("demo.lookahead is not available in a swarm (allowed: false): replicas take their "
-         "gradients at the stage's parameters");
+    fail(
+        "demo.lookahead is not available in a swarm (allowed: false): replicas take their "
+        "gradients at the stage's parameters");
   }
   if (options.listen.empty()) fail("agora swarm peer needs --listen (where replicas connect)");
   if (!(options.speed > 0) || !(options.pace_unit >= 0)) {
@@ -374,4 +376,3 @@ SwarmPeerSummary run_swarm_peer(const RunConfig& config, const net::Identity& id
 }
 
 }  // namespace agora
-

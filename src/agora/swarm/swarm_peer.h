@@ -56,16 +56,16 @@
 namespace agora {
 
 struct SwarmPeerOptions {
-  std::string coordinator;          // tcp://HOST:PORT
+  std::string coordinator;  // tcp://HOST:PORT
   net::PublicKey coordinator_key;
-  std::string listen;               // where replicas of the previous stage connect
-  std::string advertise;            // the endpoint others dial ("" = listen's, 0.0.0.0 -> 127.0.0.1)
-  int64_t stage = -1;               // asked for; -1 = the coordinator chooses
-  double speed = 1;                 // with pace_unit: this machine's speed (1 = reference)
-  double pace_unit = 0;             // seconds per sample (forward + backward) at speed 1; 0 = none
-  std::vector<double> costs;        // per stage, for the pace; empty = swarm_stage_costs
-  int64_t in_flight = 4;            // stage 0: micro-batches in flight at most (a slow one keeps fewer)
-  bool uniform_routing = false;     // uniform random routing (the baseline), not by throughput
+  std::string listen;         // where replicas of the previous stage connect
+  std::string advertise;      // the endpoint others dial ("" = listen's, 0.0.0.0 -> 127.0.0.1)
+  int64_t stage = -1;         // asked for; -1 = the coordinator chooses
+  double speed = 1;           // with pace_unit: this machine's speed (1 = reference)
+  double pace_unit = 0;       // seconds per sample (forward + backward) at speed 1; 0 = none
+  std::vector<double> costs;  // per stage, for the pace; empty = swarm_stage_costs
+  int64_t in_flight = 4;      // stage 0: micro-batches in flight at most (a slow one keeps fewer)
+  bool uniform_routing = false;  // uniform random routing (the baseline), not by throughput
   double poll_seconds = 0.02;
   double timeout_seconds = 30;      // coordinator silence; a micro-batch's round trip
   std::filesystem::path events;     // JSON lines
@@ -81,7 +81,7 @@ struct SwarmPeerSummary {
   std::string parameter_hash;  // hex, of its stage at `version`
   int64_t forwards = 0, backwards = 0, fetches = 0, moves = 0;
   double seconds = 0;
-  bool finished = false;       // the run finished (not stopped)
+  bool finished = false;  // the run finished (not stopped)
 };
 
 // Runs until the run is finished, *stop, or an error (thrown, naming what happened).

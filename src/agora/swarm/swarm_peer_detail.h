@@ -30,9 +30,9 @@
 #include "agora/pipeline/subspace.h"
 #include "agora/swarm/router.h"
 #include "agora/swarm/schedule.h"
+#include "agora/swarm/swarm_peer.h"
 #include "agora/train/batches.h"
 #include "agora/train/loss.h"
-#include "agora/swarm/swarm_peer.h"
 #include "agora/train/parameter_hash.h"
 
 namespace agora::swarm_detail {

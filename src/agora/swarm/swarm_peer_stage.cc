@@ -1,8 +1,8 @@
 // The replica process (swarm_peer.h): its stage's parameters between replicas and the disk:
 // answering GetTensor, fetching a stage hash-checked, saving and restoring it.
-#include "agora/swarm/swarm_peer_detail.h"
-
 #include <algorithm>
+
+#include "agora/swarm/swarm_peer_detail.h"
 
 namespace agora::swarm_detail {
 
@@ -103,13 +103,17 @@ void SwarmPeer::restore(const std::string& previous_hash) {
   become_ready(at, hash, "restored", 0);
 }
 
-void SwarmPeer::become_ready(uint64_t step, const std::string& hash, const char* how, double seconds) {
+void SwarmPeer::become_ready(uint64_t step, const std::string& hash, const char* how,
+                             double seconds) {
   if (std::string(how) != "restored") new_momentum();
   version_ = step;
   hash_ = hash;
   ready_ = true;
   forget_work();
-  event({{"event", how}, {"stage", stage_}, {"version", step}, {"hash", hex_encode(hash)},
+  event({{"event", how},
+         {"stage", stage_},
+         {"version", step},
+         {"hash", hex_encode(hash)},
          {"seconds", seconds}});
 }
 

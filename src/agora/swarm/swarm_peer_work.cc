@@ -1,10 +1,10 @@
 // The replica process (swarm_peer.h): micro-batches. Forwards in, backwards back, stage 0's
 // micro-batches out and sent again, routing by SwarmRouter, the pace of a slower machine.
-#include "agora/swarm/swarm_peer_detail.h"
-
 #include <algorithm>
 #include <cerrno>
 #include <thread>
+
+#include "agora/swarm/swarm_peer_detail.h"
 
 namespace agora::swarm_detail {
 
@@ -78,8 +78,10 @@ void SwarmPeer::wait_for_messages() {
   std::vector<zmq::pollitem_t> items;
   items.push_back({server_.socket().handle(), 0, ZMQ_POLLIN, 0});
   items.push_back({coordinator_.socket().handle(), 0, ZMQ_POLLIN, 0});
-  for (auto& [key, client] : clients_) items.push_back({client->socket().handle(), 0, ZMQ_POLLIN, 0});
-  if (fetch_ && fetch_->client) items.push_back({fetch_->client->socket().handle(), 0, ZMQ_POLLIN, 0});
+  for (auto& [key, client] : clients_)
+    items.push_back({client->socket().handle(), 0, ZMQ_POLLIN, 0});
+  if (fetch_ && fetch_->client)
+    items.push_back({fetch_->client->socket().handle(), 0, ZMQ_POLLIN, 0});
   try {
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(5));
   } catch (const zmq::error_t& e) {
@@ -134,7 +136,8 @@ bool SwarmPeer::compute() {
 }
 
 torch::Tensor SwarmPeer::windows(uint64_t step, uint32_t j) const {
-  return read_sequences(data_, step * static_cast<uint64_t>(M_ * m_) + j * static_cast<uint64_t>(m_), m_);
+  return read_sequences(data_,
+                        step * static_cast<uint64_t>(M_ * m_) + j * static_cast<uint64_t>(m_), m_);
 }
 
 BoundaryPosition SwarmPeer::position(uint64_t step, uint32_t j, int64_t stage) const {
@@ -158,7 +161,7 @@ void SwarmPeer::measured(double seconds) {
 }
 
 bool SwarmPeer::send_on(uint64_t step, uint32_t j, uint32_t attempt, const std::string& bytes,
-             std::string* replica) {
+                        std::string* replica) {
   const std::optional<uint64_t> id = router_.pick(m_, now());
   if (!id) return false;
   *replica = by_id_.at(*id);
@@ -187,9 +190,8 @@ void SwarmPeer::start(uint32_t j) {
 }
 
 bool SwarmPeer::resend_due() {
-  const double limit = round_trips_ >= 3
-                           ? std::clamp(4 * round_trip_, 1.0, o_.timeout_seconds)
-                           : o_.timeout_seconds;
+  const double limit =
+      round_trips_ >= 3 ? std::clamp(4 * round_trip_, 1.0, o_.timeout_seconds) : o_.timeout_seconds;
   for (auto& [j, f] : origin_) {
     const bool gone = f.sent && next_.count(f.replica) == 0;
     if (f.sent && !gone && seconds_since(f.sent_at) < limit) continue;
@@ -212,9 +214,10 @@ void SwarmPeer::forward(const std::string& route, const wire::SwarmHop& hop) {
   const torch::Tensor tokens = w.narrow(1, 0, config_.data.seq_len);
   torch::Tensor in;
   try {
-    in = coder_->decode_forward(hop.boundary(), position(version_, j, stage_ - 1), tokens,
-                                torch::kCPU)
-             .requires_grad_(true);
+    in =
+        coder_
+            ->decode_forward(hop.boundary(), position(version_, j, stage_ - 1), tokens, torch::kCPU)
+            .requires_grad_(true);
   } catch (const Error& e) {
     event({{"event", "refused_hop"}, {"micro_batch", j}, {"why", e.what()}});
     return;
@@ -250,7 +253,7 @@ void SwarmPeer::forward(const std::string& route, const wire::SwarmHop& hop) {
 }
 
 void SwarmPeer::reply(const std::string& route, const wire::SwarmHop& hop, const std::string& bytes,
-           float loss, double seconds) {
+                      float loss, double seconds) {
   wire::Envelope e;
   auto* b = e.mutable_swarm_hop();
   b->set_step(hop.step());
@@ -273,8 +276,7 @@ void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
     Origin& f = it->second;
     try {
       f.output.backward(coder_->decode_backward(hop.boundary(), position(version_, j, 1),
-                                                f.output.size(0), f.output.size(1),
-                                                torch::kCPU));
+                                                f.output.size(0), f.output.size(1), torch::kCPU));
     } catch (const Error& e) {
       event({{"event", "refused_hop"}, {"micro_batch", j}, {"why", e.what()}});
       return;
@@ -290,8 +292,7 @@ void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
   Held& h = it->second;
   try {
     h.output.backward(coder_->decode_backward(hop.boundary(), position(version_, j, stage_ + 1),
-                                              h.output.size(0), h.output.size(1),
-                                              torch::kCPU));
+                                              h.output.size(0), h.output.size(1), torch::kCPU));
   } catch (const Error& e) {
     event({{"event", "refused_hop"}, {"micro_batch", j}, {"why", e.what()}});
     held_.erase(it);
