@@ -144,8 +144,7 @@ void add_swarm_peer(CLI::App& swarm) {
       ->delimiter(',');
   cmd->add_option("--poll", o.poll_seconds, "Seconds between polls of the coordinator")
       ->capture_default_str();
-  cmd->add_option("--in-flight", o.in_flight,
-                  "Stage 0: micro-batches in flight at most (a slow replica keeps fewer)")
+  cmd->add_option("--in-flight", o.in_flight, "Stage 0: micro-batches in flight at once")
       ->capture_default_str();
   cmd->add_flag("--uniform", o.uniform_routing,
                 "Route uniformly at random (the baseline), not by measured throughput");

@@ -12,7 +12,9 @@ by the coordinator's events:
   - after step 8: both replicas of stage 2 are SIGKILLed. The run must wait (phase "waiting",
     stage 2 "no replica" in /api/swarm) rather than fail; one is started again and brings stage 2
     back from the copy it saved (restored), the other (without its copy) fetches it from that
-    one.
+    one;
+  - after step 12: a stage-0 replica is stopped (SIGSTOP) until the coordinator loses it, then
+    continued: it must join again by itself.
 Checked, from the structured output only:
   - the coordinator finishes every step; it lost the three replicas and logged the wait;
   - every replica finishes at the last step, and the replicas of each stage end bit-identical
@@ -31,7 +33,7 @@ import sys
 import time
 import urllib.request
 
-STEPS = 18
+STEPS = 20
 PACE = 0.02  # seconds per sample at speed 1: a step of 32 samples takes about a second
 
 
@@ -139,6 +141,13 @@ def main():
         shutil.rmtree(f"{out}/state-p5")
         start("p5")
 
+        # A stall longer than the coordinator's patience (a suspended laptop, a partition):
+        # stage-0 replica p1 is lost, then comes back and joins again by itself.
+        wait_for("step 12", stepped(12))
+        peers["p1"].send_signal(signal.SIGSTOP)
+        wait_for("p1 lost", lost("p1"))
+        peers["p1"].send_signal(signal.SIGCONT)
+
         assert coordinator.wait(timeout=300) == 0, "the coordinator failed"
         for name, p in peers.items():
             assert p.wait(timeout=60) == 0, f"{name} failed: see {out}/{name}.out"
@@ -150,7 +159,7 @@ def main():
     log_events = events(log)
     summary = next(e for e in log_events if e["event"] == "swarm_summary")
     assert summary["steps"] == STEPS and summary["samples"] == STEPS * 32, summary
-    assert summary["lost"] >= 3 and summary["waiting_seconds"] > 0, summary
+    assert summary["lost"] >= 4 and summary["waiting_seconds"] > 0, summary
     assert any(e["event"] == "swarm_waiting" and e["stage"] == 2 for e in log_events), log_events
     assert summary["last_loss"] < summary["first_loss"], summary
 
@@ -176,6 +185,7 @@ def main():
     assert len(restored) == 1 and restored[0]["hash"] == step_hash("p5", restored[0]["version"])
     p5 = [e for e in events(f"{out}/p5.jsonl") if e["event"] == "fetched"]
     assert len(p5) == 1 and p5[0]["version"] >= restored[0]["version"], p5
+    assert any(e["event"] == "rejoin" for e in events(f"{out}/p1.jsonl")), "p1 never rejoined"
 
     merged = f"{out}/merged-stages"
     os.makedirs(merged)

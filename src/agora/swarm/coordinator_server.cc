@@ -117,7 +117,7 @@ class Server {
     if (!in.message.has_swarm_poll()) return;
     if (known == keys_.end()) {
       SwarmAnswer refused;
-      refused.refused = "not a member: say hello first";
+      refused.refused = kNotAMember;
       return answer(in.route, refused);
     }
     const wire::SwarmPoll& p = in.message.swarm_poll();

@@ -134,7 +134,7 @@ SwarmAnswer SwarmSchedule::poll(const std::string& key, const SwarmReport& repor
   a.epoch = epoch_;
   const auto it = members_.find(key);
   if (it == members_.end()) {
-    a.refused = "not a member: say hello first";
+    a.refused = kNotAMember;
     return a;
   }
   Member& m = it->second;

@@ -64,6 +64,10 @@ namespace agora {
 std::vector<double> swarm_stage_costs(const ModelConfig& model, int64_t stages);
 
 enum class SwarmPhase { kWaiting, kTraining, kSyncing, kFinished };
+
+// The refusal of a poll from a key that is not a member (never said hello, or was lost): the
+// peer says hello again.
+inline constexpr const char* kNotAMember = "not a member: say hello first";
 const char* phase_name(SwarmPhase phase);
 
 struct SwarmScheduleOptions {

@@ -107,10 +107,11 @@ void SwarmPeer::hello() {
   h->set_key(identity_.public_key());
   h->set_agent("agora");
   h->set_endpoint(endpoint_to_dial(o_, server_.bound_endpoint()));
-  h->set_stage(static_cast<int32_t>(o_.stage));
+  // Joining again: the stage it holds.
+  h->set_stage(static_cast<int32_t>(stage_ >= 0 ? stage_ : o_.stage));
   h->set_fingerprint(fingerprint_);
   coordinator_.send(e);
-  last_view_ = last_poll_ = Clock::now();
+  last_view_ = last_poll_ = last_hello_ = Clock::now();
   event({{"event", "start"},
          {"endpoint", h->endpoint()},
          {"key", net::key_to_hex(identity_.public_key())},
@@ -189,7 +190,7 @@ bool SwarmPeer::poll_if_due() {
     const int64_t have = static_cast<int64_t>(assigned_.size() + origin_.size());
     // One more than it keeps in flight, so the next starts at once; no more, so a slow
     // replica does not sit on micro-batches the fast ones could take at the step's end.
-    p->set_wants(static_cast<uint32_t>(std::max<int64_t>(0, window() + 1 - have)));
+    p->set_wants(static_cast<uint32_t>(std::max<int64_t>(0, o_.in_flight + 1 - have)));
   }
   for (const auto& [j, loss] : done_) {
     auto* d = p->add_done();
@@ -208,6 +209,15 @@ bool SwarmPeer::poll_if_due() {
 void SwarmPeer::on_view(const wire::SwarmView& v) {
   last_view_ = Clock::now();
   polls_in_flight_ = std::max(0, polls_in_flight_ - 1);
+  if (v.refused() == kNotAMember) {
+    // The coordinator lost this peer (silent past its timeout: a stall, a partition): join
+    // again. Parameters it still holds at the stage's hash make it ready at once.
+    if (seconds_since(last_hello_) > 1) {
+      event({{"event", "rejoin"}, {"stage", stage_}, {"version", version_}});
+      hello();
+    }
+    return;
+  }
   if (!v.refused().empty()) fail("the coordinator refused this peer: {}", v.refused());
   if (stage_ != static_cast<int64_t>(v.stage())) {
     if (v.stage() >= static_cast<uint32_t>(S_)) fail("the coordinator named stage {}", v.stage());

@@ -64,7 +64,7 @@ struct SwarmPeerOptions {
   double speed = 1;           // with pace_unit: this machine's speed (1 = reference)
   double pace_unit = 0;       // seconds per sample (forward + backward) at speed 1; 0 = none
   std::vector<double> costs;  // per stage, for the pace; empty = swarm_stage_costs
-  int64_t in_flight = 4;      // stage 0: micro-batches in flight at most (a slow one keeps fewer)
+  int64_t in_flight = 4;      // stage 0: micro-batches in flight at once
   bool uniform_routing = false;  // uniform random routing (the baseline), not by throughput
   double poll_seconds = 0.02;
   double timeout_seconds = 30;      // coordinator silence; a micro-batch's round trip

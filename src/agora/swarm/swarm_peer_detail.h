@@ -118,11 +118,6 @@ class SwarmPeer {
   bool resend_due();
 
   void arrived(const wire::SwarmHop& hop);
-
-  // Stage 0: micro-batches to keep in flight, at most in_flight: enough to cover a round trip
-  // with this replica's own compute (one more than round trip / own seconds per micro-batch), so
-  // a slow stage-0 replica does not queue work that would finish the step late.
-  int64_t window() const;
   void forward(const std::string& route, const wire::SwarmHop& hop);
   void reply(const std::string& route, const wire::SwarmHop& hop, const std::string& bytes,
              float loss, double seconds);
@@ -185,7 +180,7 @@ class SwarmPeer {
   uint64_t step_ = 0;
   std::string phase_ = "waiting", stage_hash_;
   bool finished_ = false;
-  Clock::time_point last_view_, last_poll_, last_restore_try_;
+  Clock::time_point last_view_, last_poll_, last_restore_try_, last_hello_;
   int polls_in_flight_ = 0;
 
   // Routing and work.

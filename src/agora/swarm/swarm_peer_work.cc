@@ -67,13 +67,6 @@ void SwarmPeer::arrived(const wire::SwarmHop& hop) {
   round_trip_ = round_trips_++ == 0 ? trip : 0.9 * round_trip_ + 0.1 * trip;
 }
 
-int64_t SwarmPeer::window() const {
-  const double own = seconds_per_sample_ * static_cast<double>(m_);
-  if (round_trips_ < 3 || own <= 0) return o_.in_flight;
-  const auto covering = static_cast<int64_t>(std::ceil(round_trip_ / own)) + 1;
-  return std::clamp<int64_t>(covering, std::min<int64_t>(2, o_.in_flight), o_.in_flight);
-}
-
 void SwarmPeer::wait_for_messages() {
   std::vector<zmq::pollitem_t> items;
   items.push_back({server_.socket().handle(), 0, ZMQ_POLLIN, 0});
@@ -126,7 +119,7 @@ bool SwarmPeer::compute() {
   }
   if (stage_ != 0) return false;
   if (resend_due()) return true;
-  if (!assigned_.empty() && static_cast<int64_t>(origin_.size()) < window()) {
+  if (!assigned_.empty() && static_cast<int64_t>(origin_.size()) < o_.in_flight) {
     const uint32_t j = assigned_.front();
     assigned_.pop_front();
     start(j);
