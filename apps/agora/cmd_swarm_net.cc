@@ -10,6 +10,7 @@
 #include "agora/core/error.h"
 #include "agora/data/data_meta.h"
 #include "agora/net/identity.h"
+#include "agora/pipeline/partition.h"
 #include "agora/pipeline/stage_checkpoint.h"
 #include "agora/swarm/coordinator_server.h"
 #include "agora/swarm/swarm_peer.h"
@@ -87,6 +88,12 @@ void add_swarm_serve(CLI::App& swarm) {
     options.schedule.steps = config.train.steps;
     options.schedule.micro_batch_size = config.train.micro_batch_size;
     options.schedule.micro_batches = config.train.batch_size / config.train.micro_batch_size;
+    // A DeMo contribution holds at most a position and a value per parameter of its stage.
+    int64_t largest = 0;
+    for (const StageSpan& span : partition_model(config.model, config.pipeline.stages)) {
+      largest = std::max(largest, span.parameters);
+    }
+    options.max_message_bytes = static_cast<size_t>(largest) * 12 + (size_t{1} << 20);
     options.schedule.costs = !args->costs.empty()
                                  ? args->costs
                                  : swarm_stage_costs(config.model, config.pipeline.stages);

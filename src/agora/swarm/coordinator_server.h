@@ -40,7 +40,9 @@ struct SwarmServerOptions {
   std::filesystem::path out = "runs/swarm";
   double linger_seconds = 3;  // answering "finished" after the last step
   double messages_per_second = 400, burst = 2000;
-  size_t max_message_bytes = size_t{256} << 20;  // a poll carries a stage's DeMo contribution
+  // A poll carries a stage's DeMo contribution; a larger message is dropped by the socket. The
+  // CLI sets it from the largest stage (12 bytes per parameter and 1 MiB).
+  size_t max_message_bytes = size_t{256} << 20;
   bool progress = true;
   const std::atomic<bool>* stop = nullptr;
 };

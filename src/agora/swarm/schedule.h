@@ -30,7 +30,7 @@
 // in its view as `source`, and checked against the stage's hash). A peer silent for peer_timeout
 // seconds is lost: its micro-batches go back to the pool, it leaves its round, and the epoch
 // (in every answer) grows. What a lost replica held in flight is lost; the stage-0 replicas send
-// it again when it does not come back (swarm_peer.h).
+// again what was out at that moment and does not come back (swarm_peer.h).
 // A hello from a known key is a restart: the old incarnation is lost first.
 //
 // Hashes. Every ready replica reports its stage's parameter hash at its version. The stage's

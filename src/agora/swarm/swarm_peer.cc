@@ -162,8 +162,11 @@ void SwarmPeer::new_momentum() {
   demo_ = std::make_unique<DecoupledMomentum>(model_->hf_parameters(), d);
 }
 
-void SwarmPeer::forget_work() {
-  waiting_.clear();
+void SwarmPeer::forget_work(bool keep_forwards) {
+  if (!keep_forwards) {
+    waiting_.clear();
+    strangers_.clear();
+  }
   unsent_.clear();
   held_.clear();
   origin_.clear();
@@ -243,6 +246,7 @@ void SwarmPeer::on_view(const wire::SwarmView& v) {
     event({{"event", "outvoted"}, {"version", version_}, {"hash", hex_encode(hash_)}});
     ready_ = false;
   }
+  admit(v);
   if (!ready_) {
     fetch_or_restore(v);
     return;
@@ -280,6 +284,21 @@ void SwarmPeer::members(const wire::SwarmView& v) {
     clients_.erase(it->first);
     it = next_.erase(it);
   }
+  if (v.epoch() != epoch_) {
+    // A member was lost: what it held in flight will not come back. Which micro-batches those
+    // are, stage 0 cannot tell (their paths are the routers'), so every one out now is suspect,
+    // and sent again unless it returns within two round trips.
+    epoch_ = v.epoch();
+    for (auto& [j, f] : origin_) {
+      if (f.sent && !f.suspect) {
+        f.suspect = true;
+        f.suspect_at = Clock::now();
+      }
+    }
+  }
+}
+
+void SwarmPeer::admit(const wire::SwarmView& v) {
   prev_curves_.clear();
   for (const wire::SwarmMember& m : v.prev()) {
     try {
@@ -287,6 +306,14 @@ void SwarmPeer::members(const wire::SwarmView& v) {
     } catch (const Error&) {
     }
   }
+  for (auto& [curve, forward] : strangers_) {
+    if (prev_curves_.count(curve) != 0) {
+      waiting_.push_back(std::move(forward));
+    } else {
+      ++ignored_;
+    }
+  }
+  strangers_.clear();
 }
 
 void SwarmPeer::contribute() {

@@ -32,9 +32,9 @@
 // at (the coordinator checks the hash).
 //
 // Faults. A stage-0 replica sends a micro-batch again (kept encoded, no recompute) when the
-// replica it went to has left the next stage, or when it has been out for four times the usual
-// round trip (at least a second, at most `timeout_seconds`): a replica on its path died, and
-// what it held is gone. A replica that dies costs the micro-batches in flight through it; one
+// replica it went to has left the next stage, when it was out as the coordinator lost a member
+// and has not returned within two round trips (at least a second: a replica on its path died,
+// and what it held is gone), or after `timeout_seconds`. A replica that dies costs the micro-batches in flight through it; one
 // sent again may add its gradient twice on the stages its first attempt reached past the death
 // (a few per death; the replicas stay identical).
 // Messages from keys that are not the previous stage's members are dropped unread; what waits

@@ -64,13 +64,18 @@ class SwarmPeer {
   void take_stage(int64_t stage);
   SwarmRouterOptions router_options() const;
   void new_momentum();
-  void forget_work();
+  // Drops the work of the step (forwards that wait too, unless keep_forwards: a joiner keeps
+  // those that arrived while it fetched) and the gradients.
+  void forget_work(bool keep_forwards = false);
   bool poll_if_due();
   void on_view(const wire::SwarmView& v);
 
-  // The next stage's ready replicas (routing), the previous stage's members (admission), and
-  // what a lost member means for the micro-batches in flight.
+  // The next stage's serving replicas (routing), and what a lost member means for the
+  // micro-batches in flight.
   void members(const wire::SwarmView& v);
+  // The previous stage's members, whose forwards this replica takes; forwards that came from
+  // other keys before this view are taken or dropped by it.
+  void admit(const wire::SwarmView& v);
 
   // ---- the step's end ----------------------------------------------------------------------
 
@@ -111,10 +116,10 @@ class SwarmPeer {
                std::string* replica);
   void start(uint32_t j);
 
-  // Stage 0: a micro-batch whose replica left the next stage, or unanswered for four times the
-  // usual round trip (a replica on its path died: what it held is gone), goes again, to another
-  // replica when there is one. Only the replica that left is skipped by the router: a timeout
-  // may be any later stage's doing.
+  // Stage 0: a micro-batch goes again, to another replica when there is one, when the replica it
+  // went to left the next stage, when it was out as a member was lost and did not return within
+  // two round trips (at least a second: it went through the lost one), or after timeout_seconds.
+  // Only the replica that left is skipped by the router: a loss may be any later stage's.
   bool resend_due();
 
   void arrived(const wire::SwarmHop& hop);
@@ -129,6 +134,8 @@ class SwarmPeer {
     std::string bytes, replica;
     uint32_t attempt = 0;
     bool sent = false;
+    bool suspect = false;  // out when a member was lost
+    Clock::time_point suspect_at;
     double forward_seconds = 0;
     Clock::time_point sent_at;
   };
@@ -177,7 +184,7 @@ class SwarmPeer {
   int64_t measured_ = 0;
 
   // The coordinator's view.
-  uint64_t step_ = 0;
+  uint64_t step_ = 0, epoch_ = 0;
   std::string phase_ = "waiting", stage_hash_;
   bool finished_ = false;
   Clock::time_point last_view_, last_poll_, last_restore_try_, last_hello_;
@@ -190,6 +197,8 @@ class SwarmPeer {
   std::map<uint64_t, std::string> by_id_;
   std::set<std::string> prev_curves_;
   std::deque<std::pair<std::string, wire::SwarmHop>> waiting_, backwards_;
+  // Forwards from keys not (yet) among the previous stage's members: (curve key, forward).
+  std::deque<std::pair<std::string, std::pair<std::string, wire::SwarmHop>>> strangers_;
   std::map<std::pair<uint32_t, uint32_t>, Held> held_;  // (micro-batch, attempt sent on)
   std::map<uint32_t, Origin> origin_;
   std::deque<Unsent> unsent_;  // middle stages: forwards waiting for a next replica

@@ -109,7 +109,7 @@ void SwarmPeer::become_ready(uint64_t step, const std::string& hash, const char*
   version_ = step;
   hash_ = hash;
   ready_ = true;
-  forget_work();
+  forget_work(/*keep_forwards=*/true);  // what arrived while it fetched is for this step
   event({{"event", how},
          {"stage", stage_},
          {"version", step},

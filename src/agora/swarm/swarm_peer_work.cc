@@ -11,12 +11,15 @@ namespace agora::swarm_detail {
 void SwarmPeer::serve(const net::Incoming& in) {
   if (in.message.has_get_tensor()) return answer_tensor(in);
   if (!in.message.has_swarm_hop() || in.message.swarm_hop().backward()) return;
-  if (prev_curves_.count(in.curve_key) == 0) {
+  if (waiting_.size() + strangers_.size() >= kMaxWaiting) {
     ++ignored_;
     return;
   }
-  if (waiting_.size() >= kMaxWaiting) {
-    ++ignored_;
+  if (prev_curves_.count(in.curve_key) == 0) {
+    // Perhaps a member that joined the previous stage since this replica's last view: asked
+    // about at once, kept until the answer says (admit_strangers()).
+    strangers_.push_back({in.curve_key, {in.route, in.message.swarm_hop()}});
+    report_now_ = true;
     return;
   }
   waiting_.push_back({in.route, in.message.swarm_hop()});
@@ -183,13 +186,14 @@ void SwarmPeer::start(uint32_t j) {
 }
 
 bool SwarmPeer::resend_due() {
-  const double limit =
-      round_trips_ >= 3 ? std::clamp(4 * round_trip_, 1.0, o_.timeout_seconds) : o_.timeout_seconds;
+  const double grace = std::max(1.0, 2 * round_trip_);
   for (auto& [j, f] : origin_) {
     const bool gone = f.sent && next_.count(f.replica) == 0;
-    if (f.sent && !gone && seconds_since(f.sent_at) < limit) continue;
+    const bool lost = f.suspect && seconds_since(f.suspect_at) >= grace;
+    if (f.sent && !gone && !lost && seconds_since(f.sent_at) < o_.timeout_seconds) continue;
     if (gone) router_.failed(router_id(f.replica), now());
     f.attempt = next_attempt_++;
+    f.suspect = false;
     const bool was_sent = f.sent;
     f.sent = send_on(version_, j, f.attempt, f.bytes, &f.replica);
     f.sent_at = Clock::now();
