@@ -23,7 +23,10 @@ void SwarmPeer::fetch_or_restore(const wire::SwarmView& v) {
     restore(v.previous_hash());
     return;
   }
-  if (fetch_ && fetch_->step == step_ && fetch_->source == v.source().key()) return;
+  if (fetch_ && fetch_->step == step_ && fetch_->source == v.source().key() &&
+      seconds_since(fetch_->started) < o_.timeout_seconds) {
+    return;  // under way (a source silent for the timeout is asked again)
+  }
   fetch_.reset();
   Fetch f;
   f.step = step_;
@@ -92,8 +95,13 @@ void SwarmPeer::restore(const std::string& previous_hash) {
     at = step_ - 1;
     expected = previous_hash;
   }
-  StageCheckpoint state =
-      load_stage_checkpoint(o_.state_dir, static_cast<int64_t>(at), model_, fingerprint_);
+  StageCheckpoint state;
+  try {
+    state = load_stage_checkpoint(o_.state_dir, static_cast<int64_t>(at), model_, fingerprint_);
+  } catch (const Error& e) {  // a damaged copy: the run waits for another replica
+    event({{"event", "restore_refused"}, {"version", at}, {"why", e.what()}});
+    return;
+  }
   const std::string hash = hex_decode(stage_parameter_hash(model_), 32, "stage hash");
   if (hash != expected) {
     event({{"event", "restore_refused"}, {"version", at}, {"hash", hex_encode(hash)}});

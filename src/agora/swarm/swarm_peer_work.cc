@@ -17,7 +17,7 @@ void SwarmPeer::serve(const net::Incoming& in) {
   }
   if (prev_curves_.count(in.curve_key) == 0) {
     // Perhaps a member that joined the previous stage since this replica's last view: asked
-    // about at once, kept until the answer says (admit_strangers()).
+    // about at once, kept until the answer says (admit()).
     strangers_.push_back({in.curve_key, {in.route, in.message.swarm_hop()}});
     report_now_ = true;
     return;
@@ -44,6 +44,10 @@ bool SwarmPeer::pump() {
       if (!m) break;
       any = true;
       if (m->has_swarm_hop() && m->swarm_hop().backward()) {
+        if (backwards_.size() >= kMaxWaiting) {  // more than this replica ever sent on
+          ++ignored_;
+          continue;
+        }
         arrived(m->swarm_hop());
         backwards_.push_back({key, m->swarm_hop()});
       }
@@ -117,8 +121,9 @@ bool SwarmPeer::compute() {
     const Unsent u = std::move(unsent_.front());
     unsent_.pop_front();
     std::string replica;
-    if (!send_on(version_, u.micro_batch, u.attempt, u.bytes, &replica)) unsent_.push_front(u);
-    return true;
+    if (send_on(version_, u.micro_batch, u.attempt, u.bytes, &replica)) return true;
+    unsent_.push_front(u);  // every replica there is being skipped: wait
+    return false;
   }
   if (stage_ != 0) return false;
   if (resend_due()) return true;
