@@ -67,12 +67,7 @@ void add_async_serve(CLI::App& async) {
     options.out = args->out;
     options.int8 = !args->f32;
     if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
-    if (!args->allowlist.empty()) {
-      options.admission.open = false;
-      for (const auto& key : coord::read_allowlist(args->allowlist)) {
-        options.admission.curve_keys.insert(net::curve_public_of(key));
-      }
-    }
+    options.admission = coord::admission_from_allowlist(args->allowlist);
     options.stop = &stop_requested();
     const net::Identity identity = net::Identity::load(args->key);
     const OuterServerSummary s = serve_outer(config, identity, options);

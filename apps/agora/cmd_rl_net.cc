@@ -81,12 +81,7 @@ void add_rl_serve(CLI::App& rl) {
     LearnerOptions options = args->options;
     options.train.out_dir = args->out;
     if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
-    if (!args->allowlist.empty()) {
-      options.admission.open = false;
-      for (const auto& key : coord::read_allowlist(args->allowlist)) {
-        options.admission.curve_keys.insert(net::curve_public_of(key));
-      }
-    }
+    options.admission = coord::admission_from_allowlist(args->allowlist);
     options.stop = &stop_requested();
     validate(options);
     const net::Identity identity = net::Identity::load(args->key);

@@ -98,12 +98,7 @@ void add_swarm_serve(CLI::App& swarm) {
                                  ? args->costs
                                  : swarm_stage_costs(config.model, config.pipeline.stages);
     if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
-    if (!args->allowlist.empty()) {
-      options.admission.open = false;
-      for (const auto& key : coord::read_allowlist(args->allowlist)) {
-        options.admission.curve_keys.insert(net::curve_public_of(key));
-      }
-    }
+    options.admission = coord::admission_from_allowlist(args->allowlist);
     options.stop = &stop_requested();
     const net::Identity identity = net::Identity::load(args->key);
     const nlohmann::json s = serve_swarm(identity, options);

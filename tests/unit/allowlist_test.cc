@@ -34,6 +34,15 @@ TEST(AllowlistTest, ReadsKeysCommentsAndBlankLines) {
   EXPECT_EQ(keys, (std::set<net::PublicKey>{a.public_key(), b.public_key()}));
 }
 
+TEST(AllowlistTest, AdmissionIsOpenWithoutAFileElseTheFilesCurveKeys) {
+  EXPECT_TRUE(admission_from_allowlist("").open);
+  const net::Identity a = net::Identity::generate();
+  const auto path = write("allow_admit.txt", net::key_to_hex(a.public_key()) + "\n");
+  const net::Admission admission = admission_from_allowlist(path);
+  EXPECT_FALSE(admission.open);
+  EXPECT_EQ(admission.curve_keys, (std::set<std::string>{a.curve_public()}));
+}
+
 TEST(AllowlistTest, BadLinesAndEmptyFilesAreNamed) {
   const auto bad = write("allow_bad.txt", "# ok\n" + std::string(64, 'a') + "\nnot-a-key\n");
   const std::string e = error_of(bad);

@@ -70,6 +70,15 @@ void train_step(SwarmSchedule& s, int origin, uint64_t step, double now, int64_t
   s.poll(key(origin), r, now);
 }
 
+// Every peer i (on stages[i], at step 0) sends its contribution to step 0's round.
+void contribute_all(SwarmSchedule& s, const std::vector<int64_t>& stages, double now) {
+  for (size_t i = 0; i < stages.size(); ++i) {
+    SwarmReport r = ready(stages[i], 0);
+    r.payload = "x" + std::to_string(i);
+    s.poll(key(static_cast<int>(i)), r, now);
+  }
+}
+
 TEST(SwarmSchedule, WaitsForEveryStageThenHandsOutMicroBatchesByRoom) {
   SwarmScheduleOptions o = options();
   o.start_peers = 2;
@@ -180,11 +189,7 @@ TEST(SwarmSchedule, AStageWithNoReplicaWaitsUntilOneHoldsTheStepAgain) {
   SwarmSchedule s(options());
   start(s, {0, 1});
   train_step(s, 0, 0, 1);
-  for (int i = 0; i < 2; ++i) {
-    SwarmReport r = ready(i, 0);
-    r.payload = "x";
-    s.poll(key(i), r, 1);
-  }
+  contribute_all(s, {0, 1}, 1);
   ASSERT_EQ(s.step(), 1u);
   s.poll(key(0), ready(0, 1, hash(2)), 2);
   s.poll(key(1), ready(1, 1, hash(3)), 2);
@@ -212,11 +217,7 @@ TEST(SwarmSchedule, AJoinerIsNamedAReadySourceOfItsStage) {
   SwarmSchedule s(options());
   start(s, {0, 1});
   train_step(s, 0, 0, 1);
-  for (int i = 0; i < 2; ++i) {
-    SwarmReport r = ready(i, 0);
-    r.payload = "x";
-    s.poll(key(i), r, 1);
-  }
+  contribute_all(s, {0, 1}, 1);
   s.poll(key(1), ready(1, 1, hash(4)), 2);
   const SwarmAnswer a = s.hello(key(7), endpoint(7), 1, 2);
   ASSERT_TRUE(a.source.has_value());
@@ -255,11 +256,7 @@ TEST(SwarmSchedule, RebalancingMovesAPeerToTheBottleneck) {
     s.poll(key(i), r, 11);
   }
   train_step(s, 0, 0, 11);
-  for (int i = 0; i < 4; ++i) {
-    SwarmReport r = ready(i < 3 ? 0 : 1, 0);
-    r.payload = "x" + std::to_string(i);
-    s.poll(key(i), r, 12);
-  }
+  contribute_all(s, {0, 0, 0, 1}, 12);
   ASSERT_EQ(s.step(), 1u);
   EXPECT_EQ(s.summary(12)["moves"], 1);
   int moved = -1;
@@ -305,11 +302,7 @@ TEST(SwarmSchedule, FinishesAfterTheLastStep) {
   SwarmSchedule s(o);
   start(s, {0, 1});
   train_step(s, 0, 0, 1);
-  for (int i = 0; i < 2; ++i) {
-    SwarmReport r = ready(i, 0);
-    r.payload = "x";
-    s.poll(key(i), r, 2);
-  }
+  contribute_all(s, {0, 1}, 2);
   EXPECT_EQ(s.phase(), SwarmPhase::kFinished);
   const std::vector<nlohmann::json> events = s.take_events();
   const auto summary = std::find_if(events.begin(), events.end(), [](const nlohmann::json& e) {

@@ -32,4 +32,12 @@ std::set<net::PublicKey> read_allowlist(const std::filesystem::path& path) {
   return keys;
 }
 
+net::Admission admission_from_allowlist(const std::filesystem::path& path) {
+  net::Admission admission;
+  if (path.empty()) return admission;
+  admission.open = false;
+  for (const auto& key : read_allowlist(path)) admission.curve_keys.insert(net::curve_public_of(key));
+  return admission;
+}
+
 }  // namespace agora::coord
