@@ -6,8 +6,8 @@
 
 #include "agora/async/async_worker.h"
 #include "agora/async/outer_server.h"
-#include "agora/coord/allowlist.h"
 #include "agora/core/error.h"
+#include "agora/net/allowlist.h"
 #include "agora/net/identity.h"
 #include "agora/obs/progress.h"
 #include "commands.h"
@@ -67,7 +67,7 @@ void add_async_serve(CLI::App& async) {
     options.out = args->out;
     options.int8 = !args->f32;
     if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
-    options.admission = coord::admission_from_allowlist(args->allowlist);
+    options.admission = net::admission_from_allowlist(args->allowlist);
     options.stop = &stop_requested();
     const net::Identity identity = net::Identity::load(args->key);
     const OuterServerSummary s = serve_outer(config, identity, options);

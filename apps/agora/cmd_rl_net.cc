@@ -5,8 +5,8 @@
 
 #include <filesystem>
 
-#include "agora/coord/allowlist.h"
 #include "agora/core/error.h"
+#include "agora/net/allowlist.h"
 #include "agora/net/identity.h"
 #include "agora/obs/progress.h"
 #include "agora/rl/learner_server.h"
@@ -75,13 +75,16 @@ void add_rl_serve(CLI::App& rl) {
   cmd->add_option("--step-timeout", o.step_timeout_seconds,
                   "Train on the complete groups after this many seconds (0: wait for all)")
       ->capture_default_str();
+  cmd->add_option("--checkpoint-every", o.checkpoint_every,
+                  "Updates between saves a restart resumes from (0: at the end only)")
+      ->capture_default_str();
   cmd->add_option("--out", args->out, "Folder for rl.jsonl and the checkpoint 'latest'")
       ->capture_default_str();
   cmd->callback([args] {
     LearnerOptions options = args->options;
     options.train.out_dir = args->out;
     if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
-    options.admission = coord::admission_from_allowlist(args->allowlist);
+    options.admission = net::admission_from_allowlist(args->allowlist);
     options.stop = &stop_requested();
     validate(options);
     const net::Identity identity = net::Identity::load(args->key);

@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "agora/coord/allowlist.h"
 #include "agora/core/error.h"
 #include "agora/data/data_meta.h"
+#include "agora/net/allowlist.h"
 #include "agora/net/identity.h"
 #include "agora/pipeline/partition.h"
 #include "agora/pipeline/stage_checkpoint.h"
@@ -98,7 +98,7 @@ void add_swarm_serve(CLI::App& swarm) {
                                  ? args->costs
                                  : swarm_stage_costs(config.model, config.pipeline.stages);
     if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
-    options.admission = coord::admission_from_allowlist(args->allowlist);
+    options.admission = net::admission_from_allowlist(args->allowlist);
     options.stop = &stop_requested();
     const net::Identity identity = net::Identity::load(args->key);
     const nlohmann::json s = serve_swarm(identity, options);

@@ -1,13 +1,13 @@
-// The allowlist file the coordinator reads: one hex key per line, comments, clear errors.
+// The allowlist file every serving role reads: one hex key per line, comments, clear errors.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "agora/coord/allowlist.h"
 #include "agora/core/error.h"
+#include "agora/net/allowlist.h"
 
-namespace agora::coord {
+namespace agora::net {
 namespace {
 
 std::filesystem::path write(const std::string& name, const std::string& text) {
@@ -41,6 +41,8 @@ TEST(AllowlistTest, AdmissionIsOpenWithoutAFileElseTheFilesCurveKeys) {
   const net::Admission admission = admission_from_allowlist(path);
   EXPECT_FALSE(admission.open);
   EXPECT_EQ(admission.curve_keys, (std::set<std::string>{a.curve_public()}));
+  EXPECT_EQ(describe(admission), "1 allowed key");
+  EXPECT_EQ(describe(admission_from_allowlist("")), "open to any key");
 }
 
 TEST(AllowlistTest, BadLinesAndEmptyFilesAreNamed) {
@@ -54,4 +56,4 @@ TEST(AllowlistTest, BadLinesAndEmptyFilesAreNamed) {
 }
 
 }  // namespace
-}  // namespace agora::coord
+}  // namespace agora::net

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -12,7 +11,9 @@
 #include "agora/async/rules.h"
 #include "agora/core/error.h"
 #include "agora/net/curve_socket.h"
+#include "agora/obs/event_log.h"
 #include "agora/optim/payload_tensors.h"
+#include "agora/serve/member_client.h"
 #include "agora/train/parameter_hash.h"
 #include "agora/train/published_policy.h"
 #include "agora/train/step.h"
@@ -30,10 +31,12 @@ class Worker {
  private:
   double now() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
   void log(nlohmann::json row);
-  template <typename Want>
-  std::optional<wire::Envelope> wait_for(Want want, double timeout);
+  std::optional<wire::Envelope> wait_for(const serve::MemberClient::Match& want, double timeout) {
+    return member_.wait_for(want, timeout);
+  }
   void count_receipt(const wire::AsyncReceipt& r);
   void join();
+  wire::Envelope hello() const;
   // Brings the mirror to the newest version the server has; false when the server is silent.
   bool sync_params(uint64_t target);
   void train_and_deliver(const wire::AsyncWork& work);
@@ -43,13 +46,14 @@ class Worker {
   AsyncWorkerOptions o_;
   net::Context context_;
   net::Client client_;
+  serve::MemberClient member_;  // hello, waits, saying hello again (serve/member_client.h)
   Learner learner_;                  // the model trained and its inner AdamW
   Llama mirror_;                     // the server's published parameters, version version_
   std::unique_ptr<TrainStep> step_;  // made once the server says how many sequences a step
   wire::AsyncRun run_;
   uint64_t version_ = 0;
   int64_t local_steps_ = 0;  // the inner lr schedule's position
-  std::ofstream log_;
+  obs::EventLog log_;  // --log, or closed
   AsyncWorkerSummary summary_;
   const Clock::time_point started_ = Clock::now();
   double last_progress_ = 0;
@@ -66,37 +70,21 @@ Worker::Worker(const RunConfig& config, const net::Identity& identity, const Asy
       o_(o),
       client_(context_, identity, o.server, o.server_key, net::DecodeLimits{},
               /*receive_queue=*/4096),
+      member_(
+          client_, hello(),
+          [this](const wire::Envelope& m) {
+            if (m.has_async_receipt()) count_receipt(m.async_receipt());
+          },
+          [this](const std::string& reason) {
+            log({{"event", "async_worker_rejoin"}, {"reason", reason}});
+          }),
       learner_(Learner::create(config_, torch::kCPU)),
       mirror_(Learner::create(config_, torch::kCPU).model) {
   mirror_->eval();
-  if (!o_.log.empty()) {
-    log_.open(o_.log, std::ios::trunc);
-    if (!log_) fail("cannot write {}", o_.log.string());
-  }
+  if (!o_.log.empty()) log_ = obs::EventLog(o_.log, /*append=*/false, [this] { return now(); });
 }
 
-void Worker::log(nlohmann::json row) {
-  if (!log_) return;
-  row["elapsed_s"] = now();
-  log_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
-}
-
-template <typename Want>
-std::optional<wire::Envelope> Worker::wait_for(Want want, double timeout) {
-  const double until = now() + timeout;
-  while (now() < until) {
-    zmq::pollitem_t item{client_.socket().handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(50));
-    while (std::optional<wire::Envelope> m = client_.recv()) {
-      if (m->has_async_receipt()) {
-        count_receipt(m->async_receipt());
-        continue;
-      }
-      if (want(*m)) return m;
-    }
-  }
-  return std::nullopt;
-}
+void Worker::log(nlohmann::json row) { log_.write(std::move(row)); }
 
 void Worker::count_receipt(const wire::AsyncReceipt& r) {
   const std::string verdict = r.verdict().substr(0, 32);
@@ -108,16 +96,16 @@ void Worker::count_receipt(const wire::AsyncReceipt& r) {
        {"version", r.version()}});
 }
 
-void Worker::join() {
+wire::Envelope Worker::hello() const {
   wire::Envelope hello;
   hello.mutable_async_hello()->set_key(identity_.public_key());
   hello.mutable_async_hello()->set_agent(fmt::format("agora async work ({})", o_.behaviour));
-  const double until = now() + o_.idle_timeout_seconds;
-  std::optional<wire::Envelope> m;
-  while (!m && now() < until) {
-    client_.send(hello);
-    m = wait_for([](const wire::Envelope& e) { return e.has_async_run(); }, 2.0);
-  }
+  return hello;
+}
+
+void Worker::join() {
+  std::optional<wire::Envelope> m =
+      member_.join([](const wire::Envelope& e) { return e.has_async_run(); }, o_.idle_timeout_seconds);
   if (!m) {
     fail(
         "the server at {} did not answer for {:g} s (is it running, and is --server-key its "

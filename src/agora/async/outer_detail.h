@@ -4,7 +4,8 @@
 #pragma once
 
 #include <chrono>
-#include <fstream>
+#include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,22 +15,20 @@
 #include <vector>
 
 #include "agora/async/outer_server.h"
+#include "agora/async/outer_store.h"
 #include "agora/async/rules.h"
-#include "agora/core/token_bucket.h"
 #include "agora/net/curve_socket.h"
+#include "agora/obs/event_log.h"
 #include "agora/obs/http_server.h"
 #include "agora/obs/metrics.h"
 #include "agora/optim/async_outer.h"
+#include "agora/serve/members.h"
 #include "agora/train/published_policy.h"
 
 namespace agora::outer_detail {
 
 using Clock = std::chrono::steady_clock;
 
-// A worker silent this long is forgotten (its work lapses; a ban stays).
-inline constexpr double kWorkerIdleSeconds = 120;
-// Hellos from keys the server does not know yet, a second and at once.
-inline constexpr double kHellosPerSecond = 20, kHelloBurst = 100;
 // Deltas kept for workers catching up; one further behind gets the whole parameters.
 inline constexpr uint64_t kDeltasKept = 64;
 // Copies of theta kept for validation after the run, at most.
@@ -44,23 +43,27 @@ struct Work {
   double handed_at = 0;
 };
 
-struct Worker {
-  net::PublicKey key;  // ed25519
-  std::string name;    // its key in hex
-  TokenBucket rate;
-  double last_seen = 0;
+// What the server keeps of a worker beyond what every member has (serve/members.h: its key,
+// name, rate, last_seen, banned).
+struct WorkerState {
   int strikes = 0;
   int64_t accepted = 0;
-  bool banned = false;
   std::optional<Work> work;
   PaceEstimate pace;
   uint64_t delivered_round = UINT64_MAX;  // sync: the last version it delivered for
   std::shared_ptr<std::atomic<int64_t>> in_flight = std::make_shared<std::atomic<int64_t>>(0);
 };
+using Worker = serve::Member<WorkerState>;
 
+// The member limits of a run: a worker silent for two minutes is forgotten (its work lapses; a
+// ban stays), hellos from strangers at most 20 a second.
+serve::MemberLimits worker_limits(const OuterServerOptions& o);
+
+// A copy of theta for validation after the run: on disk (OuterStore::save_snapshot), so it
+// survives a restart and costs no memory.
 struct Snapshot {
   OuterEvalPoint point;
-  std::vector<torch::Tensor> theta;
+  int64_t index = 0;
 };
 
 // See outer_server.h. One thread runs everything: the loop, the messages, the outer steps.
@@ -71,19 +74,28 @@ class Server {
 
  private:
   double now() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
-  double run_seconds() const { return started_run_ < 0 ? 0 : now() - started_run_; }
+  // The run started (its workers joined); a resumed run's start may lie before this process's.
+  bool running() const { return !std::isnan(started_run_); }
+  double run_seconds() const { return !running() ? 0 : now() - started_run_; }
   void handle(const net::Incoming& in);
   void on_hello(const net::Incoming& in);
-  void on_get_params(const net::Incoming& in, Worker& w);
+  void on_get_params(const std::string& route, const wire::RlGetPolicy& ask, Worker& w);
   void on_get_work(const net::Incoming& in, Worker& w);
   void on_delivery(const net::Incoming& in, Worker& w);
   void receipt(const net::Incoming& in, uint64_t work_id, std::string_view verdict,
                const std::string& reason, Worker& w);
   void apply(const std::vector<torch::Tensor>& d);  // moves theta, publishes the new version
+  // Nothing is sent before it is durable: answers wait in after_save_ until persist() saved
+  // what they tell (outer_durable.cc).
+  void reply(const std::string& route, wire::Envelope e);
+  void persist();
+  nlohmann::json durable_state(bool finished) const;
+  void restore(const OuterSave& save);
+  std::string fingerprint() const;
   void snapshot_due(bool force);
   void progress_line(bool force);
   void log(nlohmann::json row);
-  int64_t serving() const;  // workers not banned
+  int64_t serving() const { return workers_.serving(); }  // workers not banned
   // Drops the worker's work; under sync, a piece of the current round counts as resolved.
   void lapse(Worker& w);
   void start_http();
@@ -103,20 +115,24 @@ class Server {
   std::map<uint64_t, std::shared_ptr<const std::string>> deltas_;  // version -> RlPolicy bytes
   std::shared_ptr<const std::string> whole_;
   uint64_t whole_version_ = UINT64_MAX;
-  std::map<std::string, Worker> workers_;  // by curve key
-  TokenBucket hellos_;
+  serve::Members<WorkerState> workers_;
   NormGuard guard_;
   uint64_t next_work_ = 1, next_sequence_ = 0;
   // sync: the round's accepted pseudo-gradients, summed, and how many.
   std::vector<torch::Tensor> round_sum_;
   int64_t round_accepted_ = 0, round_resolved_ = 0, round_handed_ = 0;
   std::vector<Snapshot> snapshots_;
+  std::unique_ptr<OuterStore> store_;
+  bool dirty_ = false;  // something a save must keep changed since the last one
+  std::vector<std::function<void()>> after_save_;
+  int64_t saved_updates_ = -1, saved_round_accepted_ = -1;
+  bool resumed_ = false;
   double next_snapshot_ = 0;
   int64_t staleness_sum_ = 0, accepted_ = 0;
   OuterServerSummary summary_;
-  std::ofstream events_;
+  obs::EventLog events_;
   const Clock::time_point started_ = Clock::now();
-  double started_run_ = -1, last_progress_ = -10, last_status_ = -10;
+  double started_run_ = std::nan(""), last_progress_ = -10, last_status_ = -10;
   int64_t last_staleness_ = 0;
 
   // The HTTP handlers read only status_ (under status_mutex_) and the registry (thread-safe).

@@ -10,56 +10,50 @@
 namespace agora::outer_detail {
 
 void Server::handle(const net::Incoming& in) {
+  const auto admitted = workers_.admit(in.curve_key, now());
+  switch (admitted.standing) {
+    case serve::Standing::kThrottled:
+      return;
+    case serve::Standing::kStranger:
+      if (in.message.has_async_hello()) return on_hello(in);
+      server_.send(in.route, serve::refusal(serve::kNotAMember, /*may_rejoin=*/true));
+      return;
+    case serve::Standing::kBanned:
+      if (in.message.has_async_hello()) return on_hello(in);
+      if (in.message.has_async_get_work()) {
+        wire::Envelope e;
+        e.mutable_async_work()->set_refused(
+            fmt::format("banned after {} strikes", admitted.member->strikes));
+        reply(in.route, std::move(e));
+      }
+      return;
+    case serve::Standing::kMember:
+      break;
+  }
+  Worker& w = *admitted.member;
   if (in.message.has_async_hello()) return on_hello(in);
-  const auto it = workers_.find(in.curve_key);
-  if (it == workers_.end()) return;  // say hello first
-  Worker& w = it->second;
-  w.last_seen = now();
-  if (!w.rate.take(o_.worker_messages_per_second, o_.worker_burst, now())) return;
-  if (w.banned) {
-    if (in.message.has_async_get_work()) {
-      wire::Envelope e;
-      e.mutable_async_work()->set_refused(fmt::format("banned after {} strikes", w.strikes));
-      server_.send(in.route, e);
-    }
+  if (in.message.has_rl_get_policy()) {
+    // Only versions already saved go out: answered after this batch's save.
+    after_save_.push_back([this, route = in.route, ask = in.message.rl_get_policy(),
+                           curve = in.curve_key] {
+      if (Worker* worker = workers_.find(curve)) on_get_params(route, ask, *worker);
+    });
     return;
   }
-  if (in.message.has_rl_get_policy()) return on_get_params(in, w);
   if (in.message.has_async_get_work()) return on_get_work(in, w);
   if (in.message.has_async_delivery()) return on_delivery(in, w);
 }
 
 void Server::on_hello(const net::Incoming& in) {
-  const auto known = workers_.find(in.curve_key);
-  TokenBucket& bucket = known != workers_.end() ? known->second.rate : hellos_;
-  const bool ok_rate = known != workers_.end()
-                           ? bucket.take(o_.worker_messages_per_second, o_.worker_burst, now())
-                           : bucket.take(kHellosPerSecond, kHelloBurst, now());
-  if (!ok_rate) return;
-  const std::string& key = in.message.async_hello().key();
-  bool matches = false;
-  if (key.size() == net::kKeyBytes) {
-    try {
-      matches = net::curve_public_of(key) == in.curve_key;
-    } catch (const Error&) {
-      matches = false;
-    }
-  }
+  const serve::Members<WorkerState>::Joined joined =
+      workers_.join(in.curve_key, in.message.async_hello().key(), now());
   wire::Envelope e;
   auto* run = e.mutable_async_run();
-  if (!matches) {
-    run->set_refused("AsyncHello.key is not the ed25519 key this connection authenticated with");
-  } else if (known == workers_.end() && serving() >= o_.max_workers) {
-    run->set_refused(fmt::format("the server serves at most {} workers", o_.max_workers));
+  if (!joined.member) {
+    run->set_refused(joined.refused);
   } else {
-    auto [it, fresh] = workers_.try_emplace(in.curve_key);
-    Worker& w = it->second;
-    w.last_seen = now();
-    if (fresh) {
-      w.key = key;
-      w.name = net::key_to_hex(key);
-      log({{"event", "async_worker"}, {"worker", w.name}, {"state", "joined"}});
-    }
+    Worker& w = *joined.member;
+    if (joined.fresh) log({{"event", "async_worker"}, {"worker", w.name}, {"state", "joined"}});
     if (w.banned) run->set_refused(fmt::format("banned after {} strikes", w.strikes));
   }
   if (run->refused().empty()) {
@@ -70,11 +64,10 @@ void Server::on_hello(const net::Incoming& in) {
     run->set_int8(o_.int8);
     run->set_sequences_per_step(static_cast<uint64_t>(sequences_per_step_));
   }
-  server_.send(in.route, e);
+  reply(in.route, std::move(e));
 }
 
-void Server::on_get_params(const net::Incoming& in, Worker& w) {
-  const auto& ask = in.message.rl_get_policy();
+void Server::on_get_params(const std::string& route, const wire::RlGetPolicy& ask, Worker& w) {
   const uint64_t newest = published_.version();
   if (ask.have_version() >= newest && !ask.whole()) return;
   int64_t queued = 0;
@@ -82,7 +75,7 @@ void Server::on_get_params(const net::Incoming& in, Worker& w) {
   const auto send = [&](const std::shared_ptr<const std::string>& bytes) {
     const auto size = static_cast<int64_t>(bytes->size());
     if (queued + size > o_.max_param_bytes_in_flight && *w.in_flight > 0) return false;
-    if (server_.send_shared(in.route, bytes, w.in_flight) != net::Server::SendResult::kQueued) {
+    if (server_.send_shared(route, bytes, w.in_flight) != net::Server::SendResult::kQueued) {
       return false;
     }
     queued += size;
@@ -114,10 +107,10 @@ void Server::on_get_work(const net::Incoming& in, Worker& w) {
   wire::Envelope e;
   auto* work = e.mutable_async_work();
   work->set_version(newest);
-  const bool over = started_run_ >= 0 && run_seconds() >= o_.seconds;
+  const bool over = running() && run_seconds() >= o_.seconds;
   if (over) {
     work->set_finished(true);
-  } else if (started_run_ < 0) {
+  } else if (!running()) {
     work->set_retry_ms(200);  // waiting for the run's workers to join
   } else if (have != newest) {
     // Every method hands out work from the newest parameters: the worker fetches them first.
@@ -153,11 +146,13 @@ void Server::on_get_work(const net::Incoming& in, Worker& w) {
     work->set_first_sequence(next.first_sequence);
     work->set_steps(static_cast<uint32_t>(next.steps));
     w.work = next;
+    dirty_ = true;
   }
-  server_.send(in.route, e);
+  reply(in.route, std::move(e));
 }
 
 void Server::lapse(Worker& w) {
+  if (w.work) dirty_ = true;
   if (w.work && o_.method == "sync" && w.work->version == published_.version()) ++round_resolved_;
   w.work.reset();
 }
@@ -170,7 +165,7 @@ void Server::receipt(const net::Incoming& in, uint64_t work_id, std::string_view
   if (strikes(verdict)) {
     ++w.strikes;
     if (w.strikes >= o_.max_strikes && !w.banned) {
-      w.banned = true;
+      workers_.ban(w);
       lapse(w);
       log({{"event", "async_worker"},
            {"worker", w.name},
@@ -184,7 +179,8 @@ void Server::receipt(const net::Incoming& in, uint64_t work_id, std::string_view
   r->set_verdict(std::string(verdict));
   r->set_reason(reason);
   r->set_version(published_.version());
-  server_.send(in.route, e);
+  dirty_ = true;
+  reply(in.route, std::move(e));
 }
 
 void Server::on_delivery(const net::Incoming& in, Worker& w) {

@@ -9,7 +9,9 @@
 #include "agora/core/error.h"
 #include "agora/data/data_meta.h"
 #include "agora/data/sampler.h"
+#include "agora/net/allowlist.h"
 #include "agora/optim/payload.h"
+#include "agora/serve/poll.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/evaluate.h"
 #include "agora/train/parameter_hash.h"
@@ -66,9 +68,10 @@ Server::Server(const RunConfig& config, const net::Identity& identity, const Out
       key_hex_(net::key_to_hex(identity.public_key())),
       context_(o.admission),
       server_(context_, identity, o.listen, server_limits(live_, o.int8), /*reply_queue=*/1024),
+      workers_(worker_limits(o)),
       guard_(o.norm_guard) {
   live_->eval();
-  // The copies of theta wait in memory until the run ends: bound them.
+  // The copies of theta wait on disk until the run ends: bound them.
   int64_t bytes = 0;
   for (const auto& p : live_->parameters()) bytes += p.numel() * 4;
   const double copies = std::floor(o_.seconds / o_.eval_every) + 2;
@@ -79,21 +82,31 @@ Server::Server(const RunConfig& config, const net::Identity& identity, const Out
         o_.seconds, o_.eval_every, copies, bytes / 1e6, kMaxSnapshotBytes / 1e9);
   }
   std::filesystem::create_directories(o_.out);
-  events_.open(o_.out / "events.jsonl", std::ios::trunc);
-  if (!events_) fail("cannot write {}", (o_.out / "events.jsonl").string());
+  // An unfinished run in this folder resumes; a finished one's is replaced by a new run.
+  store_ = std::make_unique<OuterStore>(o_.out / "state", fingerprint());
+  if (std::optional<OuterSave> save = store_->load()) {
+    if (save->state.value("finished", false)) {
+      store_->clear();
+    } else {
+      restore(*save);
+    }
+  }
+  // Rows timed on the run's clock (0 until the run starts), which a restart carries on.
+  events_ = obs::EventLog(o_.out / "events.jsonl", /*append=*/resumed_, [this] { return run_seconds(); });
 }
 
-int64_t Server::serving() const {
-  int64_t n = 0;
-  for (const auto& [curve, w] : workers_) n += w.banned ? 0 : 1;
-  return n;
+serve::MemberLimits worker_limits(const OuterServerOptions& o) {
+  serve::MemberLimits limits;
+  limits.max_members = o.max_workers;
+  limits.idle_seconds = 120;
+  limits.member_rate = o.worker_messages_per_second;
+  limits.member_burst = o.worker_burst;
+  limits.stranger_rate = 20;
+  limits.stranger_burst = 100;
+  return limits;
 }
 
-void Server::log(nlohmann::json row) {
-  row["t"] = run_seconds();
-  events_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
-          << std::flush;
-}
+void Server::log(nlohmann::json row) { events_.write(std::move(row)); }
 
 void Server::apply(const std::vector<torch::Tensor>& d) {
   outer_.apply(d);
@@ -112,15 +125,17 @@ void Server::apply(const std::vector<torch::Tensor>& d) {
 }
 
 void Server::snapshot_due(bool force) {
-  if (started_run_ < 0) return;
+  if (!running()) return;
   const double t = run_seconds();
   while ((next_snapshot_ <= t && next_snapshot_ < o_.seconds) || force) {
     Snapshot s;
     s.point.seconds = force ? std::min(t, o_.seconds) : next_snapshot_;
     s.point.tokens = summary_.tokens;
     s.point.updates = outer_.updates();
-    for (const auto& p : outer_.theta()) s.theta.push_back(p.clone());
-    snapshots_.push_back(std::move(s));
+    s.index = snapshots_.empty() ? 0 : snapshots_.back().index + 1;
+    store_->save_snapshot(s.index, outer_.theta());
+    snapshots_.push_back(s);
+    dirty_ = true;
     if (force) break;
     next_snapshot_ += o_.eval_every;
   }
@@ -148,18 +163,24 @@ OuterServerSummary Server::run() {
        {"sequences_per_step", sequences_per_step_},
        {"listen", server_.bound_endpoint()},
        {"key", key_hex_},
+       {"admission", net::describe(o_.admission)},
+       {"stranger_rate", workers_.limits().stranger_rate},
+       {"stranger_burst", workers_.limits().stranger_burst},
        {"http", http_ ? http_->url() : ""}});
+  if (resumed_) {
+    log({{"event", "async_resume"},
+         {"version", published_.version()},
+         {"updates", outer_.updates()},
+         {"accepted", accepted_},
+         {"run_seconds", run_seconds()},
+         {"workers", workers_.size()}});
+  }
   double finished_at = -1;
   const auto stopped = [&] { return o_.stop && o_.stop->load(); };
   while ((finished_at < 0 || now() - finished_at < o_.linger_seconds) && !stopped()) {
-    zmq::pollitem_t item{server_.socket().handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(20));
-    for (int i = 0; i < 256; ++i) {
-      std::optional<net::Incoming> in = server_.recv();
-      if (!in) break;
-      handle(*in);
-    }
-    if (started_run_ < 0) {
+    serve::wait_readable(server_.socket(), std::chrono::milliseconds(20));
+    serve::drain(server_, {}, [this](const net::Incoming& in) { handle(in); });
+    if (!running()) {
       if (serving() >= o_.workers) {
         started_run_ = now();
         log({{"event", "async_running"}, {"workers", serving()}});
@@ -176,26 +197,24 @@ OuterServerSummary Server::run() {
       }
       round_sum_.clear();
       round_accepted_ = round_resolved_ = round_handed_ = 0;
+      dirty_ = true;
     }
-    if (finished_at < 0 && started_run_ >= 0 && run_seconds() >= o_.seconds) {
+    if (finished_at < 0 && running() && run_seconds() >= o_.seconds) {
       finished_at = now();
       log({{"event", "async_finishing"}});
     }
-    for (auto it = workers_.begin(); it != workers_.end();) {
-      const bool idle = now() - it->second.last_seen > kWorkerIdleSeconds;
-      if (idle && !it->second.banned) {
-        lapse(it->second);
-        it = workers_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    workers_.evict_idle(now(), [this](Worker& w) {
+      lapse(w);
+      return true;
+    });
+    persist();  // then what this pass told workers goes out
     progress_line(false);
     if (now() - last_status_ >= 1) publish_status();
   }
   progress_line(true);
   publish_status();
   snapshot_due(true);
+  persist();
 
   // Validation of the copies, now that nobody is waiting.
   const Sampler val =
@@ -207,7 +226,8 @@ OuterServerSummary Server::run() {
     {
       torch::NoGradGuard no_grad;
       size_t i = 0;
-      for (auto& p : evaluator->parameters()) p.copy_(s.theta[i++]);
+      const std::vector<torch::Tensor> theta = store_->load_snapshot(s.index);
+      for (auto& p : evaluator->parameters()) p.copy_(theta.at(i++));
     }
     OuterEvalPoint point = s.point;
     point.val_loss = evaluate(evaluator, val, windows, config_.train.micro_batch_size).loss;
@@ -246,6 +266,9 @@ OuterServerSummary Server::run() {
   meta.val_loss = summary_.final_val_loss;
   save_checkpoint(o_.out / "final", live_, meta, data.tokenizer_spec, config_.to_toml(),
                   std::nullopt);
+  // A run that reached its length is finished (the folder starts a new run next time); one
+  // stopped by a signal stays resumable.
+  if (finished_at >= 0) store_->save(durable_state(/*finished=*/true), nullptr);
   return summary_;
 }
 

@@ -24,9 +24,16 @@
 //
 // States: waiting (for `workers` joins), training, finishing (lingering), done.
 //
-// Bounded by what workers send: workers by max_workers (a silent one is forgotten after two
-// minutes, a banned one stays banned), one outstanding piece of work each, a token bucket of
-// messages per worker and one for strangers' hellos, parameter replies by bytes in flight.
+// Bounded by what workers send (serve/members.h, the member table every role shares): workers by
+// max_workers (a silent one is forgotten after two minutes, a banned one stays banned), one
+// outstanding piece of work each, a token bucket of messages per worker and one for all
+// strangers, parameter replies by bytes in flight.
+//
+// Restarts: nothing is sent before it is saved (async/outer_store.h, in out/state): each pass of
+// the loop handles a batch of messages, saves once if anything a worker may hear of changed, and
+// only then sends the batch's answers. Killed at any moment and started again with the same
+// options and `out`, the server resumes at its last save, with its workers as members; a run
+// that reached its length leaves the folder to a new run.
 //
 // Output in `out`: events.jsonl (async_start with the server's address and key, async_worker,
 // async_delivery, async_eval, async_summary events), the final parameters as a checkpoint

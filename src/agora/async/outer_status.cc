@@ -39,7 +39,7 @@ void Server::publish_status() {
   obs::gauge(metrics_, obs::metric::kAsyncWorkers, {{"state", "banned"}}).set(banned);
   nlohmann::json status = {{"run_id", o_.run_id},
                            {"method", o_.method},
-                           {"state", started_run_ < 0                ? "waiting"
+                           {"state", !running()                ? "waiting"
                                      : run_seconds() < o_.seconds ? "training"
                                                                    : "finishing"},
                            {"workers_needed", o_.workers},

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace agora {
 
@@ -55,6 +56,12 @@ class NormGuard {
   void accept(double norm, int64_t steps);
   // The median of the recorded ||D|| / steps (0 with none).
   double median() const;
+  // The recorded ||D|| / steps, oldest first, and putting them back (a server's restart).
+  std::vector<double> recent() const { return {recent_.begin(), recent_.end()}; }
+  void restore(const std::vector<double>& recent) {
+    recent_.assign(recent.begin(), recent.end());
+    while (recent_.size() > options_.window) recent_.pop_front();
+  }
 
  private:
   NormGuardOptions options_;

@@ -5,6 +5,7 @@
 
 #include "agora/core/clock.h"
 #include "agora/core/error.h"
+#include "agora/serve/poll.h"
 
 namespace agora::coord {
 
@@ -65,13 +66,10 @@ void Prober::run() {
     for (InFlight& f : flying) {
       if (f.client) items.push_back({f.client->socket().handle(), 0, ZMQ_POLLIN, 0});
     }
-    try {
-      if (items.empty()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      } else {
-        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
-      }
-    } catch (const zmq::error_t&) {
+    if (items.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } else {
+      serve::poll(items, std::chrono::milliseconds(50));
     }
     const double now = unix_seconds();
     std::vector<ProbeResult> finished;

@@ -10,18 +10,21 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "agora/coord/allowlist.h"
 #include "agora/coord/monitor.h"
 #include "agora/coord/relay.h"
 #include "agora/coord/state_machine.h"
 #include "agora/coord/store.h"
 #include "agora/core/clock.h"
 #include "agora/core/crash_point.h"
+#include "agora/core/token_bucket.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
+#include "agora/net/allowlist.h"
 #include "agora/net/curve_socket.h"
 #include "agora/obs/log.h"
 #include "agora/obs/progress.h"
+#include "agora/serve/members.h"
+#include "agora/serve/poll.h"
 
 namespace agora::coord {
 namespace fs = std::filesystem;
@@ -52,8 +55,7 @@ constexpr size_t kMaxBatch = 512;
 constexpr double kBatchSeconds = 0.05;
 
 struct Bucket {
-  double tokens = kThrottleBurst;
-  double at = 0;           // when tokens was last refilled
+  TokenBucket tokens;
   uint64_t throttled = 0;  // dropped since the last log line
 };
 
@@ -108,7 +110,8 @@ class Service {
   std::map<net::PublicKey, std::string> route_of_;
   std::map<net::PublicKey, std::deque<wire::Envelope>> undelivered_;
   std::map<uint64_t, StepCommits> commits_;
-  std::map<std::string, Bucket> buckets_;  // by curve key; idle full ones are forgotten
+  std::map<std::string, Bucket> buckets_;  // members', by curve key; full ones are forgotten
+  Bucket strangers_;                       // every key that has not joined, together
   std::unique_ptr<Relay> relay_;           // for members nobody can dial (relay.h)
   uint64_t throttled_total_ = 0;
   double throttle_logged_at_ = 0;
@@ -133,10 +136,7 @@ class Service {
 };
 
 void Service::refuse(const net::Incoming& in, const std::string& reason, bool may_rejoin) {
-  wire::Envelope e;
-  e.mutable_refused()->set_reason(reason);
-  e.mutable_refused()->set_may_rejoin(may_rejoin);
-  server_->send(in.route, e);
+  server_->send(in.route, serve::refusal(reason, may_rejoin));
 }
 
 void Service::deliver(Actions actions) {
@@ -240,15 +240,10 @@ void Service::handle(const net::PublicKey& from, const wire::Envelope& m, Action
 }
 
 bool Service::admit(const net::Incoming& in, double now) {
-  auto [it, fresh] = buckets_.try_emplace(in.curve_key);
-  Bucket& b = it->second;
-  if (fresh) b.at = now;
-  b.tokens = std::min(kThrottleBurst, b.tokens + (now - b.at) * kThrottleRate);
-  b.at = now;
-  if (b.tokens >= 1.0) {
-    b.tokens -= 1.0;
-    return true;
-  }
+  // A member's own bucket; every key that never joined shares one (serve/members.h), so a crowd
+  // of fresh keys costs what one member may and leaves no entry behind.
+  Bucket& b = key_of_curve_.contains(in.curve_key) ? buckets_[in.curve_key] : strangers_;
+  if (b.tokens.take(kThrottleRate, kThrottleBurst, now)) return true;
   ++b.throttled;
   ++throttled_total_;
   return false;
@@ -275,6 +270,17 @@ void Service::sweep(double now) {
   std::erase_if(undelivered_, [&](const auto& item) { return !members.contains(item.first); });
   std::erase_if(totals_, [&](const auto& item) { return !members.contains(item.first); });
   relay_->sweep(machine_->state());
+  if (strangers_.throttled > 0) {
+    obs::log_warn({machine_->state().finalized_steps(),
+                   "",
+                   "throttled",
+                   {{"messages", strangers_.throttled}, {"rate", kThrottleRate}, {"strangers", true}}},
+                  fmt::format("dropped {} messages from keys that never joined over the last {:.0f} "
+                              "s: above {} messages a second (burst {}) for all of them together",
+                              strangers_.throttled, kThrottleLogSeconds, kThrottleRate,
+                              kThrottleBurst));
+    strangers_.throttled = 0;
+  }
   for (auto it = buckets_.begin(); it != buckets_.end();) {
     Bucket& b = it->second;
     if (b.throttled > 0) {
@@ -292,8 +298,7 @@ void Service::sweep(double now) {
       b.throttled = 0;
     }
     // A full bucket is the same as none: forget it, so the map holds recent senders only.
-    const double refilled = std::min(kThrottleBurst, b.tokens + (now - b.at) * kThrottleRate);
-    it = refilled >= kThrottleBurst ? buckets_.erase(it) : std::next(it);
+    it = b.tokens.full(kThrottleRate, kThrottleBurst, now) ? buckets_.erase(it) : std::next(it);
   }
 }
 
@@ -435,10 +440,8 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
     return fs::path(p).is_absolute() ? fs::path(p) : options_.base_dir / p;
   };
   std::set<net::PublicKey> allowlist;
-  if (!n.allowlist.empty()) allowlist = read_allowlist(resolve(n.allowlist));
-  net::Admission admission;
-  admission.open = allowlist.empty();
-  for (const auto& key : allowlist) admission.curve_keys.insert(net::curve_public_of(key));
+  if (!n.allowlist.empty()) allowlist = net::read_allowlist(resolve(n.allowlist));
+  const net::Admission admission = allowlist.empty() ? net::Admission{} : net::admission_of(allowlist);
 
   store_ = std::make_unique<Store>(Store::open(resolve(n.state_db)));
   const std::string toml = config_.to_toml();
@@ -492,7 +495,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       run_id,
       resumed ? fmt::format("resumed at step {}", machine_->state().finalized_steps()) : "started",
       server_->bound_endpoint(),
-      allowlist.empty() ? "open to any key" : fmt::format("{} allowed keys", allowlist.size()),
+      net::describe(admission),
       store_->path().string()));
   start_http(run_id);
   if (options_.on_listening)
@@ -504,51 +507,41 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
   uint64_t dropped_seen = 0, refused_seen = 0;
   while (!stop.load()) {
     const double wait = std::clamp(next_tick - unix_seconds(), 0.0, 0.1);
-    zmq::pollitem_t item{server_->socket().handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(static_cast<int>(wait * 1000)));
+    serve::wait_readable(server_->socket(), std::chrono::milliseconds(static_cast<int>(wait * 1000)));
     // One batch: at most kMaxBatch messages or kBatchSeconds, then the tick, then ONE save, and
     // only then are the batch's messages sent (nothing is sent before it is durable).
     Actions batch;
     size_t handled = 0;
-    const auto batch_started = std::chrono::steady_clock::now();
-    while (handled < kMaxBatch && std::chrono::steady_clock::now() - batch_started <
-                                      std::chrono::duration<double>(kBatchSeconds)) {
-      auto in = server_->recv();
-      if (!in) break;
-      if (!admit(*in, unix_seconds())) continue;
-      const wire::Envelope& m = in->message;
+    serve::drain(*server_, {kMaxBatch, kBatchSeconds}, [&](const net::Incoming& in) {
+      if (!admit(in, unix_seconds())) return;
+      const wire::Envelope& m = in.message;
       if (m.has_join()) {
-        std::string curve;
-        try {
-          curve = net::curve_public_of(m.join().key());
-        } catch (const Error&) {
+        if (!serve::proves_key(m.join().key(), in.curve_key)) {
+          refuse(in, "the join names a key that is not the one this connection authenticated");
+          return;
         }
-        if (curve != in->curve_key) {
-          refuse(*in, "the join names a key that is not the one this connection authenticated");
-          continue;
-        }
-        key_of_curve_[in->curve_key] = m.join().key();
+        key_of_curve_[in.curve_key] = m.join().key();
       }
-      const auto key = key_of_curve_.find(in->curve_key);
+      const auto key = key_of_curve_.find(in.curve_key);
       if (key == key_of_curve_.end()) {
-        refuse(*in, "join first (this connection has not sent a Join)", /*may_rejoin=*/true);
-        continue;
+        refuse(in, serve::kNotAMember, /*may_rejoin=*/true);
+        return;
       }
       // The relay's traffic never reaches the state machine, and a fetch comes on a
       // connection of its own: neither changes where the member's messages go.
-      if (auto answers = relay_->handle(*machine_, key->second, in->route, m, unix_seconds())) {
+      if (auto answers = relay_->handle(*machine_, key->second, in.route, m, unix_seconds())) {
         send_relayed(*answers);
-        continue;
+        return;
       }
-      route_of_[key->second] = in->route;
+      route_of_[key->second] = in.route;
       if (auto pending = undelivered_.find(key->second); pending != undelivered_.end()) {
         // Saved by an earlier batch already: safe to send now.
-        for (const auto& message : pending->second) server_->send(in->route, message);
+        for (const auto& message : pending->second) server_->send(in.route, message);
         undelivered_.erase(pending);
       }
       handle(key->second, m, batch);
       ++handled;
-    }
+    });
     if (server_->dropped() > dropped_seen) {
       dropped_seen = server_->dropped();
       obs::log_warn({}, fmt::format("dropped a malformed message ({}); {} so far",

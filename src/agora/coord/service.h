@@ -4,10 +4,11 @@
 // Loop: receive a batch of messages (at most 512, or 50 ms of handling) -> StateMachine::handle
 // for each -> the tick when due (every 100 ms) -> save the new RunState to SQLite once -> only
 // then send the batch's messages. The bound on a batch means a flood of messages cannot hold a
-// deadline back; one save per batch means a burst costs one fsync. Each sender (by its
-// authenticated key) has a budget of 100 messages a second (bursts of 1000): the excess is
+// deadline back; one save per batch means a burst costs one fsync. Each member (by its
+// authenticated key) has a budget of 100 messages a second (bursts of 1000), and every key that
+// has not joined shares one budget of the same size (serve/members.h: strangers): the excess is
 // dropped before the state machine sees it, counted (agora_run_messages_throttled_total) and
-// logged once every 10 s per sender. A flooder is not struck for it: what it loses is its own
+// logged once every 10 s per sender. The loop itself is serve/poll.h's. A flooder is not struck for it: what it loses is its own
 // messages (its heartbeats among them, so a persistent one ends up dropped for silence only if
 // it floods hard enough to lose them all). Persisting before
 // announcing means a peer never learns of a finalized step that a crash could forget; killed at
@@ -17,7 +18,7 @@
 // Authentication: the CURVE handshake gives each message's curve25519 key; a Join binds it to
 // the ed25519 key the peer names (the two must correspond, or the join is refused), and every
 // later message from that connection is handled as that member. A message from a key that never
-// joined gets Refused.
+// joined gets the one refusal of every role, serve::kNotAMember (may rejoin).
 //
 // What it prints: one table row per finalized step on stdout (step, loss, members, tokens/s,
 // bytes per peer, what an fp32 all-reduce would have sent), and the state machine's lines and

@@ -11,128 +11,17 @@
 #include "agora/core/crash_point.h"
 #include "agora/core/error.h"
 #include "agora/core/hex.h"
+#include "agora/serve/sqlite.h"
 
 namespace agora::coord {
 namespace {
 
 using nlohmann::json;
 
-// ---- SQLite plumbing: every return code checked, every error names the file ------------------
-
-[[noreturn]] void sqlite_fail(sqlite3* db, const std::filesystem::path& path,
-                              std::string_view what) {
-  fail("coordinator database {}: {} failed: {}", path.string(), what,
-       db != nullptr ? sqlite3_errmsg(db) : "out of memory");
-}
-
-// A prepared statement, finalized when it goes out of scope.
-class Statement {
- public:
-  Statement(sqlite3* db, const std::filesystem::path& path, const char* sql)
-      : db_(db), path_(path), sql_(sql) {
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) {
-      sqlite_fail(db, path, fmt::format("preparing '{}'", sql));
-    }
-  }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-  ~Statement() { sqlite3_finalize(stmt_); }
-
-  Statement& bind(int i, int64_t v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
-  Statement& bind(int i, uint64_t v) { return bind(i, static_cast<int64_t>(v)); }
-  Statement& bind(int i, double v) { return check(sqlite3_bind_double(stmt_, i, v)); }
-  Statement& bind_text(int i, std::string_view v) {
-    return check(
-        sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
-  }
-  Statement& bind_blob(int i, std::string_view v) {
-    // A zero-length blob must still be a blob, not NULL.
-    return check(sqlite3_bind_blob(stmt_, i, v.empty() ? "" : v.data(), static_cast<int>(v.size()),
-                                   SQLITE_TRANSIENT));
-  }
-
-  // True while a row is available.
-  bool step() {
-    const int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    sqlite_fail(db_, path_, fmt::format("running '{}'", sql_));
-  }
-  // Runs a statement that returns no rows, ready to be bound and run again.
-  void run() {
-    while (step()) {
-    }
-    check(sqlite3_reset(stmt_));
-    check(sqlite3_clear_bindings(stmt_));
-  }
-
-  // SQLite stores a bound NaN as NULL; it reads back as NaN.
-  Statement& bind_real(int i, double v) {
-    return check(std::isnan(v) ? sqlite3_bind_null(stmt_, i) : sqlite3_bind_double(stmt_, i, v));
-  }
-  double real_or_nan(int col) const {
-    return sqlite3_column_type(stmt_, col) == SQLITE_NULL ? NAN : real(col);
-  }
-
-  int64_t int64(int col) const { return sqlite3_column_int64(stmt_, col); }
-  uint64_t uint64(int col) const { return static_cast<uint64_t>(int64(col)); }
-  double real(int col) const { return sqlite3_column_double(stmt_, col); }
-  std::string text(int col) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
-    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))) : "";
-  }
-  std::string blob(int col) const {
-    const auto* p = static_cast<const char*>(sqlite3_column_blob(stmt_, col));
-    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))) : "";
-  }
-
- private:
-  Statement& check(int rc) {
-    if (rc != SQLITE_OK) sqlite_fail(db_, path_, fmt::format("binding '{}'", sql_));
-    return *this;
-  }
-
-  sqlite3* db_;
-  const std::filesystem::path& path_;
-  const char* sql_;
-  sqlite3_stmt* stmt_ = nullptr;
-};
-
-// Runs SQL that returns no rows.
-void run_sql(sqlite3* db, const std::filesystem::path& path, const char* sql) {
-  char* message = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-    const std::string text = message != nullptr ? message : sqlite3_errmsg(db);
-    sqlite3_free(message);
-    fail("coordinator database {}: '{}' failed: {}", path.string(),
-         std::string_view(sql).substr(0, 60), text);
-  }
-}
-
-// Begins a transaction; one that ends without commit() (an exception, an early return) is
-// rolled back, so the file never keeps half of a change.
-class Transaction {
- public:
-  Transaction(sqlite3* db, const std::filesystem::path& path, const char* begin)
-      : db_(db), path_(path) {
-    run_sql(db, path, begin);
-  }
-  ~Transaction() {
-    if (!committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  Transaction(const Transaction&) = delete;
-  Transaction& operator=(const Transaction&) = delete;
-
-  void commit() {
-    run_sql(db_, path_, "COMMIT");
-    committed_ = true;
-  }
-
- private:
-  sqlite3* db_;
-  const std::filesystem::path& path_;
-  bool committed_ = false;
-};
+using serve::run_sql;
+using serve::sqlite_fail;
+using serve::Statement;
+using serve::Transaction;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -168,22 +57,9 @@ CREATE TABLE IF NOT EXISTS step_stats (
 // ---- Store -------------------------------------------------------------------------------------
 
 Store Store::open(const std::filesystem::path& path) {
-  sqlite3* db = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
-  Store store(path, db);  // closes db on every way out, including a failed open
-  if (rc != SQLITE_OK) sqlite_fail(db, path, "opening");
-  if (sqlite3_busy_timeout(db, 5000) != SQLITE_OK) sqlite_fail(db, path, "setting a busy timeout");
-  {
-    Statement wal(db, path, "PRAGMA journal_mode=WAL");
-    if (!wal.step() || wal.text(0) != "wal") {
-      fail(
-          "coordinator database {}: could not switch to WAL journal mode (is it on a file "
-          "system without shared memory, such as some network mounts?)",
-          path.string());
-    }
-  }
-  store.exec("PRAGMA synchronous=FULL");
+  serve::DatabaseHandle handle = serve::open_database(path);
+  sqlite3* db = handle.get();
+  Store store(path, handle.release());  // closes db on every way out
   Transaction transaction(db, path, "BEGIN IMMEDIATE");
   store.exec(kSchema);
   {

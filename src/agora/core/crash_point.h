@@ -56,6 +56,12 @@
 //   stage.after_step        one iteration of the schedule done (and its checkpoint, if due)
 //   stage.checkpoint.after_state  a stage checkpoint's state file written, its parameters not
 //
+// The asynchronous outer server's save (async/outer_durable.cc, async/outer_store.cc), hit once
+// per save:
+//   async_server.before_save      a pass changed what must be kept; nothing of it saved or sent
+//   async_store.tensors_written   the new tensor file written, the save naming it not committed
+//   async_server.after_save       saved; the pass's answers not sent yet
+//
 // The pass count is atomic: passes from several threads are each counted once.
 #pragma once
 

@@ -27,6 +27,12 @@ struct TokenBucket {
     tokens -= 1;
     return true;
   }
+
+  // Whether the bucket would be full at `now`: the same as a fresh one, so a map of buckets may
+  // forget it.
+  bool full(double rate, double burst, double now) const {
+    return !started || tokens + std::max(0.0, now - last) * rate >= burst;
+  }
 };
 
 }  // namespace agora

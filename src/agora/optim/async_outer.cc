@@ -40,6 +40,24 @@ AsyncOuter::AsyncOuter(const std::vector<torch::Tensor>& initial, const AsyncOut
   }
 }
 
+void AsyncOuter::restore(const std::vector<torch::Tensor>& theta,
+                         const std::vector<torch::Tensor>& momentum, int64_t updates) {
+  if (theta.size() != theta_.size() || momentum.size() != theta_.size()) {
+    fail("async outer state holds {} and {} tensors; the model has {}", theta.size(),
+         momentum.size(), theta_.size());
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < theta_.size(); ++i) {
+    if (!theta[i].sizes().equals(theta_[i].sizes()) ||
+        !momentum[i].sizes().equals(theta_[i].sizes())) {
+      fail("async outer state: tensor {} has another shape than the model's", i);
+    }
+    theta_[i].copy_(theta[i]);
+    momentum_[i].copy_(momentum[i]);
+  }
+  updates_ = updates;
+}
+
 void AsyncOuter::apply(const std::vector<torch::Tensor>& pseudo_gradient) {
   if (pseudo_gradient.size() != theta_.size()) {
     fail("a pseudo-gradient of {} tensors for a model of {}", pseudo_gradient.size(),

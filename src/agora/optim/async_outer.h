@@ -46,6 +46,11 @@ class AsyncOuter {
   // Error when the count or a shape differs, or a value is not finite (nothing changes then).
   void apply(const std::vector<torch::Tensor>& pseudo_gradient);
 
+  // Puts back a state saved from theta(), momentum() and updates() (a server's restart). Throws
+  // Error when the tensors' count or shapes are not theta's.
+  void restore(const std::vector<torch::Tensor>& theta, const std::vector<torch::Tensor>& momentum,
+               int64_t updates);
+
   const std::vector<torch::Tensor>& theta() const { return theta_; }
   const std::vector<torch::Tensor>& momentum() const { return momentum_; }
   int64_t updates() const { return updates_; }

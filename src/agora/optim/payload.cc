@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "agora/core/byte_reader.h"
 #include "agora/core/error.h"
 #include "agora/core/little_endian.h"
 #include "agora/optim/position_code.h"
@@ -32,34 +33,6 @@ float load_f32(const uint8_t* p) {
 void store_f32(std::string& out, float v) {
   append_le(out, std::bit_cast<uint32_t>(v), 4);
 }
-
-// Every read goes through take(), which fails before anything past the end is touched.
-class Reader {
- public:
-  explicit Reader(std::string_view bytes)
-      : data_(reinterpret_cast<const uint8_t*>(bytes.data())), size_(bytes.size()) {}
-  size_t offset() const { return pos_; }
-  size_t remaining() const { return size_ - pos_; }
-
-  const uint8_t* take(uint64_t n, const std::string& where, const char* what) {
-    if (n > remaining()) {
-      fail("{}: truncated: {} needs {} bytes at offset {}, but only {} remain", where, what, n,
-           pos_, remaining());
-    }
-    const uint8_t* p = data_ + pos_;
-    pos_ += n;
-    return p;
-  }
-  // An unsigned integer of n bytes.
-  uint64_t uint(size_t n, const std::string& where, const char* what) {
-    return load_le(take(n, where, what), n);
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
 
 std::string describe(size_t index, const std::vector<int64_t>& shape) {
   return fmt::format("payload tensor {} [{}]", index, fmt::join(shape, ", "));
@@ -285,7 +258,7 @@ std::vector<float> read_values(const uint8_t* p, ValueType type, size_t n,
 }
 
 Payload decode(std::string_view bytes, const PayloadLayout* expected) {
-  Reader r(bytes);
+  ByteReader r(bytes);
   const std::string top = "payload";
   const uint8_t* magic = r.take(4, top, "the magic");
   if (std::memcmp(magic, kMagic, 4) != 0) {

@@ -10,6 +10,7 @@
 #include "agora/obs/log.h"
 #include "agora/obs/metrics_catalogue.h"
 #include "agora/peer/peer_network_detail.h"
+#include "agora/serve/poll.h"
 
 namespace agora::peer {
 
@@ -301,7 +302,7 @@ void PeerNetwork::loop_once(double& next_heartbeat) {
       {server_->socket_owner().socket().handle(), 0, ZMQ_POLLIN, 0},
       {coordinator_->socket().handle(), 0, ZMQ_POLLIN, 0}};
   for (auto& [id, c] : clients_) items.push_back({c.client->socket().handle(), 0, ZMQ_POLLIN, 0});
-  zmq::poll(items.data(), items.size(), std::chrono::milliseconds(5));
+  serve::poll(items, std::chrono::milliseconds(5));
   // The coordinator first: its lists decide whom the server answers.
   bool any = false;
   while (auto m = coordinator_->recv()) {

@@ -10,6 +10,7 @@
 #include "agora/net/envelope.h"
 #include "agora/obs/log.h"
 #include "agora/peer/state_sync.h"
+#include "agora/peer/test_hooks.h"
 
 namespace agora::peer {
 

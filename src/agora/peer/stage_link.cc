@@ -8,6 +8,7 @@
 
 #include "agora/core/error.h"
 #include "agora/core/hex.h"
+#include "agora/serve/poll.h"
 
 namespace agora::peer {
 namespace {
@@ -178,7 +179,7 @@ void StageLink::pump(std::chrono::milliseconds wait) {
   std::vector<zmq::pollitem_t> items;
   if (server_) items.push_back({server_->socket().handle(), 0, ZMQ_POLLIN, 0});
   if (client_) items.push_back({client_->socket().handle(), 0, ZMQ_POLLIN, 0});
-  zmq::poll(items.data(), items.size(), wait);
+  serve::poll(items, wait);
   if (server_) {
     while (auto in = server_->recv()) {
       if (prev_curve_.empty()) prev_curve_ = in->curve_key;  // trust on first use

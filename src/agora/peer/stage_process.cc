@@ -16,6 +16,7 @@
 #include "agora/core/error.h"
 #include "agora/data/data_meta.h"
 #include "agora/data/sampler.h"
+#include "agora/obs/event_log.h"
 #include "agora/peer/stage_link.h"
 #include "agora/pipeline/boundary.h"
 #include "agora/pipeline/partition.h"
@@ -65,10 +66,7 @@ class StageRunner {
       work_->train();
     }
     optimizer_ = std::make_unique<StageOptimizer>(config, live_->hf_parameters());
-    if (!options.events.empty()) {
-      if (options.events.has_parent_path()) fs::create_directories(options.events.parent_path());
-      events_.open(options.events, options.resume ? std::ios::app : std::ios::trunc);
-    }
+    if (!options.events.empty()) events_ = obs::EventLog(options.events, /*append=*/options.resume);
   }
 
   StageSummary run() {
@@ -399,9 +397,7 @@ class StageRunner {
                     options_.checkpoint_dir.string()));
   }
 
-  void event(const nlohmann::json& e) {
-    if (events_.is_open()) events_ << e.dump() << '\n' << std::flush;
-  }
+  void event(const nlohmann::json& e) { events_.write(e); }
   void say(const std::string& text) const {
     if (options_.progress) std::fprintf(stderr, "%s\n", text.c_str());
   }
@@ -430,7 +426,7 @@ class StageRunner {
   std::map<std::pair<int64_t, int64_t>, std::string> sent_;
   double last_loss_ = 0;
   Clock::time_point run_started_ = Clock::now();
-  std::ofstream events_;
+  obs::EventLog events_;  // --events, or closed
 };
 
 }  // namespace

@@ -18,12 +18,7 @@
 //                the author is relayed (nobody can dial it), or the queue is full.
 //   Neither thread holds mutex_ while it fetches or computes.
 //
-// Test hooks (environment, read once; for integration tests of a cheating member):
-//   AGORA_TEST_CHEAT=half_batch|other_data|perturbed
-//                                            train half the share, other sequences, or from
-//                                            perturbed parameters, and commit as if the share
-//                                            was trained as assigned;
-//   AGORA_TEST_FALSE_VERDICTS=1              every verdict says DISAGREES.
+// Test hooks (AGORA_TEST_CHEAT, AGORA_TEST_FALSE_VERDICTS): peer/test_hooks.h.
 #pragma once
 
 #include <atomic>
@@ -43,25 +38,6 @@
 #include "agora/peer/peer_context.h"
 
 namespace agora::peer {
-
-// The test hook AGORA_TEST_CHEAT: "" when honest.
-const std::string& test_cheat();
-// What a cheating author trains instead of `share` (the share itself when honest).
-std::vector<SequenceRange> cheat_share(const std::vector<SequenceRange>& share);
-// AGORA_TEST_CHEAT=perturbed: while it lives, `params` hold the run's parameters plus noise of
-// 5% of each tensor's RMS, so the step's gradient is a perturbed model's; the destructor puts
-// the run's parameters back, bit for bit. Does nothing for other cheats or an honest peer.
-class CheatPerturbation {
- public:
-  explicit CheatPerturbation(std::vector<torch::Tensor>& params);
-  ~CheatPerturbation();
-  CheatPerturbation(const CheatPerturbation&) = delete;
-  CheatPerturbation& operator=(const CheatPerturbation&) = delete;
-
- private:
-  std::vector<torch::Tensor>& params_;
-  std::vector<torch::Tensor> saved_;
-};
 
 class Verification {
  public:

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "agora/core/byte_reader.h"
 #include "agora/core/error.h"
 #include "agora/core/little_endian.h"
 
@@ -46,30 +47,6 @@ bool has_tokens(const BoundaryHeader& h) {
 }
 
 // Every read goes through take(), which fails before anything past the end is touched.
-class Reader {
- public:
-  explicit Reader(std::string_view bytes)
-      : data_(reinterpret_cast<const uint8_t*>(bytes.data())), size_(bytes.size()) {}
-  size_t offset() const { return pos_; }
-  size_t remaining() const { return size_ - pos_; }
-
-  const uint8_t* take(uint64_t n, const char* what) {
-    if (n > remaining()) {
-      fail("{}: truncated: {} needs {} bytes at offset {}, but only {} remain", kTop, what, n, pos_,
-           remaining());
-    }
-    const uint8_t* p = data_ + pos_;
-    pos_ += n;
-    return p;
-  }
-  uint64_t uint(size_t n, const char* what) { return load_le(take(n, what), n); }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
-
 // The enums and the geometry's rules, without limits (those are the receiver's). The order lets
 // each step rely on the ones before.
 void check_header(const BoundaryHeader& h) {
@@ -341,28 +318,28 @@ std::string encode_boundary(const BoundaryHeader& header, std::span<const float>
 }
 
 BoundaryMessage decode_boundary(std::string_view bytes, const BoundaryLimits& limits) {
-  Reader r(bytes);
-  const uint8_t* magic = r.take(4, "the magic");
+  ByteReader r(bytes);
+  const uint8_t* magic = r.take(4, kTop, "the magic");
   if (std::memcmp(magic, kMagic, 4) != 0) {
     fail(
         "{}: magic is {:02x} {:02x} {:02x} {:02x}, expected 41 47 50 42 (\"AGPB\"): not an "
         "agora boundary message",
         kTop, magic[0], magic[1], magic[2], magic[3]);
   }
-  const uint64_t version = r.uint(2, "the version");
+  const uint64_t version = r.uint(2, kTop, "the version");
   if (version != kBoundaryVersion) {
     fail("{}: version {} is not supported (allowed: {})", kTop, version, kBoundaryVersion);
   }
   BoundaryMessage m;
   BoundaryHeader& h = m.header;
-  h.direction = static_cast<BoundaryDirection>(r.uint(1, "the direction"));
-  h.codec = static_cast<BoundaryCodec>(r.uint(1, "the codec"));
-  h.step = r.uint(8, "the step");
-  h.micro_batch = static_cast<uint32_t>(r.uint(4, "the micro-batch"));
-  h.stage = static_cast<uint32_t>(r.uint(4, "the stage"));
-  h.rows = static_cast<uint32_t>(r.uint(4, "rows"));
-  h.width = static_cast<uint32_t>(r.uint(4, "width"));
-  h.block = static_cast<uint32_t>(r.uint(4, "block"));
+  h.direction = static_cast<BoundaryDirection>(r.uint(1, kTop, "the direction"));
+  h.codec = static_cast<BoundaryCodec>(r.uint(1, kTop, "the codec"));
+  h.step = r.uint(8, kTop, "the step");
+  h.micro_batch = static_cast<uint32_t>(r.uint(4, kTop, "the micro-batch"));
+  h.stage = static_cast<uint32_t>(r.uint(4, kTop, "the stage"));
+  h.rows = static_cast<uint32_t>(r.uint(4, kTop, "rows"));
+  h.width = static_cast<uint32_t>(r.uint(4, kTop, "width"));
+  h.block = static_cast<uint32_t>(r.uint(4, kTop, "block"));
   check_header(h);
   // The limits, then the length, before anything is allocated.
   if (h.width > limits.max_width) {
@@ -390,7 +367,7 @@ BoundaryMessage decode_boundary(std::string_view bytes, const BoundaryLimits& li
     fail("{}: {} trailing bytes after the body, which ends at offset {}", where,
          r.remaining() - body, r.offset() + body);
   }
-  const uint8_t* p = r.take(body, "the body");
+  const uint8_t* p = r.take(body, kTop, "the body");
   m.values.resize(n);
   switch (h.codec) {
     case BoundaryCodec::kF32:

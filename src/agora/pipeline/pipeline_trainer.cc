@@ -6,13 +6,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/data/data_meta.h"
+#include "agora/obs/event_log.h"
 #include "agora/obs/progress.h"
 #include "agora/pipeline/simulation.h"
 #include "agora/train/checkpoint.h"
@@ -24,22 +24,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-class EventLog {
- public:
-  explicit EventLog(const fs::path& path) {
-    if (path.empty()) return;
-    if (path.has_parent_path()) fs::create_directories(path.parent_path());
-    out_.open(path, std::ios::trunc);
-    if (!out_) fail("cannot write pipeline events to {}", path.string());
-  }
-  void write(const nlohmann::json& event) {
-    if (out_.is_open()) out_ << event.dump() << '\n' << std::flush;
-  }
-
- private:
-  std::ofstream out_;
-};
 
 }  // namespace
 
@@ -62,7 +46,7 @@ PipelineTrainSummary train_pipeline(RunConfig config, const PipelineTrainOptions
     summary.stage_parameters.push_back(span.parameters);
   const double whole = static_cast<double>(config.model.num_parameters());
 
-  EventLog events(options.events);
+  obs::EventLog events = options.events.empty() ? obs::EventLog() : obs::EventLog(options.events);
   const auto say = [&](const std::string& text) {
     if (options.progress) std::fprintf(stderr, "%s\n", text.c_str());
   };

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "agora/core/error.h"
+#include "agora/obs/event_log.h"
 #include "agora/obs/progress.h"
 #include "agora/rl/group_batch.h"
 #include "agora/rl/held_out.h"
@@ -183,8 +184,11 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
   model->train();
 
   fs::create_directories(options.out_dir);
-  std::ofstream events(options.out_dir / "rl.jsonl", std::ios::trunc);
-  if (!events) fail("cannot write {}", (options.out_dir / "rl.jsonl").string());
+  const auto started = Clock::now();
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(Clock::now() - started).count();
+  };
+  obs::EventLog events(options.out_dir / "rl.jsonl", /*append=*/false, elapsed);
 
   torch::optim::AdamW optimizer(
       model->parameters(),
@@ -212,10 +216,6 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
     intake.emplace(io);
   }
 
-  const auto started = Clock::now();
-  const auto elapsed = [&] {
-    return std::chrono::duration<double>(Clock::now() - started).count();
-  };
   const auto held_out = [&] {
     return score_held_out(model, *tokenizer, task, options.eval_problems, options.max_new_tokens)
         .accuracy();
@@ -228,7 +228,7 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
     GrpoStepStats s;
     s.held_out = summary.base_accuracy;
     s.seconds = elapsed();
-    events << rl_step_json(s).dump() << "\n" << std::flush;
+    events.write(rl_step_json(s));
   }
   if (options.table) {
     print_rl_table_header();
@@ -272,26 +272,12 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
                                       options.grad_clip, options.grpo);
     versions.advance();
 
-    GrpoStepStats s;
-    s.step = step;
-    const auto rows = std::max<double>(1.0, static_cast<double>(batch.completions.size()));
-    s.reward = batch.reward_sum / rows;
-    s.informative =
-        static_cast<double>(batch.informative) / static_cast<double>(options.prompts_per_step);
-    s.loss = loss.loss.defined() ? loss.loss.item<double>() : 0.0;
-    s.skipped = loss.skipped;
-  s.clipped_fraction = loss.clipped_fraction;
-    s.capped_fraction = loss.capped_fraction;
-    s.mean_ratio = loss.mean_ratio;
-    s.completion_tokens = batch.tokens / rows;
-    s.rollouts = rollouts;
-    s.accepted = static_cast<int64_t>(batch.completions.size());
-    s.rejected = batch.refused;
+    GrpoStepStats s = step_stats(step, batch, loss, options.prompts_per_step, rollouts);
     const bool evaluate =
         step == options.steps || (options.eval_interval > 0 && step % options.eval_interval == 0);
     if (evaluate) s.held_out = last_held_out = held_out();
     s.seconds = elapsed();
-    events << rl_step_json(s).dump() << "\n" << std::flush;
+    events.write(rl_step_json(s));
     if (on_step) on_step(s);
     if (options.table && (evaluate || step == 1 || step % 5 == 0)) {
       print_rl_table_row(s, last_held_out, options.steps);
@@ -311,7 +297,7 @@ GrpoTrainSummary train_grpo(LoadedCheckpoint base, const Task& task,
     }
     nlohmann::json row = {
         {"event", "rl_intake"}, {"verdicts", summary.verdicts}, {"strikes", summary.strikes}};
-    events << row.dump() << "\n" << std::flush;
+    events.write(row);
   }
 
   CheckpointMeta meta = base.meta;

@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "agora/core/token_bucket.h"
 #include "agora/data/tokenizer.h"
 #include "agora/net/curve_socket.h"
+#include "agora/obs/event_log.h"
 #include "agora/obs/http_server.h"
 #include "agora/obs/metrics.h"
 #include "agora/rl/learner_server.h"
@@ -26,35 +25,30 @@
 #include "agora/rl/rollout_intake.h"
 #include "agora/rl/slot_pool.h"
 #include "agora/rl/task.h"
+#include "agora/serve/members.h"
 #include "agora/train/published_policy.h"
 
 namespace agora::learner_detail {
 
 using Clock = std::chrono::steady_clock;
 
-// A worker silent this long is forgotten (its slots go back, a banned one's ban stays).
-inline constexpr double kWorkerIdleSeconds = 120;
 // Rollouts re-scored in one forward pass, at most.
 inline constexpr size_t kRescoreBatch = 64;
-// Hellos from keys the learner does not know yet, a second and at once.
-inline constexpr double kHellosPerSecond = 20, kHelloBurst = 100;
 // Replies waiting per connection: a receipt per rollout, so a step's worth and more.
 inline constexpr int kReplyQueue = 16384;
 // Text a worker sends that lands in logs (its agent string), at most.
 inline constexpr size_t kMaxAgentBytes = 200;
 
-// A worker that said hello, by the key it proved.
-struct Worker {
-  net::PublicKey key;  // ed25519
-  std::string name;    // its key in hex: the intake's and the logs' name for it
-  TokenBucket rate;
+// What the learner keeps of a worker beyond what every member has (serve/members.h: its key,
+// name, rate, joined_at, last_seen, banned). Its strikes and ban live in the intake, by name.
+struct WorkerState {
   int64_t accepted = 0, refused = 0;
-  double joined_s = 0, last_seen_s = 0;
   bool ban_logged = false;
   // Policy bytes queued to it and not yet written: one worker that never reads cannot hold the
   // policy back from the others.
   std::shared_ptr<std::atomic<int64_t>> in_flight = std::make_shared<std::atomic<int64_t>>(0);
 };
+using Worker = serve::Member<WorkerState>;
 
 // A rollout past the intake, waiting for re-scoring (done in batches, one per version).
 struct Pending {
@@ -89,6 +83,11 @@ class Learner {
   // Copies what the page, /api/rl and /metrics show; after every update and once a second.
   void publish_status();
   void log_event(nlohmann::json row);
+  // Restarts (learner_durable.cc): the options that must match to resume, a save of what a
+  // restart needs, and resuming from the newest save (false: none, or a finished run's).
+  std::string fingerprint() const;
+  void save_resume(bool finished);
+  bool resume();
 
   LearnerOptions options_;
   LoadedCheckpoint base_;
@@ -109,8 +108,7 @@ class Learner {
   // The encoded RlPolicy envelope that moves version v - 1 to v, for the newest versions.
   std::map<uint64_t, std::shared_ptr<const std::string>> deltas_;
   std::shared_ptr<const std::string> whole_;  // of the newest version, made when first asked
-  std::map<std::string, Worker> workers_;     // by curve key
-  TokenBucket hellos_;                        // from keys not in workers_, all together
+  serve::Members<WorkerState> workers_;
   std::vector<Pending> pending_;
   std::map<SlotId, std::pair<std::string, Rollout>> filled_;  // slot -> (worker, rollout)
   std::mt19937_64 rescore_draw_;
@@ -125,13 +123,14 @@ class Learner {
   std::map<std::string, int64_t> receipts_;  // by verdict, every receipt sent
   double last_held_out_ = 0;
   GrpoTrainSummary summary_;
-  std::ofstream events_;
+  obs::EventLog events_;
   const Clock::time_point started_ = Clock::now();
 
   obs::Registry metrics_;
   std::mutex status_mutex_;
   nlohmann::json status_;
   std::vector<GrpoStepStats> history_;
+  bool resumed_ = false;
   std::unique_ptr<obs::HttpServer> http_;
 };
 

@@ -17,22 +17,22 @@ constexpr const char* kBadSignature = "bad_signature";
 }  // namespace
 
 void Learner::handle(const net::Incoming& in) {
+  const auto dropped = [&](const char* reason) {
+    obs::counter(metrics_, obs::metric::kRlMessagesDropped, {{"reason", reason}}).inc();
+  };
+  const auto admitted = workers_.admit(in.curve_key, now());
+  if (admitted.standing == serve::Standing::kThrottled) return dropped("rate_limited");
   if (in.message.has_rl_hello()) return on_hello(in);
-  const auto it = workers_.find(in.curve_key);
-  if (it == workers_.end()) {
-    obs::counter(metrics_, obs::metric::kRlMessagesDropped, {{"reason", "unregistered"}}).inc();
+  if (admitted.standing == serve::Standing::kStranger) {
+    dropped("unregistered");
+    server_.send(in.route, serve::refusal(serve::kNotAMember, /*may_rejoin=*/true));
     return;
   }
-  Worker& w = it->second;
-  if (!w.rate.take(options_.worker_messages_per_second, options_.worker_burst, now())) {
-    obs::counter(metrics_, obs::metric::kRlMessagesDropped, {{"reason", "rate_limited"}}).inc();
-    return;
-  }
-  w.last_seen_s = now();
+  Worker& w = *admitted.member;  // a banned one too: the intake answers with its ban
   if (in.message.has_rl_get_policy()) return on_get_policy(in, w);
   if (in.message.has_rl_get_work()) return on_get_work(in, w);
   if (in.message.has_rl_rollout()) return on_rollout(in, w);
-  obs::counter(metrics_, obs::metric::kRlMessagesDropped, {{"reason", "unexpected"}}).inc();
+  dropped("unexpected");
 }
 
 namespace {
@@ -49,42 +49,15 @@ std::string printable(const std::string& text) {
 }  // namespace
 
 void Learner::on_hello(const net::Incoming& in) {
-  const auto known = workers_.find(in.curve_key);
-  // Each hello costs a key conversion: a known worker's count against its own bucket, a
-  // stranger's against one bucket shared by all strangers.
-  TokenBucket& bucket = known != workers_.end() ? known->second.rate : hellos_;
-  const double rate = known != workers_.end() ? options_.worker_messages_per_second
-                                              : kHellosPerSecond;
-  const double burst = known != workers_.end() ? options_.worker_burst : kHelloBurst;
-  if (!bucket.take(rate, burst, now())) {
-    obs::counter(metrics_, obs::metric::kRlMessagesDropped, {{"reason", "rate_limited"}}).inc();
-    return;
-  }
   wire::Envelope e;
   auto* run = e.mutable_rl_run();
-  const std::string& key = in.message.rl_hello().key();
-  bool matches = false;
-  if (key.size() == net::kKeyBytes) {
-    try {
-      matches = net::curve_public_of(key) == in.curve_key;
-    } catch (const Error&) {
-      matches = false;
-    }
-  }
-  int serving = 0;  // banned workers do not take a place
-  for (const auto& [curve, w] : workers_) serving += intake_.banned(w.name) ? 0 : 1;
-  if (!matches) {
-    run->set_refused("RlHello.key is not the ed25519 key this connection authenticated with");
-  } else if (known == workers_.end() && serving >= options_.max_workers) {
-    run->set_refused(fmt::format("the learner serves at most {} workers", options_.max_workers));
+  const serve::Members<WorkerState>::Joined joined =
+      workers_.join(in.curve_key, in.message.rl_hello().key(), now());
+  if (!joined.member) {
+    run->set_refused(joined.refused);
   } else {
-    auto [it, fresh] = workers_.try_emplace(in.curve_key);
-    Worker& w = it->second;
-    w.last_seen_s = now();
-    if (fresh) {
-      w.key = key;
-      w.name = net::key_to_hex(key);
-      w.joined_s = now();
+    Worker& w = *joined.member;
+    if (joined.fresh) {
       log_event({{"event", "rl_worker"},
                  {"worker", w.name},
                  {"state", "joined"},
@@ -196,6 +169,7 @@ void Learner::receipt(const std::string& route, const Rollout* rollout, std::str
   server_.send(route, e);
   if (intake_.banned(w.name) && !w.ban_logged) {
     w.ban_logged = true;
+    workers_.ban(w);
     pool_.forget(w.name);
     log_event({{"event", "rl_worker"},
                {"worker", w.name},
@@ -280,13 +254,13 @@ void Learner::rescore(uint64_t version, std::vector<Pending>& batch) {
   std::vector<const Rollout*> rollouts;
   std::vector<Pending*> kept;
   for (Pending& p : batch) {
-    const auto w = workers_.find(p.curve);
-    if (w == workers_.end()) continue;  // forgotten meanwhile
+    Worker* w = workers_.find(p.curve);
+    if (!w) continue;  // forgotten meanwhile
     const auto prompt = prompts_.find(p.rollout.problem_id);
     if (!versions_.has(version) || prompt == prompts_.end()) {
       // The step moved on while it waited: too old now, not the worker's fault.
       receipt(p.route, &p.rollout, verdict_name(IntakeVerdict::kStale),
-              "the run moved past its step before it was checked", w->second);
+              "the run moved past its step before it was checked", *w);
       continue;
     }
     rows.push_back(prompt->second);
@@ -344,15 +318,12 @@ void Learner::rescore(uint64_t version, std::vector<Pending>& batch) {
 }
 
 void Learner::evict_idle() {
-  for (auto it = workers_.begin(); it != workers_.end();) {
-    if (now() - it->second.last_seen_s > kWorkerIdleSeconds && *it->second.in_flight == 0) {
-      pool_.forget(it->second.name);
-      log_event({{"event", "rl_worker"}, {"worker", it->second.name}, {"state", "left"}});
-      it = workers_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  workers_.evict_idle(now(), [this](Worker& w) {
+    if (*w.in_flight != 0) return false;
+    pool_.forget(w.name);
+    log_event({{"event", "rl_worker"}, {"worker", w.name}, {"state", "left"}});
+    return true;
+  });
 }
 
 }  // namespace agora::learner_detail

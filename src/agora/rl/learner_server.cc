@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agora/core/error.h"
+#include "agora/net/allowlist.h"
 #include "agora/obs/metrics_catalogue.h"
 #include "agora/rl/group_batch.h"
 #include "agora/rl/held_out.h"
@@ -17,6 +18,7 @@
 #include "agora/rl/rl_progress.h"
 #include "agora/rl/rollout_intake.h"
 #include "agora/rl/slot_pool.h"
+#include "agora/serve/poll.h"
 #include "agora/train/published_policy.h"
 
 namespace agora {
@@ -50,6 +52,19 @@ std::unique_ptr<Tokenizer> base_tokenizer(const LoadedCheckpoint& base) {
   return load_tokenizer(base.tokenizer_spec);
 }
 
+// A worker silent for two minutes is forgotten (its slots go back; a ban stays in the intake),
+// hellos from strangers at most 20 a second.
+serve::MemberLimits worker_limits(const LearnerOptions& o) {
+  serve::MemberLimits limits;
+  limits.max_members = o.max_workers;
+  limits.idle_seconds = 120;
+  limits.member_rate = o.worker_messages_per_second;
+  limits.member_burst = o.worker_burst;
+  limits.stranger_rate = 20;
+  limits.stranger_burst = 100;
+  return limits;
+}
+
 }  // namespace
 
 Learner::Learner(LoadedCheckpoint base, const net::Identity& identity,
@@ -72,11 +87,13 @@ Learner::Learner(LoadedCheckpoint base, const net::Identity& identity,
       context_(options.admission),
       server_(context_, identity, options.listen, net::DecodeLimits{net::kMaxControlBytes, 0},
               /*reply_queue=*/kReplyQueue),
+      workers_(worker_limits(options)),
       rescore_draw_(std::random_device{}()) {
   live_->train();
   fs::create_directories(options_.train.out_dir);
-  events_.open(options_.train.out_dir / "rl.jsonl", std::ios::trunc);
-  if (!events_) fail("cannot write {}", (options_.train.out_dir / "rl.jsonl").string());
+  resume();  // an unfinished run in out_dir goes on where its last save was
+  events_ = obs::EventLog(options_.train.out_dir / "rl.jsonl", /*append=*/resumed_,
+                          [this] { return now(); });
   if (live_->config().max_seq_len < 2 + options_.train.max_new_tokens) {
     fail("rl max new tokens {} does not fit the model's context of {} tokens",
          options_.train.max_new_tokens, live_->config().max_seq_len);
@@ -85,12 +102,7 @@ Learner::Learner(LoadedCheckpoint base, const net::Identity& identity,
   if (options_.http) start_http();
 }
 
-void Learner::log_event(nlohmann::json row) {
-  row["elapsed_s"] = now();
-  // Replace, not throw, on bytes that are not UTF-8: some fields come from workers.
-  events_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
-          << std::flush;
-}
+void Learner::log_event(nlohmann::json row) { events_.write(std::move(row)); }
 
 void Learner::open_step() {
   problems_.clear();
@@ -152,21 +164,8 @@ void Learner::train_step() {
     versions_.advance();
   }
 
-  GrpoStepStats s;
-  s.step = step_;
-  const auto rows = std::max<double>(1.0, static_cast<double>(batch.completions.size()));
-  s.reward = batch.reward_sum / rows;
-  s.informative = static_cast<double>(batch.informative) /
-                  static_cast<double>(options_.train.prompts_per_step);
-  s.loss = loss.loss.defined() ? loss.loss.item<double>() : 0.0;
-  s.skipped = loss.skipped;
-  s.clipped_fraction = loss.clipped_fraction;
-  s.capped_fraction = loss.capped_fraction;
-  s.mean_ratio = loss.mean_ratio;
-  s.completion_tokens = batch.tokens / rows;
-  s.rollouts = rollouts_;
-  s.accepted = static_cast<int64_t>(batch.completions.size());
-  s.rejected = batch.refused;
+  GrpoStepStats s =
+      step_stats(step_, batch, loss, options_.train.prompts_per_step, rollouts_);
   const int64_t steps = options_.train.steps;
   const bool evaluate = step_ == steps || (options_.train.eval_interval > 0 &&
                                            step_ % options_.train.eval_interval == 0);
@@ -182,6 +181,9 @@ void Learner::train_step() {
   if (options_.train.table && (evaluate || step_ == 1 || step_ % 5 == 0)) {
     print_rl_table_row(s, last_held_out_, steps);
   }
+  if (step_ < steps && options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) {
+    save_resume(/*finished=*/false);  // before the next step draws its problems
+  }
   if (step_ < steps) open_step();
   publish_status();
 }
@@ -190,14 +192,19 @@ GrpoTrainSummary Learner::run() {
   log_event({{"event", "rl_learner"},
              {"listen", server_.bound_endpoint()},
              {"key", key_hex_},
+             {"admission", net::describe(options_.admission)},
+             {"stranger_rate", workers_.limits().stranger_rate},
+             {"stranger_burst", workers_.limits().stranger_burst},
              {"http", http_ ? http_->url() : ""},
              {"base_hash", net::key_to_hex(base_hash_)}});
-  // Workers may connect meanwhile: ZeroMQ holds their hellos until the loop below reads them.
-  summary_.base_accuracy = last_held_out_ =
-      score_held_out(live_, *tokenizer_, *task_, options_.train.eval_problems,
-                     options_.train.max_new_tokens)
-          .accuracy();
-  {
+  if (resumed_) {
+    log_event({{"event", "rl_resume"}, {"step", step_}, {"version", published_.version()}});
+  } else {
+    // Workers may connect meanwhile: ZeroMQ holds their hellos until the loop below reads them.
+    summary_.base_accuracy = last_held_out_ =
+        score_held_out(live_, *tokenizer_, *task_, options_.train.eval_problems,
+                       options_.train.max_new_tokens)
+            .accuracy();
     GrpoStepStats s;
     s.held_out = summary_.base_accuracy;
     s.seconds = now();
@@ -211,19 +218,14 @@ GrpoTrainSummary Learner::run() {
     s.seconds = now();
     print_rl_table_row(s, summary_.base_accuracy, options_.train.steps);
   }
-  if (options_.train.steps > 0) open_step();
+  if (step_ < options_.train.steps) open_step();
   publish_status();
-  double finished_at = options_.train.steps == 0 ? now() : -1;
+  double finished_at = step_ >= options_.train.steps ? now() : -1;
   double last_status = now();
   const auto stopped = [&] { return options_.stop && options_.stop->load(); };
   while ((finished_at < 0 || now() - finished_at < options_.linger_seconds) && !stopped()) {
-    zmq::pollitem_t item{server_.socket().handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(pending_.empty() ? 20 : 0));
-    for (int i = 0; i < 256; ++i) {
-      std::optional<net::Incoming> in = server_.recv();
-      if (!in) break;
-      handle(*in);
-    }
+    serve::wait_readable(server_.socket(), std::chrono::milliseconds(pending_.empty() ? 20 : 0));
+    serve::drain(server_, {}, [this](const net::Incoming& in) { handle(in); });
     rescore_pending();
     if (finished_at < 0 && step_ready()) {
       train_step();
@@ -253,6 +255,9 @@ GrpoTrainSummary Learner::run() {
   summary_.checkpoint = options_.train.out_dir / "latest";
   save_checkpoint(summary_.checkpoint, live_, meta, base_.tokenizer_spec, base_.run_config_toml,
                   std::nullopt);
+  // A run that did all its updates is finished (out_dir starts a new run next time); one
+  // stopped by a signal stays resumable.
+  save_resume(/*finished=*/step_ >= options_.train.steps);
   return summary_;
 }
 
@@ -274,6 +279,10 @@ void validate(const LearnerOptions& o) {
   }
   if (o.max_slots_per_worker < 1) fail("rl max slots per worker 0 is invalid (allowed: >= 1)");
   if (o.max_workers < 1) fail("rl max workers {} is invalid (allowed: >= 1)", o.max_workers);
+  if (o.checkpoint_every < 0) {
+    fail("rl checkpoint every {} is invalid (allowed: 0 = at the end only, or >= 1 updates)",
+         o.checkpoint_every);
+  }
   if (!(o.worker_messages_per_second > 0) || o.worker_burst < 1) {
     fail("rl worker rate {}/s burst {} is invalid (allowed: rate > 0, burst >= 1)",
          o.worker_messages_per_second, o.worker_burst);

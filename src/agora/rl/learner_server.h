@@ -28,6 +28,13 @@
 // States of the run, in order: training (steps 1..steps), finishing (the last update is done:
 // workers asking for work are told the run is over, for `linger_seconds`), done.
 //
+// Restarts: every `checkpoint_every` updates, and when it stops, the learner saves what it needs
+// to go on into out_dir/resume (learner_durable.cc). Started again with the same options and
+// out_dir after a kill, it resumes from the newest save: the policy and AdamW's moments, the
+// published copy (workers' deltas go on from it), the step, the problems' cursor and every
+// worker's strikes. Updates after that save are done again; a worker that holds a newer policy
+// than the learner's fetches the whole policy. A run that finished leaves out_dir to a new run.
+//
 // Progress: the live table and rl.jsonl of grpo_trainer.h (event rl_step, then rl_intake with
 // the verdicts and each worker's strikes), rl_worker events when a worker joins or is banned;
 // with `http`, /metrics (obs/metrics_catalogue.h, agora_rl_*), /api/rl (JSON) and a page at /.
@@ -71,6 +78,9 @@ struct LearnerOptions {
   int64_t max_policy_bytes_in_flight = int64_t{1} << 30;
   int64_t max_policy_bytes_per_worker = int64_t{64} << 20;
   double linger_seconds = 3;
+  // Updates between saves of what a restart resumes from (out_dir/resume: the policy, AdamW's
+  // state, the published copy, the step, the problem cursor and the strikes); 0: at the end only.
+  int64_t checkpoint_every = 10;
   // Set (from another thread or a signal handler) to stop serving: the learner saves what it
   // has trained so far and returns.
   const std::atomic<bool>* stop = nullptr;

@@ -2,11 +2,31 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "agora/obs/progress.h"
 
 namespace agora {
+
+GrpoStepStats step_stats(int64_t step, const GroupBatch& batch, const GrpoLoss& loss,
+                         int64_t prompts_per_step, int64_t rollouts) {
+  GrpoStepStats s;
+  s.step = step;
+  const auto rows = std::max<double>(1.0, static_cast<double>(batch.completions.size()));
+  s.reward = batch.reward_sum / rows;
+  s.informative = static_cast<double>(batch.informative) / static_cast<double>(prompts_per_step);
+  s.loss = loss.loss.defined() ? loss.loss.item<double>() : 0.0;
+  s.skipped = loss.skipped;
+  s.clipped_fraction = loss.clipped_fraction;
+  s.capped_fraction = loss.capped_fraction;
+  s.mean_ratio = loss.mean_ratio;
+  s.completion_tokens = batch.tokens / rows;
+  s.rollouts = rollouts;
+  s.accepted = static_cast<int64_t>(batch.completions.size());
+  s.rejected = batch.refused;
+  return s;
+}
 
 nlohmann::json rl_step_json(const GrpoStepStats& s) {
   nlohmann::json row = {{"event", "rl_step"},

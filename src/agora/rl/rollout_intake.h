@@ -75,6 +75,9 @@ class RolloutIntake {
   void strike(const std::string& worker, IntakeVerdict why);
   bool banned(const std::string& worker) const;
   int strikes(const std::string& worker) const;
+  // Every worker's strikes, and putting them back (a learner's restart).
+  const std::map<std::string, int>& strikes_by_worker() const { return strikes_; }
+  void restore_strikes(std::map<std::string, int> strikes) { strikes_ = std::move(strikes); }
 
   // How many submissions got each verdict (kMismatch: strikes reported by the learner).
   int64_t count(IntakeVerdict verdict) const { return counts_[static_cast<int>(verdict)]; }

@@ -3,17 +3,18 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
 #include "agora/core/error.h"
 #include "agora/net/curve_socket.h"
+#include "agora/obs/event_log.h"
 #include "agora/rl/rollout.h"
 #include "agora/rl/sampling.h"
 #include "agora/rl/seeded_draw.h"
 #include "agora/rl/task.h"
+#include "agora/serve/member_client.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/parameter_hash.h"
 #include "agora/train/published_policy.h"
@@ -32,10 +33,12 @@ class Worker {
   double now() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
   void log(nlohmann::json row);
   // The next message that `want` accepts, counting receipts on the way; nullopt after `timeout`.
-  template <typename Want>
-  std::optional<wire::Envelope> wait_for(Want want, double timeout);
+  std::optional<wire::Envelope> wait_for(const serve::MemberClient::Match& want, double timeout) {
+    return member_.wait_for(want, timeout);
+  }
   void count_receipt(const wire::RlReceipt& r);
   void join();
+  wire::Envelope hello() const;
   void sync_policy(uint64_t target);
   void answer(const wire::RlWork& work);
   void send_rollout(const Rollout& rollout);
@@ -45,13 +48,14 @@ class Worker {
   RolloutWorkerOptions options_;
   net::Context context_;
   net::Client client_;
+  serve::MemberClient member_;  // hello, waits, saying hello again (serve/member_client.h)
   LoadedCheckpoint base_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Task> task_;
   wire::RlRun run_;
   uint64_t version_ = 0;
   std::vector<wire::Envelope> last_batch_, this_batch_;  // replay's
-  std::ofstream log_;
+  obs::EventLog log_;  // --log, or closed
   RolloutWorkerSummary summary_;
   const Clock::time_point started_ = Clock::now();
   double last_progress_ = 0;
@@ -68,40 +72,22 @@ Worker::Worker(const net::Identity& identity, const RolloutWorkerOptions& option
       options_(options),
       client_(context_, identity, options.learner, options.learner_key, worker_limits(),
               /*receive_queue=*/16384),
+      member_(
+          client_, hello(),
+          [this](const wire::Envelope& m) {
+            if (m.has_rl_receipt()) count_receipt(m.rl_receipt());
+          },
+          [this](const std::string& reason) {
+            log({{"event", "rl_worker_rejoin"}, {"reason", reason}});
+          }),
       base_(load_checkpoint(options.base, torch::kCPU)) {
   if (base_.tokenizer_spec.empty()) fail("the base checkpoint {} names no tokenizer", options.base.string());
   tokenizer_ = load_tokenizer(base_.tokenizer_spec);
   base_.model->eval();
-  if (!options_.log.empty()) {
-    log_.open(options_.log, std::ios::trunc);
-    if (!log_) fail("cannot write {}", options_.log.string());
-  }
+  if (!options_.log.empty()) log_ = obs::EventLog(options_.log, /*append=*/false, [this] { return now(); });
 }
 
-void Worker::log(nlohmann::json row) {
-  if (!log_) return;
-  row["elapsed_s"] = now();
-  // Replace, not throw, on bytes that are not UTF-8: reasons come from the learner.
-  log_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
-       << std::flush;
-}
-
-template <typename Want>
-std::optional<wire::Envelope> Worker::wait_for(Want want, double timeout) {
-  const double until = now() + timeout;
-  while (now() < until) {
-    zmq::pollitem_t item{client_.socket().handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(50));
-    while (std::optional<wire::Envelope> m = client_.recv()) {
-      if (m->has_rl_receipt()) {
-        count_receipt(m->rl_receipt());
-        continue;
-      }
-      if (want(*m)) return m;
-    }
-  }
-  return std::nullopt;
-}
+void Worker::log(nlohmann::json row) { log_.write(std::move(row)); }
 
 void Worker::count_receipt(const wire::RlReceipt& r) {
   ++summary_.receipts[r.verdict().substr(0, 32)];
@@ -114,17 +100,16 @@ void Worker::count_receipt(const wire::RlReceipt& r) {
   }
 }
 
-void Worker::join() {
+wire::Envelope Worker::hello() const {
   wire::Envelope hello;
   hello.mutable_rl_hello()->set_key(identity_.public_key());
-  hello.mutable_rl_hello()->set_agent(
-      fmt::format("agora rl work ({})", behaviour_name(options_.behaviour)));
-  const double until = now() + options_.idle_timeout_seconds;
-  std::optional<wire::Envelope> m;
-  while (!m && now() < until) {
-    client_.send(hello);
-    m = wait_for([](const wire::Envelope& e) { return e.has_rl_run(); }, 2.0);
-  }
+  hello.mutable_rl_hello()->set_agent(fmt::format("agora rl work ({})", behaviour_name(options_.behaviour)));
+  return hello;
+}
+
+void Worker::join() {
+  std::optional<wire::Envelope> m =
+      member_.join([](const wire::Envelope& e) { return e.has_rl_run(); }, options_.idle_timeout_seconds);
   if (!m) {
     fail("the learner at {} did not answer for {:g} s (is it running, and is --learner-key its "
          "public key?)",
@@ -331,6 +316,12 @@ RolloutWorkerSummary Worker::run() {
       break;
     }
     if (follows && work.version() > version_) sync_policy(work.version());
+    if (follows && work.version() < version_) {
+      // The learner restarted from an older save: its policy is not the one this worker holds.
+      log({{"event", "rl_worker_policy_behind"}, {"mine", version_}, {"learner", work.version()}});
+      version_ = 0;
+      sync_policy(work.version());
+    }
     if (work.slots_size() == 0) {
       std::this_thread::sleep_for(
           std::chrono::milliseconds(std::clamp<uint32_t>(work.retry_ms(), 10, 5000)));

@@ -4,17 +4,20 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
 #include "agora/core/token_bucket.h"
+#include "agora/net/allowlist.h"
+#include "agora/obs/event_log.h"
 #include "agora/rl/group_batch.h"
 #include "agora/rl/held_out.h"
 #include "agora/rl/sampling.h"
+#include "agora/serve/poll.h"
 
 namespace agora {
 namespace {
@@ -74,16 +77,15 @@ class Node {
   int64_t newest_ = 0;
   bool finished_ = false;
   uint64_t cursor_;  // where this node's problems come from
-  std::ofstream log_;
+  obs::EventLog log_;
   SapoNodeSummary summary_;
   const Clock::time_point started_ = Clock::now();
 };
 
 net::Admission peers_only(const std::vector<SapoPeer>& peers) {
-  net::Admission a;
-  a.open = false;
-  for (const SapoPeer& p : peers) a.curve_keys.insert(net::curve_public_of(p.key));
-  return a;
+  std::set<net::PublicKey> keys;
+  for (const SapoPeer& p : peers) keys.insert(p.key);
+  return net::admission_of(keys);
 }
 
 net::DecodeLimits sapo_limits() {
@@ -110,8 +112,7 @@ Node::Node(LoadedCheckpoint base, const net::Identity& identity, const SapoNodeO
                                                    sapo_limits(), /*receive_queue=*/64));
   }
   std::filesystem::create_directories(o_.out);
-  log_.open(o_.out / "sapo.jsonl", std::ios::trunc);
-  if (!log_) fail("cannot write {}", (o_.out / "sapo.jsonl").string());
+  log_ = obs::EventLog(o_.out / "sapo.jsonl", /*append=*/false, [this] { return now(); });
   log({{"event", "sapo_node"},
        {"key", net::key_to_hex(identity.public_key())},
        {"listen", server_.bound_endpoint()},
@@ -119,31 +120,26 @@ Node::Node(LoadedCheckpoint base, const net::Identity& identity, const SapoNodeO
        {"behaviour", o_.behaviour}});
 }
 
-void Node::log(nlohmann::json row) {
-  row["elapsed_s"] = now();
-  log_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
-}
+void Node::log(nlohmann::json row) { log_.write(std::move(row)); }
 
 void Node::serve(int ms) {
-  zmq::pollitem_t item{server_.socket().handle(), 0, ZMQ_POLLIN, 0};
-  zmq::poll(&item, 1, std::chrono::milliseconds(ms));
-  for (int i = 0; i < 256; ++i) {
-    std::optional<net::Incoming> in = server_.recv();
-    if (!in) return;
-    if (!in->message.has_sapo_get_groups()) continue;
-    if (!buckets_[in->curve_key].take(o_.peer_requests_per_second, o_.peer_burst, now())) continue;
+  serve::wait_readable(server_.socket(), std::chrono::milliseconds(ms));
+  serve::drain(server_, {}, [this](const net::Incoming& in) {
+    if (!in.message.has_sapo_get_groups()) return;
+    // Only the peers may connect (the handshake's allowlist), so the map has one bucket each.
+    if (!buckets_[in.curve_key].take(o_.peer_requests_per_second, o_.peer_burst, now())) return;
     const auto asked = static_cast<int64_t>(std::min<uint64_t>(
-        in->message.sapo_get_groups().round(), static_cast<uint64_t>(INT64_MAX)));
+        in.message.sapo_get_groups().round(), static_cast<uint64_t>(INT64_MAX)));
     const auto it = published_.find(asked);
     if (it != published_.end()) {
-      server_.send_shared(in->route, it->second, std::make_shared<std::atomic<int64_t>>(0));
-      continue;
+      server_.send_shared(in.route, it->second, std::make_shared<std::atomic<int64_t>>(0));
+      return;
     }
     wire::Envelope e;  // not there yet (or forgotten): the newest round it has
     e.mutable_sapo_groups()->set_round(static_cast<uint64_t>(newest_));
     e.mutable_sapo_groups()->set_finished(finished_);
-    server_.send(in->route, e);
-  }
+    server_.send(in.route, e);
+  });
 }
 
 bool Node::informative(const Group& g) const {

@@ -2,17 +2,19 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 
 #include "agora/core/error.h"
 #include "agora/core/hex.h"
-#include "agora/core/token_bucket.h"
+#include "agora/net/allowlist.h"
+#include "agora/obs/event_log.h"
 #include "agora/obs/metrics_catalogue.h"
+#include "agora/serve/members.h"
+#include "agora/serve/poll.h"
 
 namespace agora {
 namespace {
@@ -49,13 +51,16 @@ class Server {
       : o_(o),
         schedule_(o.schedule),
         context_(o.admission),
-        server_(context_, identity, o.listen, limits(o), /*reply_queue=*/1024) {
+        server_(context_, identity, o.listen, limits(o), /*reply_queue=*/1024),
+        members_(member_limits(o)) {
     std::filesystem::create_directories(o_.out);
-    events_.open(o_.out / "events.jsonl", std::ios::trunc);
-    if (!events_) fail("cannot write {}", (o_.out / "events.jsonl").string());
+    events_ = obs::EventLog(o_.out / "events.jsonl", /*append=*/false, [this] { return now(); });
     log({{"event", "swarm_serve"},
          {"listen", server_.bound_endpoint()},
          {"key", net::key_to_hex(identity.public_key())},
+         {"admission", net::describe(o_.admission)},
+         {"stranger_rate", members_.limits().stranger_rate},
+         {"stranger_burst", members_.limits().stranger_burst},
          {"stages", o_.schedule.stages},
          {"steps", o_.schedule.steps},
          {"micro_batches", o_.schedule.micro_batches},
@@ -71,18 +76,10 @@ class Server {
     double finished_at = -1;
     double last_status = -1;
     while (o_.stop == nullptr || !o_.stop->load()) {
-      zmq::pollitem_t item{server_.socket().handle(), 0, ZMQ_POLLIN, 0};
-      try {
-        zmq::poll(&item, 1, std::chrono::milliseconds(5));
-      } catch (const zmq::error_t& e) {
-        if (e.num() != EINTR) throw;  // Ctrl-C: the loop's stop flag ends the run
-      }
-      for (int n = 0; n < 256; ++n) {
-        std::optional<net::Incoming> in = server_.recv();
-        if (!in) break;
-        handle(*in);
-      }
+      serve::wait_readable(server_.socket(), std::chrono::milliseconds(5));
+      serve::drain(server_, {}, [this](const net::Incoming& in) { handle(in); });
       schedule_.tick(now());
+      members_.evict_idle(now(), nullptr);
       flush_events();
       if (now() - last_status >= 0.5) {
         last_status = now();
@@ -109,17 +106,28 @@ class Server {
 
   double now() const { return std::chrono::duration<double>(Clock::now() - born_).count(); }
 
+  // The member table's limits: the schedule's cap with room for members it lost and the table
+  // has not forgotten yet (silent for 4 peer timeouts, at least 30 s).
+  static serve::MemberLimits member_limits(const SwarmServerOptions& o) {
+    serve::MemberLimits l;
+    l.max_members = static_cast<int>(std::min<int64_t>(2 * o.schedule.max_members, 1 << 20));
+    l.idle_seconds = std::max(30.0, 4 * o.schedule.peer_timeout);
+    l.member_rate = o.messages_per_second;
+    l.member_burst = o.burst;
+    l.stranger_rate = o.messages_per_second;
+    l.stranger_burst = o.burst;
+    return l;
+  }
+
   void handle(const net::Incoming& in) {
-    const auto known = keys_.find(in.curve_key);
-    TokenBucket& bucket = known != keys_.end() ? rates_[in.curve_key] : strangers_;
-    if (!bucket.take(o_.messages_per_second, o_.burst, now())) return;
+    const auto admitted = members_.admit(in.curve_key, now());
+    if (admitted.standing == serve::Standing::kThrottled) return;
     if (in.message.has_swarm_hello()) return on_hello(in);
-    if (!in.message.has_swarm_poll()) return;
-    if (known == keys_.end()) {
-      SwarmAnswer refused;
-      refused.refused = kNotAMember;
-      return answer(in.route, refused);
+    if (admitted.standing != serve::Standing::kMember) {
+      server_.send(in.route, serve::refusal(serve::kNotAMember, /*may_rejoin=*/true));
+      return;
     }
+    if (!in.message.has_swarm_poll()) return;
     const wire::SwarmPoll& p = in.message.swarm_poll();
     SwarmReport r;
     r.stage = p.stage();
@@ -133,19 +141,13 @@ class Server {
       r.done.emplace_back(p.done(i).micro_batch(), p.done(i).loss());
     }
     if (!p.payload().empty()) r.payload = p.payload();
-    answer(in.route, schedule_.poll(known->second, r, now()));
+    answer(in.route, schedule_.poll(admitted.member->key, r, now()));
   }
 
   void on_hello(const net::Incoming& in) {
     const wire::SwarmHello& h = in.message.swarm_hello();
     SwarmAnswer a;
-    bool matches = false;
-    try {
-      matches = net::curve_public_of(h.key()) == in.curve_key;
-    } catch (const Error&) {
-      matches = false;
-    }
-    if (!matches) {
+    if (!serve::proves_key(h.key(), in.curve_key)) {
       a.refused = "the hello's key is not the key this connection authenticated with";
     } else if (h.fingerprint() != o_.fingerprint) {
       a.refused =
@@ -154,14 +156,18 @@ class Server {
     } else {
       a = schedule_.hello(h.key(), h.endpoint(), h.stage(), now());
       if (a.refused.empty()) {
-        keys_[in.curve_key] = h.key();
-        rates_.try_emplace(in.curve_key);
+        const auto joined = members_.join(in.curve_key, h.key(), now());
+        if (!joined.member) a.refused = joined.refused;
       }
     }
     answer(in.route, a);
   }
 
   void answer(const std::string& route, const SwarmAnswer& a) {
+    if (a.refused == kNotAMember) {  // the schedule lost it: the one refusal, as for a stranger
+      server_.send(route, serve::refusal(serve::kNotAMember, /*may_rejoin=*/true));
+      return;
+    }
     wire::Envelope e;
     wire::SwarmView* v = e.mutable_swarm_view();
     v->set_step(a.step);
@@ -192,14 +198,10 @@ class Server {
     server_.send(route, e);
   }
 
-  void log(const nlohmann::json& row) {
-    events_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
-            << std::flush;
-  }
+  void log(const nlohmann::json& row) { events_.write(row); }
 
   void flush_events() {
     for (nlohmann::json& e : schedule_.take_events()) {
-      e["t"] = now();
       log(e);
       if (o_.progress && e["event"] == "swarm_step") {
         const nlohmann::json s = schedule_.summary(now());
@@ -262,10 +264,9 @@ class Server {
   Clock::time_point born_ = Clock::now();
   net::Context context_;
   net::Server server_;
-  std::map<std::string, std::string> keys_;   // curve key -> ed25519 key, after a hello
-  std::map<std::string, TokenBucket> rates_;  // members only
-  TokenBucket strangers_;
-  std::ofstream events_;
+  struct NoState {};  // the schedule keeps what the swarm knows of a member
+  serve::Members<NoState> members_;
+  obs::EventLog events_;
   obs::Registry metrics_;
   std::unique_ptr<obs::HttpServer> http_;
   std::mutex status_mutex_;

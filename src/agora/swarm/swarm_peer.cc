@@ -46,10 +46,7 @@ SwarmPeer::SwarmPeer(const RunConfig& config, const net::Identity& identity,
                                                 config.seed, torch::kCPU);
   }
   coder_.emplace(config.pipeline, config.model.hidden_size, subspace_.get());
-  if (!o.events.empty()) {
-    if (o.events.has_parent_path()) fs::create_directories(o.events.parent_path());
-    events_.open(o.events, std::ios::app);
-  }
+  if (!o.events.empty()) events_ = obs::EventLog(o.events, /*append=*/true, [this] { return now(); });
 }
 
 SwarmPeerSummary SwarmPeer::run() {
@@ -209,18 +206,21 @@ bool SwarmPeer::poll_if_due() {
   return true;
 }
 
+void SwarmPeer::on_refused(const wire::Refused& r) {
+  last_view_ = Clock::now();
+  polls_in_flight_ = std::max(0, polls_in_flight_ - 1);
+  if (!r.may_rejoin()) fail("the coordinator refused this peer: {}", r.reason().substr(0, 300));
+  // The coordinator lost this peer (silent past its timeout: a stall, a partition; or it
+  // restarted): join again. Parameters it still holds at the stage's hash make it ready at once.
+  if (seconds_since(last_hello_) > 1) {
+    event({{"event", "rejoin"}, {"stage", stage_}, {"version", version_}});
+    hello();
+  }
+}
+
 void SwarmPeer::on_view(const wire::SwarmView& v) {
   last_view_ = Clock::now();
   polls_in_flight_ = std::max(0, polls_in_flight_ - 1);
-  if (v.refused() == kNotAMember) {
-    // The coordinator lost this peer (silent past its timeout: a stall, a partition): join
-    // again. Parameters it still holds at the stage's hash make it ready at once.
-    if (seconds_since(last_hello_) > 1) {
-      event({{"event", "rejoin"}, {"stage", stage_}, {"version", version_}});
-      hello();
-    }
-    return;
-  }
   if (!v.refused().empty()) fail("the coordinator refused this peer: {}", v.refused());
   if (stage_ != static_cast<int64_t>(v.stage())) {
     if (v.stage() >= static_cast<uint32_t>(S_)) fail("the coordinator named stage {}", v.stage());
@@ -363,11 +363,7 @@ void SwarmPeer::apply_round(const wire::SwarmView& v) {
   save_state();
 }
 
-void SwarmPeer::event(nlohmann::json e) {
-  if (!events_.is_open()) return;
-  e["t"] = now();
-  events_ << e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n' << std::flush;
-}
+void SwarmPeer::event(nlohmann::json e) { events_.write(std::move(e)); }
 
 }  // namespace agora::swarm_detail
 

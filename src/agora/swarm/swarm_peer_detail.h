@@ -21,6 +21,7 @@
 #include "agora/core/token_bucket.h"
 #include "agora/data/sampler.h"
 #include "agora/net/curve_socket.h"
+#include "agora/obs/event_log.h"
 #include "agora/optim/decoupled_momentum.h"
 #include "agora/pipeline/boundary.h"
 #include "agora/pipeline/partition.h"
@@ -69,6 +70,8 @@ class SwarmPeer {
   void forget_work(bool keep_forwards = false);
   bool poll_if_due();
   void on_view(const wire::SwarmView& v);
+  // The coordinator's refusal: a peer it lost joins again; any other ends the process.
+  void on_refused(const wire::Refused& r);
 
   // The next stage's serving replicas (routing), and what a lost member means for the
   // micro-batches in flight.
@@ -170,7 +173,7 @@ class SwarmPeer {
   net::Client coordinator_;
   std::unique_ptr<SubspaceBasis> subspace_;
   std::optional<BoundaryCoder> coder_;
-  std::ofstream events_;
+  obs::EventLog events_;  // --events, or closed
 
   // The stage.
   int64_t stage_ = -1;

@@ -1,9 +1,9 @@
 // The replica process (swarm_peer.h): micro-batches. Forwards in, backwards back, stage 0's
 // micro-batches out and sent again, routing by SwarmRouter, the pace of a slower machine.
 #include <algorithm>
-#include <cerrno>
 #include <thread>
 
+#include "agora/serve/poll.h"
 #include "agora/swarm/swarm_peer_detail.h"
 
 namespace agora::swarm_detail {
@@ -35,6 +35,7 @@ bool SwarmPeer::pump() {
   }
   while (std::optional<wire::Envelope> m = coordinator_.recv()) {
     if (m->has_swarm_view()) on_view(m->swarm_view());
+    if (m->has_refused()) on_refused(m->refused());
     any = true;
     if (finished_) return true;
   }
@@ -82,11 +83,7 @@ void SwarmPeer::wait_for_messages() {
     items.push_back({client->socket().handle(), 0, ZMQ_POLLIN, 0});
   if (fetch_ && fetch_->client)
     items.push_back({fetch_->client->socket().handle(), 0, ZMQ_POLLIN, 0});
-  try {
-    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(5));
-  } catch (const zmq::error_t& e) {
-    if (e.num() != EINTR) throw;  // Ctrl-C: the loop's stop flag ends the run
-  }
+  serve::poll(items, std::chrono::milliseconds(5));  // a signal: the loop's stop flag ends the run
 }
 
 bool SwarmPeer::compute() {

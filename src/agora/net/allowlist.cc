@@ -1,4 +1,4 @@
-#include "agora/coord/allowlist.h"
+#include "agora/net/allowlist.h"
 
 #include <fmt/format.h>
 
@@ -8,11 +8,11 @@
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 
-namespace agora::coord {
+namespace agora::net {
 
-std::set<net::PublicKey> read_allowlist(const std::filesystem::path& path) {
+std::set<PublicKey> read_allowlist(const std::filesystem::path& path) {
   std::istringstream in(read_file(path));
-  std::set<net::PublicKey> keys;
+  std::set<PublicKey> keys;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     const auto hash = line.find('#');
@@ -20,7 +20,7 @@ std::set<net::PublicKey> read_allowlist(const std::filesystem::path& path) {
     const auto first = line.find_first_not_of(" \t\r");
     if (first == std::string::npos) continue;
     const auto last = line.find_last_not_of(" \t\r");
-    keys.insert(net::key_from_hex(line.substr(first, last - first + 1),
+    keys.insert(key_from_hex(line.substr(first, last - first + 1),
                                   fmt::format("{} line {}", path.string(), number)));
   }
   if (keys.empty()) {
@@ -32,12 +32,22 @@ std::set<net::PublicKey> read_allowlist(const std::filesystem::path& path) {
   return keys;
 }
 
-net::Admission admission_from_allowlist(const std::filesystem::path& path) {
-  net::Admission admission;
-  if (path.empty()) return admission;
+Admission admission_of(const std::set<PublicKey>& keys) {
+  Admission admission;
   admission.open = false;
-  for (const auto& key : read_allowlist(path)) admission.curve_keys.insert(net::curve_public_of(key));
+  for (const auto& key : keys) admission.curve_keys.insert(curve_public_of(key));
   return admission;
 }
 
-}  // namespace agora::coord
+Admission admission_from_allowlist(const std::filesystem::path& path) {
+  if (path.empty()) return Admission{};
+  return admission_of(read_allowlist(path));
+}
+
+std::string describe(const Admission& admission) {
+  if (admission.open) return "open to any key";
+  return fmt::format("{} allowed key{}", admission.curve_keys.size(),
+                     admission.curve_keys.size() == 1 ? "" : "s");
+}
+
+}  // namespace agora::net

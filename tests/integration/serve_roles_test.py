@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Every role that serves members, from one table (serve/members.h; docs/architecture.md,
+"Serving members").
+
+    serve_roles_test.py AGORA PROBE DATA_DIR OUT [ROLE ...]
+
+Each role in ROLES (the data-parallel coordinator, the asynchronous outer server, the RL learner,
+the swarm coordinator) is started as a real process, open to any key, and knocked on by
+agora_probe (tests/adversary/agora_probe.cc), a stranger. Checked the same way for every role:
+  - a stranger's message (a heartbeat, without a hello) gets the one refusal: the reason
+    serve::kNotAMember with may_rejoin;
+  - a stranger's flood of FLOOD messages gets at most the strangers' budget of refusals back:
+    burst + rate x the seconds it lasted, the budget the role logs when it starts (the
+    coordinator's is service.h's);
+  - a frame of 2 MiB, above every role's control limit, is dropped, and the next stranger is
+    still answered;
+  - SIGINT mid-run ends the process with exit 0, and its final artefact is written (the
+    coordinator's database, the asynchronous run's validation and checkpoint, the learner's
+    checkpoint and intake summary, the swarm's summary).
+"""
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from network_run import free_port  # noqa: E402
+from rl_network_test import make_base  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NOT_A_MEMBER_PREFIX = "not a member: say hello first"
+FLOOD = 5000
+# The coordinator's budget (coord/service.h): 100 messages a second, bursts of 1000, for all keys
+# that never joined together.
+COORDINATOR_RATE, COORDINATOR_BURST = 100.0, 1000.0
+
+
+def events(path):
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass  # a line still being written
+    return out
+
+
+def run(cmd):
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"FAILED: {' '.join(cmd)}\n{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+def wait_for_event(proc, path, name, seconds=120):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        found = next((e for e in events(path) if e.get("event") == name), None)
+        if found:
+            return found
+        if proc.poll() is not None:
+            sys.exit(f"FAILED: the process exited ({proc.returncode}) before logging {name}")
+        time.sleep(0.1)
+    sys.exit(f"FAILED: no {name} event in {path} after {seconds} s")
+
+
+# ---- the roles: how each starts, where it listens, its strangers' budget, its final artefact
+
+def start_coordinator(ctx):
+    port = free_port()
+    out = ctx["dir"]
+    proc = subprocess.Popen(
+        [ctx["agora"], "coordinator", "--config", os.path.join(ROOT, "tests/integration/network.toml"),
+         "--key", ctx["key_file"], "--json", "--log-format", "json",
+         "--set", f'network.listen="tcp://127.0.0.1:{port}"', "--set", 'network.allowlist=""',
+         "--set", f'network.state_db="{out}/coordinator.db"', "--set", f"data.dir={ctx['data']}"],
+        stdout=open(f"{out}/stdout.jsonl", "w"), stderr=open(f"{out}/stderr.log", "w"))
+    # It listens once it has opened its database and bound the port.
+    deadline = time.time() + 60
+    while time.time() < deadline and "coordinator" not in open(f"{out}/stderr.log").read():
+        if proc.poll() is not None:
+            sys.exit(f"FAILED: the coordinator exited ({proc.returncode})")
+        time.sleep(0.1)
+    return proc, f"tcp://127.0.0.1:{port}", COORDINATOR_RATE, COORDINATOR_BURST
+
+
+def final_coordinator(ctx):
+    db = sqlite3.connect(f"{ctx['dir']}/coordinator.db")
+    bound = dict(db.execute("SELECT key, value FROM run").fetchall())
+    assert bound.get("run_id"), f"the coordinator's database holds no run: {bound}"
+
+
+def start_async(ctx):
+    out = f"{ctx['dir']}/async"
+    proc = subprocess.Popen(
+        [ctx["agora"], "async", "serve", "--config", os.path.join(ROOT, "bench/async/async.toml"),
+         "--set", f"data.dir={ctx['data']}", "--set", "train.eval_windows=2",
+         "--key", ctx["key_file"], "--listen", "tcp://127.0.0.1:*", "--workers", "1",
+         "--seconds", "600", "--eval-every", "300", "--out", out],
+        stdout=open(f"{ctx['dir']}/stdout.log", "w"), stderr=subprocess.STDOUT)
+    start = wait_for_event(proc, f"{out}/events.jsonl", "async_start")
+    return proc, start["listen"], start["stranger_rate"], start["stranger_burst"]
+
+
+def final_async(ctx):
+    out = f"{ctx['dir']}/async"
+    names = [e["event"] for e in events(f"{out}/events.jsonl")]
+    assert "async_eval" in names and "async_summary" in names, names
+    assert os.path.exists(f"{out}/final/config.json"), "no final checkpoint"
+
+
+def start_rl(ctx):
+    out = f"{ctx['dir']}/rl"
+    proc = subprocess.Popen(
+        [ctx["agora"], "rl", "serve", "--checkpoint", ctx["rl_base"], "--key", ctx["key_file"],
+         "--listen", "tcp://127.0.0.1:*", "--steps", "100", "--eval-problems", "4",
+         "--eval-interval", "0", "--out", out],
+        stdout=open(f"{ctx['dir']}/stdout.log", "w"), stderr=subprocess.STDOUT)
+    start = wait_for_event(proc, f"{out}/rl.jsonl", "rl_learner")
+    return proc, start["listen"], start["stranger_rate"], start["stranger_burst"]
+
+
+def final_rl(ctx):
+    out = f"{ctx['dir']}/rl"
+    assert any(e["event"] == "rl_intake" for e in events(f"{out}/rl.jsonl")), "no rl_intake"
+    assert os.path.exists(f"{out}/latest/config.json"), "no checkpoint"
+
+
+def start_swarm(ctx):
+    out = f"{ctx['dir']}/swarm"
+    proc = subprocess.Popen(
+        [ctx["agora"], "swarm", "serve", "--config", os.path.join(ROOT, "configs/swarm.toml"),
+         "--set", f"data.dir={ctx['data']}", "--key", ctx["key_file"],
+         "--listen", "tcp://127.0.0.1:*", "--out", out],
+        stdout=open(f"{ctx['dir']}/stdout.log", "w"), stderr=subprocess.STDOUT)
+    start = wait_for_event(proc, f"{out}/events.jsonl", "swarm_serve")
+    return proc, start["listen"], start["stranger_rate"], start["stranger_burst"]
+
+
+def final_swarm(ctx):
+    summary = [e for e in events(f"{ctx['dir']}/swarm/events.jsonl")
+               if e["event"] == "swarm_summary"]
+    assert summary and summary[-1]["steps"] == 0, summary
+
+
+ROLES = {
+    "coordinator": (start_coordinator, final_coordinator),
+    "async": (start_async, final_async),
+    "rl": (start_rl, final_rl),
+    "swarm": (start_swarm, final_swarm),
+}
+
+
+def check_role(name, ctx):
+    start, final = ROLES[name]
+    proc, endpoint, rate, burst = start(ctx)
+    try:
+        probe = json.loads(run([ctx["probe"], "--endpoint", endpoint, "--server-key", ctx["key"],
+                                "--flood", str(FLOOD)]))
+        with open(f"{ctx['dir']}/probe.json", "w") as f:
+            json.dump(probe, f, indent=1)
+        stranger = probe["stranger"]
+        assert stranger["answered"], f"{name}: a stranger's heartbeat got no refusal: {probe}"
+        assert stranger["refusal"]["reason"].startswith(NOT_A_MEMBER_PREFIX), (name, stranger)
+        assert stranger["refusal"]["may_rejoin"], (name, stranger)
+        flood = probe["flood"]
+        # The probe reads answers for 3 s after sending; the budget over that window, with one
+        # second of slack for the sending itself.
+        bound = burst + rate * (3.0 + 1.0)
+        assert 0 < flood["refusals"] <= bound, f"{name}: {flood} refusals, budget {bound:.0f}"
+        assert flood["refusals"] < FLOOD, f"{name}: the flood was answered in full: {flood}"
+        over = probe["oversized"]
+        assert over["refusals"] == 0, f"{name}: the oversized frame was answered: {over}"
+        assert over["after"]["answered"], f"{name}: no answer after the oversized frame: {over}"
+        assert proc.poll() is None, f"{name}: exited during the probe ({proc.returncode})"
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+        assert code == 0, f"{name}: exit {code} after SIGINT (see {ctx['dir']})"
+        final(ctx)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    print(f"ok {name}: refused a stranger ('{stranger['refusal']['reason'][:40]}...'), "
+          f"{flood['refusals']} refusals for {FLOOD} flooded messages (budget {bound:.0f}), "
+          f"survived a {over['bytes']} byte frame, clean exit on SIGINT")
+
+
+def main():
+    agora, probe, data, out = sys.argv[1:5]
+    names = sys.argv[5:] or list(ROLES)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    key_file = f"{out}/server.key"
+    key = run([agora, "keygen", "--out", key_file]).strip().split()[-1]
+    rl_base = None
+    if "rl" in names:
+        os.makedirs(f"{out}/rl-base")
+        rl_base = make_base(agora, f"{out}/rl-base")
+    for name in names:
+        role_dir = f"{out}/{name}"
+        os.makedirs(role_dir)
+        check_role(name, {"agora": agora, "probe": probe, "data": data, "dir": role_dir,
+                          "key_file": key_file, "key": key, "rl_base": rl_base})
+    print(f"{len(names)} passed, 0 failed")
+
+
+if __name__ == "__main__":
+    main()
