@@ -15,7 +15,7 @@ agora_probe (tests/adversary/agora_probe.cc), a stranger. Checked the same way f
   - a frame of 2 MiB, above every role's control limit, is dropped, and the next stranger is
     still answered;
   - SIGINT mid-run ends the process with exit 0, and its final artefact is written (the
-    coordinator's database, the asynchronous run's validation and checkpoint, the learner's
+    coordinator's database, the asynchronous run's summary and checkpoint, the learner's
     checkpoint and intake summary, the swarm's summary).
 """
 import json
@@ -95,7 +95,7 @@ def start_coordinator(ctx):
 
 def final_coordinator(ctx):
     db = sqlite3.connect(f"{ctx['dir']}/coordinator.db")
-    bound = dict(db.execute("SELECT key, value FROM run").fetchall())
+    bound = dict(db.execute("SELECT key, value FROM meta").fetchall())
     assert bound.get("run_id"), f"the coordinator's database holds no run: {bound}"
 
 
@@ -114,7 +114,8 @@ def start_async(ctx):
 def final_async(ctx):
     out = f"{ctx['dir']}/async"
     names = [e["event"] for e in events(f"{out}/events.jsonl")]
-    assert "async_eval" in names and "async_summary" in names, names
+    # No worker joined, so the run never started: nothing to validate, but the summary and theta.
+    assert "async_summary" in names, names
     assert os.path.exists(f"{out}/final/config.json"), "no final checkpoint"
 
 
