@@ -70,8 +70,12 @@ OuterStore::OuterStore(const fs::path& dir, const std::string& fingerprint)
   } else if (meta_value(db_.get(), db_path_, "fingerprint") != fingerprint) {
     // Another run's folder: free to take when that run finished (or never saved).
     Statement get(db_.get(), db_path_, "SELECT state FROM saves WHERE id = 1");
-    const bool unfinished =
-        get.step() && !nlohmann::json::parse(get.text(0), nullptr, false).value("finished", true);
+    bool unfinished = false;
+    if (get.step()) {
+      // A state that does not say it finished (or cannot be read) is kept: refusing is safe.
+      const nlohmann::json state = nlohmann::json::parse(get.text(0), nullptr, false);
+      unfinished = !state.is_object() || !state.value("finished", false);
+    }
     if (unfinished) {
       fail(
           "{} holds the state of an unfinished run started with another run config, method or "
@@ -157,7 +161,8 @@ fs::path OuterStore::snapshot_path(int64_t index) const {
 
 void OuterStore::save_snapshot(int64_t index, const std::vector<torch::Tensor>& theta) {
   std::vector<std::pair<std::string, torch::Tensor>> named;
-  for (size_t i = 0; i < theta.size(); ++i) named.emplace_back(fmt::format("theta.{}", i), theta[i]);
+  for (size_t i = 0; i < theta.size(); ++i)
+    named.emplace_back(fmt::format("theta.{}", i), theta[i]);
   save_tensors(snapshot_path(index), named, {{"format", "agora-async-snapshot"}});
 }
 
