@@ -90,10 +90,11 @@ void add_rl_serve(CLI::App& rl) {
     const net::Identity identity = net::Identity::load(args->key);
     LoadedCheckpoint base = load_checkpoint(args->checkpoint, torch::kCPU);
     const GrpoTrainSummary s = serve_learner(std::move(base), identity, options);
-    fmt::print("held-out accuracy {:.3f} -> {:.3f} ({:+.1f} points) after {} updates, {} "
-               "rollouts in {}\n",
-               s.base_accuracy, s.final_accuracy, 100 * (s.final_accuracy - s.base_accuracy),
-               s.steps, s.rollouts, format_duration(s.seconds));
+    fmt::print(
+        "held-out accuracy {:.3f} -> {:.3f} ({:+.1f} points) after {} updates, {} "
+        "rollouts in {}\n",
+        s.base_accuracy, s.final_accuracy, 100 * (s.final_accuracy - s.base_accuracy), s.steps,
+        s.rollouts, format_duration(s.seconds));
     std::string verdicts;
     for (const auto& [name, n] : s.verdicts) {
       if (n > 0) verdicts += fmt::format(" {} {}", name, n);
@@ -114,8 +115,7 @@ void add_rl_work(CLI::App& rl) {
   cmd->add_option("--key", args->key, "This worker's identity (agora keygen --out FILE)")
       ->required();
   cmd->add_option("--learner", o.learner, "The learner's address (tcp://HOST:PORT)")->required();
-  cmd->add_option("--learner-key", args->learner_key, "The learner's public key (hex)")
-      ->required();
+  cmd->add_option("--learner-key", args->learner_key, "The learner's public key (hex)")->required();
   cmd->add_option("--base", args->base, "The base checkpoint the run starts from")->required();
   cmd->add_option("--slots", o.slots_per_request, "Slots asked for at once")->capture_default_str();
   cmd->add_option("--idle-timeout", o.idle_timeout_seconds,

@@ -28,7 +28,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 wire::Envelope heartbeat() {
   wire::Envelope e;
@@ -44,7 +46,8 @@ int refusals(net::Client& client, double seconds, nlohmann::json& first) {
     serve::wait_readable(client.socket(), std::chrono::milliseconds(20));
     while (auto m = client.recv()) {
       if (!m->has_refused()) continue;
-      if (n++ == 0) first = {{"reason", m->refused().reason()}, {"may_rejoin", m->refused().may_rejoin()}};
+      if (n++ == 0)
+        first = {{"reason", m->refused().reason()}, {"may_rejoin", m->refused().may_rejoin()}};
     }
   }
   return n;

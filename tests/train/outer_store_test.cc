@@ -1,12 +1,13 @@
 // async/outer_store.h: the asynchronous server's state on disk. A save comes back whole, a file
 // left by a kill between the tensors and the commit is ignored and removed, and a folder of
 // another run is refused.
+#include "agora/async/outer_store.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 
-#include "agora/async/outer_store.h"
 #include "agora/core/error.h"
 
 namespace agora {
@@ -73,8 +74,8 @@ TEST_F(OuterStoreTest, AFileNoSaveNamesIsIgnoredAndRemoved) {
   // The next save does not collide with the removed file's name.
   const OuterTensors t = tensors(2.0f);
   store.save({{"version", 2}}, &t);
-  EXPECT_TRUE(torch::equal(OuterStore(dir_, "run A").load()->tensors.theta[0],
-                           torch::full({3, 2}, 2.0f)));
+  EXPECT_TRUE(
+      torch::equal(OuterStore(dir_, "run A").load()->tensors.theta[0], torch::full({3, 2}, 2.0f)));
 }
 
 TEST_F(OuterStoreTest, AnotherRunsFolderIsRefusedAndClearStartsAnew) {

@@ -1,11 +1,12 @@
 // The allowlist file every serving role reads: one hex key per line, comments, clear errors.
+#include "agora/net/allowlist.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "agora/core/error.h"
-#include "agora/net/allowlist.h"
 
 namespace agora::net {
 namespace {
@@ -27,9 +28,9 @@ std::string error_of(const std::filesystem::path& path) {
 
 TEST(AllowlistTest, ReadsKeysCommentsAndBlankLines) {
   const net::Identity a = net::Identity::generate(), b = net::Identity::generate();
-  const auto path = write("allow_ok.txt", "# the run's peers\n" + net::key_to_hex(a.public_key()) +
-                                              "   # alice\n\n  " +
-                                              net::key_to_hex(b.public_key()) + "\r\n");
+  const auto path =
+      write("allow_ok.txt", "# the run's peers\n" + net::key_to_hex(a.public_key()) +
+                                "   # alice\n\n  " + net::key_to_hex(b.public_key()) + "\r\n");
   const auto keys = read_allowlist(path);
   EXPECT_EQ(keys, (std::set<net::PublicKey>{a.public_key(), b.public_key()}));
 }

@@ -65,7 +65,8 @@ TEST(ServeMembers, StrangersShareOneBucketAndMembersHaveTheirOwn) {
   // A member is not throttled by the strangers: its own burst of 3.
   const net::Identity a = identity(1);
   ASSERT_NE(members.join(a.curve_public(), a.public_key(), 1.0).member, nullptr);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(members.admit(a.curve_public(), 1.0).standing, Standing::kMember);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(members.admit(a.curve_public(), 1.0).standing, Standing::kMember);
   EXPECT_EQ(members.admit(a.curve_public(), 1.0).standing, Standing::kThrottled);
   EXPECT_EQ(members.admit(a.curve_public(), 2.0).standing, Standing::kMember);  // 1 a second
 }

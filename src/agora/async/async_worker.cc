@@ -46,14 +46,14 @@ class Worker {
   AsyncWorkerOptions o_;
   net::Context context_;
   net::Client client_;
-  serve::MemberClient member_;  // hello, waits, saying hello again (serve/member_client.h)
+  serve::MemberClient member_;       // hello, waits, saying hello again (serve/member_client.h)
   Learner learner_;                  // the model trained and its inner AdamW
   Llama mirror_;                     // the server's published parameters, version version_
   std::unique_ptr<TrainStep> step_;  // made once the server says how many sequences a step
   wire::AsyncRun run_;
   uint64_t version_ = 0;
   int64_t local_steps_ = 0;  // the inner lr schedule's position
-  obs::EventLog log_;  // --log, or closed
+  obs::EventLog log_;        // --log, or closed
   AsyncWorkerSummary summary_;
   const Clock::time_point started_ = Clock::now();
   double last_progress_ = 0;
@@ -84,7 +84,9 @@ Worker::Worker(const RunConfig& config, const net::Identity& identity, const Asy
   if (!o_.log.empty()) log_ = obs::EventLog(o_.log, /*append=*/false, [this] { return now(); });
 }
 
-void Worker::log(nlohmann::json row) { log_.write(std::move(row)); }
+void Worker::log(nlohmann::json row) {
+  log_.write(std::move(row));
+}
 
 void Worker::count_receipt(const wire::AsyncReceipt& r) {
   const std::string verdict = r.verdict().substr(0, 32);
@@ -104,8 +106,8 @@ wire::Envelope Worker::hello() const {
 }
 
 void Worker::join() {
-  std::optional<wire::Envelope> m =
-      member_.join([](const wire::Envelope& e) { return e.has_async_run(); }, o_.idle_timeout_seconds);
+  std::optional<wire::Envelope> m = member_.join(
+      [](const wire::Envelope& e) { return e.has_async_run(); }, o_.idle_timeout_seconds);
   if (!m) {
     fail(
         "the server at {} did not answer for {:g} s (is it running, and is --server-key its "

@@ -14,10 +14,11 @@ void Server::reply(const std::string& route, wire::Envelope e) {
 
 std::string Server::fingerprint() const {
   // What changes the numbers: a state saved under other values cannot be resumed under these.
-  return fmt::format("{}\n[async]\nrun_id={}\nmethod={}\nworkers={}\nH={}\nint8={}\nouter_lr={}\n"
-                     "outer_momentum={}\nseconds={}\neval_every={}\n",
-                     config_.to_toml(), o_.run_id, o_.method, o_.workers, H_, o_.int8, o_.outer_lr,
-                     o_.outer_momentum, o_.seconds, o_.eval_every);
+  return fmt::format(
+      "{}\n[async]\nrun_id={}\nmethod={}\nworkers={}\nH={}\nint8={}\nouter_lr={}\n"
+      "outer_momentum={}\nseconds={}\neval_every={}\n",
+      config_.to_toml(), o_.run_id, o_.method, o_.workers, H_, o_.int8, o_.outer_lr,
+      o_.outer_momentum, o_.seconds, o_.eval_every);
 }
 
 nlohmann::json Server::durable_state(bool finished) const {
@@ -99,7 +100,8 @@ void Server::restore(const OuterSave& save) {
     Llama published(live_->config());
     i = 0;
     if (t.published.size() != outer_.theta().size())
-      fail("{}: the saved published copy has {} tensors", store_->dir().string(), t.published.size());
+      fail("{}: the saved published copy has {} tensors", store_->dir().string(),
+           t.published.size());
     for (auto& p : published->parameters()) p.copy_(t.published[i++]);
     published_ = PublishedPolicy(published, s.at("version").get<uint64_t>());
   }

@@ -34,10 +34,10 @@ void Server::handle(const net::Incoming& in) {
   if (in.message.has_async_hello()) return on_hello(in);
   if (in.message.has_rl_get_policy()) {
     // Only versions already saved go out: answered after this batch's save.
-    after_save_.push_back([this, route = in.route, ask = in.message.rl_get_policy(),
-                           curve = in.curve_key] {
-      if (Worker* worker = workers_.find(curve)) on_get_params(route, ask, *worker);
-    });
+    after_save_.push_back(
+        [this, route = in.route, ask = in.message.rl_get_policy(), curve = in.curve_key] {
+          if (Worker* worker = workers_.find(curve)) on_get_params(route, ask, *worker);
+        });
     return;
   }
   if (in.message.has_async_get_work()) return on_get_work(in, w);

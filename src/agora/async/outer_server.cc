@@ -92,7 +92,8 @@ Server::Server(const RunConfig& config, const net::Identity& identity, const Out
     }
   }
   // Rows timed on the run's clock (0 until the run starts), which a restart carries on.
-  events_ = obs::EventLog(o_.out / "events.jsonl", /*append=*/resumed_, [this] { return run_seconds(); });
+  events_ =
+      obs::EventLog(o_.out / "events.jsonl", /*append=*/resumed_, [this] { return run_seconds(); });
 }
 
 serve::MemberLimits worker_limits(const OuterServerOptions& o) {
@@ -106,7 +107,9 @@ serve::MemberLimits worker_limits(const OuterServerOptions& o) {
   return limits;
 }
 
-void Server::log(nlohmann::json row) { events_.write(std::move(row)); }
+void Server::log(nlohmann::json row) {
+  events_.write(std::move(row));
+}
 
 void Server::apply(const std::vector<torch::Tensor>& d) {
   outer_.apply(d);

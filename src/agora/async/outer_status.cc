@@ -39,9 +39,9 @@ void Server::publish_status() {
   obs::gauge(metrics_, obs::metric::kAsyncWorkers, {{"state", "banned"}}).set(banned);
   nlohmann::json status = {{"run_id", o_.run_id},
                            {"method", o_.method},
-                           {"state", !running()                ? "waiting"
+                           {"state", !running()                   ? "waiting"
                                      : run_seconds() < o_.seconds ? "training"
-                                                                   : "finishing"},
+                                                                  : "finishing"},
                            {"workers_needed", o_.workers},
                            {"run_seconds", run_seconds()},
                            {"seconds", o_.seconds},

@@ -16,9 +16,9 @@
 #include "agora/coord/store.h"
 #include "agora/core/clock.h"
 #include "agora/core/crash_point.h"
-#include "agora/core/token_bucket.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
+#include "agora/core/token_bucket.h"
 #include "agora/net/allowlist.h"
 #include "agora/net/curve_socket.h"
 #include "agora/obs/log.h"
@@ -271,14 +271,14 @@ void Service::sweep(double now) {
   std::erase_if(totals_, [&](const auto& item) { return !members.contains(item.first); });
   relay_->sweep(machine_->state());
   if (strangers_.throttled > 0) {
-    obs::log_warn({machine_->state().finalized_steps(),
-                   "",
-                   "throttled",
-                   {{"messages", strangers_.throttled}, {"rate", kThrottleRate}, {"strangers", true}}},
-                  fmt::format("dropped {} messages from keys that never joined over the last {:.0f} "
-                              "s: above {} messages a second (burst {}) for all of them together",
-                              strangers_.throttled, kThrottleLogSeconds, kThrottleRate,
-                              kThrottleBurst));
+    obs::log_warn(
+        {machine_->state().finalized_steps(),
+         "",
+         "throttled",
+         {{"messages", strangers_.throttled}, {"rate", kThrottleRate}, {"strangers", true}}},
+        fmt::format("dropped {} messages from keys that never joined over the last {:.0f} "
+                    "s: above {} messages a second (burst {}) for all of them together",
+                    strangers_.throttled, kThrottleLogSeconds, kThrottleRate, kThrottleBurst));
     strangers_.throttled = 0;
   }
   for (auto it = buckets_.begin(); it != buckets_.end();) {
@@ -441,7 +441,8 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
   };
   std::set<net::PublicKey> allowlist;
   if (!n.allowlist.empty()) allowlist = net::read_allowlist(resolve(n.allowlist));
-  const net::Admission admission = allowlist.empty() ? net::Admission{} : net::admission_of(allowlist);
+  const net::Admission admission =
+      allowlist.empty() ? net::Admission{} : net::admission_of(allowlist);
 
   store_ = std::make_unique<Store>(Store::open(resolve(n.state_db)));
   const std::string toml = config_.to_toml();
@@ -494,9 +495,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       "coordinator {}: run {} {} on {} ({}); state in {}", net::key_to_hex(identity_.public_key()),
       run_id,
       resumed ? fmt::format("resumed at step {}", machine_->state().finalized_steps()) : "started",
-      server_->bound_endpoint(),
-      net::describe(admission),
-      store_->path().string()));
+      server_->bound_endpoint(), net::describe(admission), store_->path().string()));
   start_http(run_id);
   if (options_.on_listening)
     options_.on_listening(server_->bound_endpoint(), http_ ? http_->port() : 0);
@@ -507,7 +506,8 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
   uint64_t dropped_seen = 0, refused_seen = 0;
   while (!stop.load()) {
     const double wait = std::clamp(next_tick - unix_seconds(), 0.0, 0.1);
-    serve::wait_readable(server_->socket(), std::chrono::milliseconds(static_cast<int>(wait * 1000)));
+    serve::wait_readable(server_->socket(),
+                         std::chrono::milliseconds(static_cast<int>(wait * 1000)));
     // One batch: at most kMaxBatch messages or kBatchSeconds, then the tick, then ONE save, and
     // only then are the batch's messages sent (nothing is sent before it is durable).
     Actions batch;

@@ -8,12 +8,12 @@
 // authenticated key) has a budget of 100 messages a second (bursts of 1000), and every key that
 // has not joined shares one budget of the same size (serve/members.h: strangers): the excess is
 // dropped before the state machine sees it, counted (agora_run_messages_throttled_total) and
-// logged once every 10 s per sender. The loop itself is serve/poll.h's. A flooder is not struck for it: what it loses is its own
-// messages (its heartbeats among them, so a persistent one ends up dropped for silence only if
-// it floods hard enough to lose them all). Persisting before
-// announcing means a peer never learns of a finalized step that a crash could forget; killed at
-// any moment and restarted, the coordinator reloads the last saved state, calls resume(), and
-// the peers (whose ZeroMQ connections reconnect by themselves) carry on.
+// logged once every 10 s per sender. The loop itself is serve/poll.h's. A flooder is not struck for
+// it: what it loses is its own messages (its heartbeats among them, so a persistent one ends up
+// dropped for silence only if it floods hard enough to lose them all). Persisting before announcing
+// means a peer never learns of a finalized step that a crash could forget; killed at any moment and
+// restarted, the coordinator reloads the last saved state, calls resume(), and the peers (whose
+// ZeroMQ connections reconnect by themselves) carry on.
 //
 // Authentication: the CURVE handshake gives each message's curve25519 key; a Join binds it to
 // the ed25519 key the peer names (the two must correspond, or the join is refused), and every

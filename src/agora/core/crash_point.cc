@@ -17,16 +17,21 @@ namespace {
 
 // Kept in the order of the header's list, which documents each.
 constexpr std::array<std::string_view, 29> kCrashPoints = {
-    "service.before_save",      "service.final_unsaved",        "store.save.begin",
-    "store.save.after_begin",   "store.save.after_state",       "store.save.after_ledger",
-    "store.save.after_members", "store.save.after_reports",     "store.save.before_commit",
-    "store.save.after_commit",  "service.after_save",           "service.final_saved",
-    "service.mid_send",         "store.bind.before_commit",     "checkpoint.begin",
-    "checkpoint.after_weights", "checkpoint.after_tmp",         "checkpoint.after_aside",
-    "checkpoint.after_rename",  "checkpoint.after_sync",        "file.before_rename",
-    "file.after_rename",        "symlink.before_rename",        "symlink.after_rename",
-    "stage.after_step",         "stage.checkpoint.after_state", "async_server.before_save",
-    "async_store.tensors_written", "async_server.after_save",
+    "service.before_save",      "service.final_unsaved",
+    "store.save.begin",         "store.save.after_begin",
+    "store.save.after_state",   "store.save.after_ledger",
+    "store.save.after_members", "store.save.after_reports",
+    "store.save.before_commit", "store.save.after_commit",
+    "service.after_save",       "service.final_saved",
+    "service.mid_send",         "store.bind.before_commit",
+    "checkpoint.begin",         "checkpoint.after_weights",
+    "checkpoint.after_tmp",     "checkpoint.after_aside",
+    "checkpoint.after_rename",  "checkpoint.after_sync",
+    "file.before_rename",       "file.after_rename",
+    "symlink.before_rename",    "symlink.after_rename",
+    "stage.after_step",         "stage.checkpoint.after_state",
+    "async_server.before_save", "async_store.tensors_written",
+    "async_server.after_save",
 };
 
 bool known(std::string_view point) {

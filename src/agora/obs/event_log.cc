@@ -16,8 +16,7 @@ void EventLog::write(nlohmann::json row) {
   row["elapsed_s"] =
       clock_ ? clock_()
              : std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_).count();
-  out_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
-       << std::flush;
+  out_ << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
 }
 
 }  // namespace agora::obs

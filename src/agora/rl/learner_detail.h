@@ -118,8 +118,8 @@ class Learner {
   std::vector<Problem> problems_;
   std::map<uint64_t, std::vector<TokenId>> prompts_;  // the open problems' prompt tokens
   double step_opened_ = 0;
-  int64_t submitted_ = 0, refused_ = 0;  // this step's
-  int64_t rollouts_ = 0;                 // all submissions so far
+  int64_t submitted_ = 0, refused_ = 0;      // this step's
+  int64_t rollouts_ = 0;                     // all submissions so far
   std::map<std::string, int64_t> receipts_;  // by verdict, every receipt sent
   double last_held_out_ = 0;
   GrpoTrainSummary summary_;

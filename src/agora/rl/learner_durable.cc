@@ -19,7 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path resume_dir(const LearnerOptions& o) { return o.train.out_dir / "resume"; }
+fs::path resume_dir(const LearnerOptions& o) {
+  return o.train.out_dir / "resume";
+}
 
 // Removes every save folder of `dir` but `keep` (listed first: no removal while iterating).
 void remove_saves_but(const fs::path& dir, const fs::path& keep) {
@@ -59,7 +61,8 @@ void Learner::save_resume(bool finished) {
     fs::rename(tmp, folder / "optimizer.pt");
   }
   std::vector<std::pair<std::string, torch::Tensor>> published;
-  for (const auto& p : published_.model()->named_parameters()) published.emplace_back(p.key(), p.value());
+  for (const auto& p : published_.model()->named_parameters())
+    published.emplace_back(p.key(), p.value());
   save_tensors(folder / "published.safetensors", published, {{"format", "agora-rl-published"}});
   const nlohmann::json state = {{"fingerprint", fingerprint()},
                                 {"finished", finished},
@@ -102,7 +105,8 @@ bool Learner::resume() {
   }
   torch::load(optimizer_, (folder / "optimizer.pt").string());
   {
-    const std::map<std::string, torch::Tensor> tensors = load_tensors(folder / "published.safetensors");
+    const std::map<std::string, torch::Tensor> tensors =
+        load_tensors(folder / "published.safetensors");
     Llama published(live_->config());
     torch::NoGradGuard no_grad;
     for (auto& p : published->named_parameters()) {

@@ -109,8 +109,8 @@ void Learner::on_get_policy(const net::Incoming& in, Worker& w) {
         .inc(static_cast<double>(size));
     return true;
   };
-  const bool chain = !ask.whole() && ask.have_version() < newest &&
-                     deltas_.count(ask.have_version() + 1) > 0;
+  const bool chain =
+      !ask.whole() && ask.have_version() < newest && deltas_.count(ask.have_version() + 1) > 0;
   if (chain) {
     for (uint64_t v = ask.have_version() + 1; v <= newest; ++v) {
       if (!send(deltas_.at(v), "delta")) return;  // the worker asks again, from what it has
@@ -211,9 +211,8 @@ void Learner::on_rollout(const net::Incoming& in, Worker& w) {
   }
   // Re-scoring's forward pass needs prompt and completion within the model's context.
   const auto prompt = prompts_.find(slot.problem);
-  if (prompt == prompts_.end() ||
-      1 + prompt->second.size() + r.rollout->tokens.size() >
-          static_cast<size_t>(live_->config().max_seq_len)) {
+  if (prompt == prompts_.end() || 1 + prompt->second.size() + r.rollout->tokens.size() >
+                                      static_cast<size_t>(live_->config().max_seq_len)) {
     intake_.strike(w.name, IntakeVerdict::kMalformed);
     pool_.release(w.name, slot);
     receipt(in.route, &*r.rollout, verdict_name(IntakeVerdict::kMalformed),
@@ -222,9 +221,8 @@ void Learner::on_rollout(const net::Incoming& in, Worker& w) {
             w);
     return;
   }
-  const bool check = options_.rescore_rate >= 1.0 ||
-                     std::uniform_real_distribution<double>(0, 1)(rescore_draw_) <
-                         options_.rescore_rate;
+  const bool check = options_.rescore_rate >= 1.0 || std::uniform_real_distribution<double>(0, 1)(
+                                                         rescore_draw_) < options_.rescore_rate;
   if (check) {
     pending_.push_back({in.curve_key, in.route, std::move(*r.rollout)});
   } else {
@@ -241,9 +239,9 @@ void Learner::rescore_pending() {
   pending_.clear();
   for (auto& [version, all] : by_version) {
     for (size_t from = 0; from < all.size(); from += kRescoreBatch) {
-      std::vector<Pending> batch(std::make_move_iterator(all.begin() + from),
-                                 std::make_move_iterator(all.begin() +
-                                                         std::min(all.size(), from + kRescoreBatch)));
+      std::vector<Pending> batch(
+          std::make_move_iterator(all.begin() + from),
+          std::make_move_iterator(all.begin() + std::min(all.size(), from + kRescoreBatch)));
       rescore(version, batch);
     }
   }

@@ -75,9 +75,8 @@ Learner::Learner(LoadedCheckpoint base, const net::Identity& identity,
       tokenizer_(base_tokenizer(base_)),
       eot_(static_cast<TokenId>(base_.meta.eot_id)),
       task_(make_task(options.task_name, options.task)),
-      optimizer_(live_->parameters(), torch::optim::AdamWOptions(options.train.lr)
-                                          .betas({0.9, 0.99})
-                                          .weight_decay(0.0)),
+      optimizer_(live_->parameters(),
+                 torch::optim::AdamWOptions(options.train.lr).betas({0.9, 0.99}).weight_decay(0.0)),
       published_(live_),
       versions_(published_.model(), options.train.max_off_policy_steps),
       base_hash_(published_.state_hash()),
@@ -102,7 +101,9 @@ Learner::Learner(LoadedCheckpoint base, const net::Identity& identity,
   if (options_.http) start_http();
 }
 
-void Learner::log_event(nlohmann::json row) { events_.write(std::move(row)); }
+void Learner::log_event(nlohmann::json row) {
+  events_.write(std::move(row));
+}
 
 void Learner::open_step() {
   problems_.clear();
@@ -158,22 +159,22 @@ void Learner::train_step() {
     p->set_to_version(published_.version());
     p->set_state_hash(published_.state_hash());
     deltas_[published_.version()] = std::make_shared<const std::string>(net::encode_envelope(e));
-    const size_t keep = static_cast<size_t>(std::max<int64_t>(8, 2 * options_.train.max_off_policy_steps + 2));
+    const size_t keep =
+        static_cast<size_t>(std::max<int64_t>(8, 2 * options_.train.max_off_policy_steps + 2));
     while (deltas_.size() > keep) deltas_.erase(deltas_.begin());
     whole_.reset();
     versions_.advance();
   }
 
-  GrpoStepStats s =
-      step_stats(step_, batch, loss, options_.train.prompts_per_step, rollouts_);
+  GrpoStepStats s = step_stats(step_, batch, loss, options_.train.prompts_per_step, rollouts_);
   const int64_t steps = options_.train.steps;
   const bool evaluate = step_ == steps || (options_.train.eval_interval > 0 &&
                                            step_ % options_.train.eval_interval == 0);
   if (evaluate) {
-    s.held_out = last_held_out_ = score_held_out(live_, *tokenizer_, *task_,
-                                                 options_.train.eval_problems,
-                                                 options_.train.max_new_tokens)
-                                      .accuracy();
+    s.held_out = last_held_out_ =
+        score_held_out(live_, *tokenizer_, *task_, options_.train.eval_problems,
+                       options_.train.max_new_tokens)
+            .accuracy();
   }
   s.seconds = now();
   log_event(rl_step_json(s));
@@ -245,9 +246,8 @@ GrpoTrainSummary Learner::run() {
   summary_.seconds = now();
   summary_.verdicts = receipts_;
   for (const auto& [curve, w] : workers_) summary_.strikes[w.name] = intake_.strikes(w.name);
-  log_event({{"event", "rl_intake"},
-             {"verdicts", summary_.verdicts},
-             {"strikes", summary_.strikes}});
+  log_event(
+      {{"event", "rl_intake"}, {"verdicts", summary_.verdicts}, {"strikes", summary_.strikes}});
 
   CheckpointMeta meta = base_.meta;
   meta.step = base_.meta.step + static_cast<uint64_t>(step_);

@@ -63,8 +63,8 @@ struct LearnerOptions {
   std::string listen = "tcp://0.0.0.0:7600";
   net::Admission admission;  // who may connect (default: anyone with a key)
   std::optional<obs::HttpAddress> http;
-  double rescore_rate = 1.0;       // share of accepted rollouts re-scored, in (0, 1]
-  double reassign_seconds = 20;    // a slot not answered this long is handed to another worker
+  double rescore_rate = 1.0;     // share of accepted rollouts re-scored, in (0, 1]
+  double reassign_seconds = 20;  // a slot not answered this long is handed to another worker
   // Train on the complete groups this long after a step opened, even if slots are missing (a
   // slot handed to max_handouts workers that all went silent is never filled); 0: wait forever.
   double step_timeout_seconds = 300;

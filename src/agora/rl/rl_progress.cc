@@ -48,16 +48,15 @@ nlohmann::json rl_step_json(const GrpoStepStats& s) {
 }
 
 void print_rl_table_header() {
-  fmt::print("{:>6}  {:>6}  {:>11}  {:>8}  {:>10}  {:>8}  {:>7}  {:>8}  {:>8}\n", "step",
-             "reward", "informative", "held-out", "rollouts/s", "rejected", "clipped", "elapsed",
-             "ETA");
+  fmt::print("{:>6}  {:>6}  {:>11}  {:>8}  {:>10}  {:>8}  {:>7}  {:>8}  {:>8}\n", "step", "reward",
+             "informative", "held-out", "rollouts/s", "rejected", "clipped", "elapsed", "ETA");
   std::fflush(stdout);
 }
 
 void print_rl_table_row(const GrpoStepStats& s, double held_out, int64_t steps) {
   if (s.step == 0) {
-    fmt::print("{:>6}  {:>6}  {:>11}  {:>8.3f}  {:>10}  {:>8}  {:>7}  {:>8}  {:>8}\n", 0, "-",
-               "-", held_out, "-", "-", "-", format_duration(s.seconds), "-");
+    fmt::print("{:>6}  {:>6}  {:>11}  {:>8.3f}  {:>10}  {:>8}  {:>7}  {:>8}  {:>8}\n", 0, "-", "-",
+               held_out, "-", "-", "-", format_duration(s.seconds), "-");
   } else {
     const double eta =
         s.seconds / static_cast<double>(s.step) * static_cast<double>(steps - s.step);

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-
 #include <nlohmann/json.hpp>
 
 #include "agora/rl/group_batch.h"

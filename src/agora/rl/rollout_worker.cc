@@ -55,7 +55,7 @@ class Worker {
   wire::RlRun run_;
   uint64_t version_ = 0;
   std::vector<wire::Envelope> last_batch_, this_batch_;  // replay's
-  obs::EventLog log_;  // --log, or closed
+  obs::EventLog log_;                                    // --log, or closed
   RolloutWorkerSummary summary_;
   const Clock::time_point started_ = Clock::now();
   double last_progress_ = 0;
@@ -81,13 +81,17 @@ Worker::Worker(const net::Identity& identity, const RolloutWorkerOptions& option
             log({{"event", "rl_worker_rejoin"}, {"reason", reason}});
           }),
       base_(load_checkpoint(options.base, torch::kCPU)) {
-  if (base_.tokenizer_spec.empty()) fail("the base checkpoint {} names no tokenizer", options.base.string());
+  if (base_.tokenizer_spec.empty())
+    fail("the base checkpoint {} names no tokenizer", options.base.string());
   tokenizer_ = load_tokenizer(base_.tokenizer_spec);
   base_.model->eval();
-  if (!options_.log.empty()) log_ = obs::EventLog(options_.log, /*append=*/false, [this] { return now(); });
+  if (!options_.log.empty())
+    log_ = obs::EventLog(options_.log, /*append=*/false, [this] { return now(); });
 }
 
-void Worker::log(nlohmann::json row) { log_.write(std::move(row)); }
+void Worker::log(nlohmann::json row) {
+  log_.write(std::move(row));
+}
 
 void Worker::count_receipt(const wire::RlReceipt& r) {
   ++summary_.receipts[r.verdict().substr(0, 32)];
@@ -103,26 +107,29 @@ void Worker::count_receipt(const wire::RlReceipt& r) {
 wire::Envelope Worker::hello() const {
   wire::Envelope hello;
   hello.mutable_rl_hello()->set_key(identity_.public_key());
-  hello.mutable_rl_hello()->set_agent(fmt::format("agora rl work ({})", behaviour_name(options_.behaviour)));
+  hello.mutable_rl_hello()->set_agent(
+      fmt::format("agora rl work ({})", behaviour_name(options_.behaviour)));
   return hello;
 }
 
 void Worker::join() {
-  std::optional<wire::Envelope> m =
-      member_.join([](const wire::Envelope& e) { return e.has_rl_run(); }, options_.idle_timeout_seconds);
+  std::optional<wire::Envelope> m = member_.join(
+      [](const wire::Envelope& e) { return e.has_rl_run(); }, options_.idle_timeout_seconds);
   if (!m) {
-    fail("the learner at {} did not answer for {:g} s (is it running, and is --learner-key its "
-         "public key?)",
-         options_.learner, options_.idle_timeout_seconds);
+    fail(
+        "the learner at {} did not answer for {:g} s (is it running, and is --learner-key its "
+        "public key?)",
+        options_.learner, options_.idle_timeout_seconds);
   }
   run_ = m->rl_run();
   if (!run_.refused().empty()) fail("the learner refused this worker: {}", run_.refused());
   const std::string hash = hash_parameters(base_.model).state_hash;
   if (hash != run_.base_hash()) {
-    fail("the base checkpoint {} has state hash {}, but the learner's run starts from {}: give "
-         "--base the checkpoint the learner was started with",
-         options_.base.string(), net::key_to_hex(hash),
-         run_.base_hash().size() == net::kKeyBytes ? net::key_to_hex(run_.base_hash()) : "?");
+    fail(
+        "the base checkpoint {} has state hash {}, but the learner's run starts from {}: give "
+        "--base the checkpoint the learner was started with",
+        options_.base.string(), net::key_to_hex(hash),
+        run_.base_hash().size() == net::kKeyBytes ? net::key_to_hex(run_.base_hash()) : "?");
   }
   TaskOptions task;
   task.seed = run_.task_seed();

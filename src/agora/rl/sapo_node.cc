@@ -120,7 +120,9 @@ Node::Node(LoadedCheckpoint base, const net::Identity& identity, const SapoNodeO
        {"behaviour", o_.behaviour}});
 }
 
-void Node::log(nlohmann::json row) { log_.write(std::move(row)); }
+void Node::log(nlohmann::json row) {
+  log_.write(std::move(row));
+}
 
 void Node::serve(int ms) {
   serve::wait_readable(server_.socket(), std::chrono::milliseconds(ms));
@@ -128,8 +130,8 @@ void Node::serve(int ms) {
     if (!in.message.has_sapo_get_groups()) return;
     // Only the peers may connect (the handshake's allowlist), so the map has one bucket each.
     if (!buckets_[in.curve_key].take(o_.peer_requests_per_second, o_.peer_burst, now())) return;
-    const auto asked = static_cast<int64_t>(std::min<uint64_t>(
-        in.message.sapo_get_groups().round(), static_cast<uint64_t>(INT64_MAX)));
+    const auto asked = static_cast<int64_t>(
+        std::min<uint64_t>(in.message.sapo_get_groups().round(), static_cast<uint64_t>(INT64_MAX)));
     const auto it = published_.find(asked);
     if (it != published_.end()) {
       server_.send_shared(in.route, it->second, std::make_shared<std::atomic<int64_t>>(0));

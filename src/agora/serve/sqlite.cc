@@ -16,8 +16,7 @@ void run_sql(sqlite3* db, const std::filesystem::path& path, const char* sql) {
   if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
     const std::string text = message != nullptr ? message : sqlite3_errmsg(db);
     sqlite3_free(message);
-    fail("database {}: '{}' failed: {}", path.string(), std::string_view(sql).substr(0, 60),
-         text);
+    fail("database {}: '{}' failed: {}", path.string(), std::string_view(sql).substr(0, 60), text);
   }
 }
 
@@ -27,7 +26,8 @@ DatabaseHandle open_database(const std::filesystem::path& path) {
       sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   DatabaseHandle db(raw);  // closed on every way out, including a failed open
   if (rc != SQLITE_OK) sqlite_fail(raw, path, "opening");
-  if (sqlite3_busy_timeout(raw, 5000) != SQLITE_OK) sqlite_fail(raw, path, "setting a busy timeout");
+  if (sqlite3_busy_timeout(raw, 5000) != SQLITE_OK)
+    sqlite_fail(raw, path, "setting a busy timeout");
   {
     Statement wal(raw, path, "PRAGMA journal_mode=WAL");
     if (!wal.step() || wal.text(0) != "wal") {

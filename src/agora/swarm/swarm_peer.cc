@@ -46,7 +46,8 @@ SwarmPeer::SwarmPeer(const RunConfig& config, const net::Identity& identity,
                                                 config.seed, torch::kCPU);
   }
   coder_.emplace(config.pipeline, config.model.hidden_size, subspace_.get());
-  if (!o.events.empty()) events_ = obs::EventLog(o.events, /*append=*/true, [this] { return now(); });
+  if (!o.events.empty())
+    events_ = obs::EventLog(o.events, /*append=*/true, [this] { return now(); });
 }
 
 SwarmPeerSummary SwarmPeer::run() {
@@ -363,7 +364,9 @@ void SwarmPeer::apply_round(const wire::SwarmView& v) {
   save_state();
 }
 
-void SwarmPeer::event(nlohmann::json e) { events_.write(std::move(e)); }
+void SwarmPeer::event(nlohmann::json e) {
+  events_.write(std::move(e));
+}
 
 }  // namespace agora::swarm_detail
 
