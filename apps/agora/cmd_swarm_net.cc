@@ -78,7 +78,10 @@ void add_swarm_serve(CLI::App& swarm) {
   cmd->add_option("--costs", args->costs,
                   "Each stage's relative compute, for rebalancing (default: from the cut)")
       ->delimiter(',');
-  cmd->add_option("--out", args->out, "Folder for events.jsonl")->capture_default_str();
+  cmd->add_option("--out", args->out,
+                  "Folder for events.jsonl and state.db (started again on the same folder, the "
+                  "coordinator resumes an unfinished run there)")
+      ->capture_default_str();
   cmd->callback([args] {
     const RunConfig config = swarm_config(args->config, args->overrides);
     SwarmServerOptions options = args->options;

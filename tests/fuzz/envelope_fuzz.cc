@@ -12,7 +12,7 @@ namespace {
 
 // The kinds that may be as large as max_data (envelope.h); every other kind is control.
 bool data_kind(const agora::wire::Envelope& m) {
-  return m.has_blob() || m.has_tensor_data() || m.has_stage_data() || m.has_rl_policy() ||
+  return m.has_blob() || m.has_tensor_data() || m.has_stage_data() || m.has_params() ||
          m.has_async_delivery() || m.has_swarm_poll() || m.has_swarm_view() || m.has_swarm_hop();
 }
 

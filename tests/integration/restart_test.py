@@ -2,7 +2,7 @@
 """A server killed with SIGKILL mid-run and started again loses nothing it told its members
 (docs/async.md section 2, "Restarts").
 
-    restart_test.py AGORA DATA_DIR OUT async|rl
+    restart_test.py AGORA DATA_DIR OUT async|rl|swarm
 
 async: `agora async serve --method lookahead` and two `agora async work` processes on loopback. Once
 the server has accepted a few deliveries it is killed with SIGKILL (twice: once at a random
@@ -26,6 +26,14 @@ with SIGKILL one update after a save, and started again. Checked:
     checkpoint; the resume folder says the run finished;
   - the worker finishes, was never struck, and every policy update it took matched the
     learner's hash (one it held past the learner's save was replaced by a whole copy).
+
+swarm: `agora swarm serve` and four `agora swarm peer` processes, two replicas of each stage of a
+two-stage model. The coordinator is killed with SIGKILL twice (once at a random moment in a step,
+once at the crash point after a save whose answers were not sent) and started again with the
+same arguments; the peers carry on by themselves. Checked:
+  - every restart restores (swarm_restored) at a step past every step logged before the kill;
+  - no step is finished twice (each swarm_step once), and the run finishes all its steps;
+  - every replica finishes at the last step, and the replicas of each stage end bit-identical.
 """
 import json
 import os
@@ -229,11 +237,90 @@ def rl_scenario(agora, _data, out):
           f"finished {RL_STEPS} updates")
 
 
+SWARM_STEPS = 12
+
+
+def swarm_scenario(agora, data, out):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    config = os.path.join(root, "configs", "swarm.toml")
+    sets = ["--set", f"data.dir={data}", "--set", f"train.steps={SWARM_STEPS}",
+            "--set", "pipeline.stages=2", "--set", "model.num_layers=2",
+            "--set", "train.batch_size=16", "--set", "pipeline.micro_batches=8"]
+    names = [f"p{i}" for i in range(4)]
+    stage_of = {name: i // 2 for i, name in enumerate(names)}
+    keys = {n: run([agora, "keygen", "--out", f"{out}/{n}.key"]).strip().split()[-1]
+            for n in ["coordinator", *names]}
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    log = f"{out}/coordinator/events.jsonl"
+    serve = [agora, "swarm", "serve", "--config", config, *sets,
+             "--key", f"{out}/coordinator.key", "--listen", endpoint, "--peers", "4",
+             "--peer-timeout", "5", "--out", f"{out}/coordinator"]
+
+    def start(env=None):
+        return subprocess.Popen(serve, stdout=open(f"{out}/coordinator.out", "a"),
+                                stderr=subprocess.STDOUT, env=env)
+
+    def steps_logged():
+        return [e["step"] for e in events(log) if e["event"] == "swarm_step"]
+
+    coordinator = start()
+    peers = [subprocess.Popen(
+        [agora, "swarm", "peer", "--config", config, *sets, "--key", f"{out}/{n}.key",
+         "--coordinator", endpoint, "--coordinator-key", keys["coordinator"],
+         "--listen", "tcp://127.0.0.1:*", "--stage", str(stage_of[n]), "--pace-unit", "0.02",
+         "--timeout", "30", "--events", f"{out}/{n}.jsonl"],
+        stdout=open(f"{out}/{n}.out", "w"), stderr=subprocess.STDOUT) for n in names]
+    lives = []
+    try:
+        # Life 1: killed in the middle of a step.
+        wait("step 2", lambda: max(steps_logged() or [-1]) >= 2, 180, coordinator)
+        time.sleep(0.4)
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait()
+        lives.append(max(steps_logged()))
+        # Life 2: killed after a save, before the answers that tell it are sent.
+        coordinator = start(dict(os.environ, AGORA_CRASH_AT="swarm_server.after_save:40"))
+        assert coordinator.wait(timeout=180) != 0, "the crash point was never reached"
+        lives.append(max(steps_logged()))
+        # Life 3: to the end.
+        coordinator = start()
+        code = coordinator.wait(timeout=300)
+        assert code == 0, f"the coordinator exited {code}: see {out}/coordinator.out"
+        for n, p in zip(names, peers):
+            assert p.wait(timeout=60) == 0, f"{n} failed: see {out}/{n}.out"
+    finally:
+        for p in [coordinator, *peers]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    log_events = events(log)
+    restored = [e for e in log_events if e["event"] == "swarm_restored"]
+    assert len(restored) == 2, restored
+    for logged, r in zip(lives, restored):
+        assert r["step"] > logged, f"restored at step {r['step']}, but step {logged} was logged"
+        assert r["members"] == 4, r
+    steps = steps_logged()
+    assert len(steps) == len(set(steps)), f"a step finished twice: {steps}"
+    assert max(steps) == SWARM_STEPS - 1, steps
+    summary = [e for e in log_events if e["event"] == "swarm_summary"][-1]
+    assert summary["steps"] == SWARM_STEPS and summary["restarts"] == 2, summary
+    finish = {n: [e for e in events(f"{out}/{n}.jsonl") if e["event"] == "finish"][-1]
+              for n in names}
+    for name, f in finish.items():
+        assert f["finished"] and f["version"] == SWARM_STEPS, (name, f)
+    for s in range(2):
+        hashes = {finish[n]["parameter_hash"] for n in names if stage_of[n] == s}
+        assert len(hashes) == 1, (s, hashes)
+    print(f"ok swarm: two kills, restored at steps {[r['step'] for r in restored]} (logged "
+          f"before: {lives}), {SWARM_STEPS} steps, replicas of each stage identical")
+
+
 def main():
     agora, data, out, scenario = sys.argv[1:5]
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    {"async": async_scenario, "rl": rl_scenario}[scenario](agora, data, out)
+    {"async": async_scenario, "rl": rl_scenario, "swarm": swarm_scenario}[scenario](agora, data, out)
     print("1 passed, 0 failed")
 
 

@@ -135,6 +135,9 @@ def main():
         assert 'agora_swarm_phase{phase="waiting"} 1' in metrics, metrics
         assert 'agora_swarm_replicas{stage="2",state="serving"} 0' in metrics, metrics
         assert 'agora_swarm_stage_throughput{stage="2"} 0' in metrics, metrics
+        with urllib.request.urlopen(http + "/", timeout=5) as r:
+            page = r.read().decode()
+        assert "<title>agora swarm</title>" in page and "/api/swarm" in page, page[:200]
         start("p4")
         wait_for("p4 to bring stage 2 back",
                  lambda: any(e["event"] == "restored" for e in events(f"{out}/p4.jsonl")))

@@ -234,13 +234,13 @@ TEST(AsyncServer, RefusesEveryLieAndAppliesAnHonestDelivery) {
   EXPECT_EQ(ok.verdict(), kAccepted) << ok.reason();
   EXPECT_EQ(ok.version(), 1u);
   wire::Envelope ask;
-  ask.mutable_rl_get_policy()->set_have_version(0);
+  ask.mutable_get_params()->set_have_version(0);
   honest.client.send(ask);
-  const auto params = honest.wait(&wire::Envelope::has_rl_policy);
+  const auto params = honest.wait(&wire::Envelope::has_params);
   ASSERT_TRUE(params.has_value());
-  EXPECT_EQ(params->rl_policy().to_version(), 1u);
-  PublishedPolicy::apply(model, params->rl_policy().payload(), params->rl_policy().whole(), 1);
-  EXPECT_EQ(hash_parameters(model).state_hash, params->rl_policy().state_hash());
+  EXPECT_EQ(params->params().to_version(), 1u);
+  PublishedPolicy::apply(model, params->params().payload(), params->params().whole(), 1);
+  EXPECT_EQ(hash_parameters(model).state_hash, params->params().state_hash());
 
   stop = true;
   const OuterServerSummary s = server.get();

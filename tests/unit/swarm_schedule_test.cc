@@ -296,6 +296,88 @@ TEST(SwarmSchedule, RefusesWhatItCannotServe) {
   EXPECT_THROW(SwarmSchedule{bad}, Error);
 }
 
+// Saves `s` as the coordinator does and restores it into a fresh schedule `down` seconds later.
+SwarmSchedule restarted(SwarmSchedule& s, double now, double down,
+                        std::vector<SwarmSchedule::Contribution>& kept,
+                        const SwarmScheduleOptions& o = options()) {
+  for (auto& c : s.take_contributions()) kept.push_back(std::move(c));
+  SwarmSchedule r(o);
+  r.restore(s.durable(now), kept, now + down, down);
+  return r;
+}
+
+TEST(SwarmSchedule, ARestartGoesOnFromTheSaveAndGivesBackWhatWasOut) {
+  SwarmSchedule s(options());
+  start(s, {0, 1, 1});
+  train_step(s, 0, 0, 1);
+  contribute_all(s, {0, 1, 1}, 2);
+  ASSERT_EQ(s.step(), 1u);
+  SwarmReport r = ready(0, 1, hash(1));
+  r.wants = 3;
+  ASSERT_EQ(s.poll(key(0), r, 3).micro_batches, (std::vector<uint32_t>{0, 1, 2}));
+  r.wants = 0;
+  r.done = {{0, 4.0f}, {1, 4.0f}};
+  s.poll(key(0), r, 3);
+  s.take_events();
+  std::vector<SwarmSchedule::Contribution> kept;
+  SwarmSchedule t = restarted(s, 4, 10, kept);
+  EXPECT_EQ(t.step(), 1u);
+  EXPECT_EQ(t.member_keys(), s.member_keys());
+  const nlohmann::json status = t.status(14);
+  EXPECT_EQ(status["done"], 2);
+  EXPECT_EQ(status["pool"], 2);  // 3 never reported back before the save, and 2 that was out
+  EXPECT_EQ(t.summary(14)["restarts"], 1);
+  EXPECT_GE(t.summary(14)["waiting_seconds"].get<double>(), 10.0);
+  const std::vector<nlohmann::json> events = t.take_events();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["event"], "swarm_restored");
+  // A replica still at step 0 gets the completed round, as before the restart.
+  const SwarmAnswer behind = t.poll(key(2), ready(1, 0), 14);
+  ASSERT_EQ(behind.round.size(), 2u);
+  EXPECT_EQ(behind.round[0], std::make_pair(key(1), std::string("x1")));
+  EXPECT_EQ(behind.round[1], std::make_pair(key(2), std::string("x2")));
+  // Stage 0 reports again: micro-batch 2, given out before, is not its to report now.
+  t.poll(key(1), ready(1, 1, hash(1)), 14);
+  t.poll(key(0), ready(0, 1, hash(1)), 14);
+  t.tick(14);
+  ASSERT_EQ(t.phase(), SwarmPhase::kTraining);
+  r.done = {{2, 4.0f}};
+  r.wants = 4;
+  const SwarmAnswer again = t.poll(key(0), r, 14);
+  EXPECT_EQ(again.micro_batches, (std::vector<uint32_t>{2, 3}));
+  EXPECT_EQ(t.status(14)["done"], 2);
+  // Another shape of run does not restore.
+  std::vector<SwarmSchedule::Contribution> none;
+  EXPECT_THROW(restarted(s, 4, 0, none, options(3)), Error);
+}
+
+TEST(SwarmSchedule, ARestartInTheRoundKeepsTheContributionsThatCame) {
+  SwarmSchedule s(options());
+  start(s, {0, 1, 1});
+  train_step(s, 0, 0, 1);
+  auto contribute = [](SwarmSchedule& x, int peer, int64_t stage, const std::string& payload) {
+    SwarmReport r = ready(stage, 0);
+    r.payload = payload;
+    return x.poll(key(peer), r, 2);
+  };
+  contribute(s, 2, 1, "from-2");
+  contribute(s, 0, 0, "from-0");
+  std::vector<SwarmSchedule::Contribution> kept;
+  SwarmSchedule t = restarted(s, 2, 1, kept);
+  ASSERT_EQ(t.phase(), SwarmPhase::kSyncing);
+  // The two that came are not asked for again: a repeat changes nothing, the last completes.
+  contribute(t, 2, 1, "again");
+  EXPECT_EQ(t.step(), 0u);
+  const SwarmAnswer last = contribute(t, 1, 1, "from-1");
+  EXPECT_EQ(t.step(), 1u);
+  ASSERT_EQ(last.round.size(), 2u);
+  EXPECT_EQ(last.round[1], std::make_pair(key(2), std::string("from-2")));
+  // Only the contribution that came after the restart is new for the store.
+  const auto arrived = t.take_contributions();
+  ASSERT_EQ(arrived.size(), 1u);
+  EXPECT_EQ(arrived[0].key, key(1));
+}
+
 TEST(SwarmSchedule, FinishesAfterTheLastStep) {
   SwarmScheduleOptions o = options();
   o.steps = 1;

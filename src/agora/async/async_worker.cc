@@ -14,6 +14,7 @@
 #include "agora/obs/event_log.h"
 #include "agora/optim/payload_tensors.h"
 #include "agora/serve/member_client.h"
+#include "agora/serve/param_feed.h"
 #include "agora/train/parameter_hash.h"
 #include "agora/train/published_policy.h"
 #include "agora/train/step.h"
@@ -37,8 +38,7 @@ class Worker {
   void count_receipt(const wire::AsyncReceipt& r);
   void join();
   wire::Envelope hello() const;
-  // Brings the mirror to the newest version the server has; false when the server is silent.
-  bool sync_params(uint64_t target);
+  uint64_t version() const { return follower_.version(); }
   void train_and_deliver(const wire::AsyncWork& work);
 
   RunConfig config_;
@@ -48,10 +48,10 @@ class Worker {
   net::Client client_;
   serve::MemberClient member_;       // hello, waits, saying hello again (serve/member_client.h)
   Learner learner_;                  // the model trained and its inner AdamW
-  Llama mirror_;                     // the server's published parameters, version version_
+  Llama mirror_;                     // the server's published parameters, version version()
+  serve::ParamFollower follower_;    // keeps mirror_ at the server's version
   std::unique_ptr<TrainStep> step_;  // made once the server says how many sequences a step
   wire::AsyncRun run_;
-  uint64_t version_ = 0;
   int64_t local_steps_ = 0;  // the inner lr schedule's position
   obs::EventLog log_;        // --log, or closed
   AsyncWorkerSummary summary_;
@@ -79,7 +79,17 @@ Worker::Worker(const RunConfig& config, const net::Identity& identity, const Asy
             log({{"event", "async_worker_rejoin"}, {"reason", reason}});
           }),
       learner_(Learner::create(config_, torch::kCPU)),
-      mirror_(Learner::create(config_, torch::kCPU).model) {
+      mirror_(Learner::create(config_, torch::kCPU).model),
+      follower_(
+          member_, /*version=*/0,
+          [this](const wire::Params& p) {
+            PublishedPolicy::apply(mirror_, p.payload(), p.whole(), p.to_version());
+            return hash_parameters(mirror_).state_hash;
+          },
+          [this](const wire::Params&, int64_t, bool, const std::string& error) {
+            if (!error.empty())
+              log({{"event", "async_worker_params_error"}, {"error", error.substr(0, 300)}});
+          }) {
   mirror_->eval();
   if (!o_.log.empty()) log_ = obs::EventLog(o_.log, /*append=*/false, [this] { return now(); });
 }
@@ -139,41 +149,6 @@ void Worker::join() {
        {"key", net::key_to_hex(identity_.public_key())},
        {"method", run_.method().substr(0, 32)},
        {"version", run_.version()}});
-}
-
-bool Worker::sync_params(uint64_t target) {
-  bool whole = false;
-  for (int attempt = 0; attempt < 6 && version_ < target; ++attempt) {
-    wire::Envelope ask;
-    ask.mutable_rl_get_policy()->set_have_version(version_);
-    ask.mutable_rl_get_policy()->set_whole(whole);
-    client_.send(ask);
-    while (version_ < target) {
-      std::optional<wire::Envelope> m =
-          wait_for([](const wire::Envelope& e) { return e.has_rl_policy(); }, 10.0);
-      if (!m) break;  // ask again
-      const wire::RlPolicy& p = m->rl_policy();
-      if (p.to_version() <= version_ || (!p.whole() && p.from_version() != version_)) continue;
-      bool ok = true;
-      try {
-        PublishedPolicy::apply(mirror_, p.payload(), p.whole(), p.to_version());
-      } catch (const Error& e) {
-        ok = false;
-        log({{"event", "async_worker_params_error"},
-             {"error", std::string(e.what()).substr(0, 300)}});
-      }
-      summary_.param_bytes += static_cast<int64_t>(m->ByteSizeLong());
-      ok = ok && hash_parameters(mirror_).state_hash == p.state_hash();
-      if (!ok) {
-        // A delta applied to other parameters, or corrupted: start again from the whole.
-        ++summary_.hash_mismatches;
-        whole = true;
-        break;
-      }
-      version_ = p.to_version();
-    }
-  }
-  return version_ >= target;
 }
 
 void Worker::train_and_deliver(const wire::AsyncWork& work) {
@@ -239,9 +214,9 @@ AsyncWorkerSummary Worker::run() {
   uint64_t target = run_.version();
   double last_answer = now();
   while (now() - last_answer < o_.idle_timeout_seconds) {
-    if (version_ < target && !sync_params(target)) continue;
+    if (version() < target && !follower_.sync(target)) continue;
     wire::Envelope ask;
-    ask.mutable_async_get_work()->set_have_version(version_);
+    ask.mutable_async_get_work()->set_have_version(version());
     client_.send(ask);
     std::optional<wire::Envelope> m =
         wait_for([](const wire::Envelope& e) { return e.has_async_work(); }, 5.0);
@@ -256,7 +231,7 @@ AsyncWorkerSummary Worker::run() {
       summary_.finished = true;
       break;
     }
-    if (work.version() > version_) {
+    if (work.version() > version()) {
       target = work.version();
       continue;
     }
@@ -272,13 +247,15 @@ AsyncWorkerSummary Worker::run() {
       last_progress_ = now();
       fmt::print(stderr,
                  "async worker: {} rounds, {} steps, version {}, {:.0f}% of the time computing\n",
-                 summary_.rounds, summary_.steps, version_,
+                 summary_.rounds, summary_.steps, version(),
                  100 * summary_.compute_seconds / std::max(1e-9, now()));
     }
   }
   // Receipts still on their way.
   wait_for([](const wire::Envelope&) { return false; }, 0.3);
-  summary_.version = version_;
+  summary_.version = version();
+  summary_.param_bytes = follower_.bytes();
+  summary_.hash_mismatches = follower_.hash_mismatches();
   summary_.seconds = now();
   log({{"event", "async_worker_done"},
        {"rounds", summary_.rounds},

@@ -23,6 +23,7 @@
 #include "agora/obs/metrics.h"
 #include "agora/optim/async_outer.h"
 #include "agora/serve/members.h"
+#include "agora/serve/param_feed.h"
 #include "agora/train/published_policy.h"
 
 namespace agora::outer_detail {
@@ -79,7 +80,7 @@ class Server {
   double run_seconds() const { return !running() ? 0 : now() - started_run_; }
   void handle(const net::Incoming& in);
   void on_hello(const net::Incoming& in);
-  void on_get_params(const std::string& route, const wire::RlGetPolicy& ask, Worker& w);
+  void on_get_params(const std::string& route, const wire::GetParams& ask, Worker& w);
   void on_get_work(const net::Incoming& in, Worker& w);
   void on_delivery(const net::Incoming& in, Worker& w);
   void receipt(const net::Incoming& in, uint64_t work_id, std::string_view verdict,
@@ -112,9 +113,7 @@ class Server {
   std::string key_hex_;  // the server's public key, which workers are given
   net::Context context_;
   net::Server server_;
-  std::map<uint64_t, std::shared_ptr<const std::string>> deltas_;  // version -> RlPolicy bytes
-  std::shared_ptr<const std::string> whole_;
-  uint64_t whole_version_ = UINT64_MAX;
+  serve::ParamFeed feed_;  // published_'s versions to the workers
   serve::Members<WorkerState> workers_;
   NormGuard guard_;
   uint64_t next_work_ = 1, next_sequence_ = 0;

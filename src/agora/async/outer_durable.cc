@@ -104,6 +104,7 @@ void Server::restore(const OuterSave& save) {
            t.published.size());
     for (auto& p : published->parameters()) p.copy_(t.published[i++]);
     published_ = PublishedPolicy(published, s.at("version").get<uint64_t>());
+    feed_.reset(published_.version(), published_.state_hash());
   }
   round_sum_ = t.round_sum;
   next_work_ = s.at("next_work").get<uint64_t>();

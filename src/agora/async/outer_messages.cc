@@ -32,10 +32,10 @@ void Server::handle(const net::Incoming& in) {
   }
   Worker& w = *admitted.member;
   if (in.message.has_async_hello()) return on_hello(in);
-  if (in.message.has_rl_get_policy()) {
+  if (in.message.has_get_params()) {
     // Only versions already saved go out: answered after this batch's save.
     after_save_.push_back(
-        [this, route = in.route, ask = in.message.rl_get_policy(), curve = in.curve_key] {
+        [this, route = in.route, ask = in.message.get_params(), curve = in.curve_key] {
           if (Worker* worker = workers_.find(curve)) on_get_params(route, ask, *worker);
         });
     return;
@@ -67,38 +67,10 @@ void Server::on_hello(const net::Incoming& in) {
   reply(in.route, std::move(e));
 }
 
-void Server::on_get_params(const std::string& route, const wire::RlGetPolicy& ask, Worker& w) {
-  const uint64_t newest = published_.version();
-  if (ask.have_version() >= newest && !ask.whole()) return;
+void Server::on_get_params(const std::string& route, const wire::GetParams& ask, Worker& w) {
   int64_t queued = 0;
   for (const auto& [curve, other] : workers_) queued += other.in_flight->load();
-  const auto send = [&](const std::shared_ptr<const std::string>& bytes) {
-    const auto size = static_cast<int64_t>(bytes->size());
-    if (queued + size > o_.max_param_bytes_in_flight && *w.in_flight > 0) return false;
-    if (server_.send_shared(route, bytes, w.in_flight) != net::Server::SendResult::kQueued) {
-      return false;
-    }
-    queued += size;
-    return true;
-  };
-  if (!ask.whole() && deltas_.count(ask.have_version() + 1) > 0) {
-    for (uint64_t v = ask.have_version() + 1; v <= newest; ++v) {
-      if (!send(deltas_.at(v))) return;  // the worker asks again, from what it has
-    }
-    return;
-  }
-  if (whole_version_ != newest) {
-    wire::Envelope e;
-    auto* p = e.mutable_rl_policy();
-    p->set_from_version(0);
-    p->set_to_version(newest);
-    p->set_whole(true);
-    p->set_payload(published_.whole());
-    p->set_state_hash(published_.state_hash());
-    whole_ = std::make_shared<const std::string>(net::encode_envelope(e));
-    whole_version_ = newest;
-  }
-  send(whole_);
+  feed_.answer(server_, route, ask, w.in_flight, queued);
 }
 
 void Server::on_get_work(const net::Incoming& in, Worker& w) {

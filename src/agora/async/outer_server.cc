@@ -68,6 +68,10 @@ Server::Server(const RunConfig& config, const net::Identity& identity, const Out
       key_hex_(net::key_to_hex(identity.public_key())),
       context_(o.admission),
       server_(context_, identity, o.listen, server_limits(live_, o.int8), /*reply_queue=*/1024),
+      feed_(serve::ParamFeed::Limits{o.max_param_bytes_in_flight, o.max_param_bytes_in_flight,
+                                     kDeltasKept},
+            [this] { return published_.whole(); }, published_.version(),
+            published_.state_hash()),
       workers_(worker_limits(o)),
       guard_(o.norm_guard) {
   live_->eval();
@@ -116,15 +120,8 @@ void Server::apply(const std::vector<torch::Tensor>& d) {
   torch::NoGradGuard no_grad;
   size_t i = 0;
   for (auto& p : live_->parameters()) p.copy_(outer_.theta()[i++]);
-  const std::string delta = published_.advance(live_);
-  wire::Envelope e;
-  auto* p = e.mutable_rl_policy();
-  p->set_from_version(published_.version() - 1);
-  p->set_to_version(published_.version());
-  p->set_payload(delta);
-  p->set_state_hash(published_.state_hash());
-  deltas_[published_.version()] = std::make_shared<const std::string>(net::encode_envelope(e));
-  while (deltas_.size() > kDeltasKept) deltas_.erase(deltas_.begin());
+  std::string delta = published_.advance(live_);
+  feed_.publish(published_.version(), std::move(delta), published_.state_hash());
 }
 
 void Server::snapshot_due(bool force) {

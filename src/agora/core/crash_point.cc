@@ -16,7 +16,7 @@ namespace agora {
 namespace {
 
 // Kept in the order of the header's list, which documents each.
-constexpr std::array<std::string_view, 29> kCrashPoints = {
+constexpr std::array<std::string_view, 30> kCrashPoints = {
     "service.before_save",      "service.final_unsaved",
     "store.save.begin",         "store.save.after_begin",
     "store.save.after_state",   "store.save.after_ledger",
@@ -31,7 +31,7 @@ constexpr std::array<std::string_view, 29> kCrashPoints = {
     "symlink.before_rename",    "symlink.after_rename",
     "stage.after_step",         "stage.checkpoint.after_state",
     "async_server.before_save", "async_store.tensors_written",
-    "async_server.after_save",
+    "async_server.after_save",  "swarm_server.after_save",
 };
 
 bool known(std::string_view point) {

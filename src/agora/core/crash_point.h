@@ -62,6 +62,9 @@
 //   async_store.tensors_written   the new tensor file written, the save naming it not committed
 //   async_server.after_save       saved; the pass's answers not sent yet
 //
+// The swarm coordinator's save (swarm/coordinator_server.cc), hit once per save:
+//   swarm_server.after_save       saved; the batch's answers not sent yet
+//
 // The pass count is atomic: passes from several threads are each counted once.
 #pragma once
 

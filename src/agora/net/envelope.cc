@@ -21,7 +21,7 @@ Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits) {
                          "message has no body (an unknown kind, or from a newer agora)"};
   }
   const bool data = envelope.has_blob() || envelope.has_tensor_data() ||
-                    envelope.has_stage_data() || envelope.has_rl_policy() ||
+                    envelope.has_stage_data() || envelope.has_params() ||
                     envelope.has_async_delivery() || envelope.has_swarm_poll() ||
                     envelope.has_swarm_view() || envelope.has_swarm_hop();
   const size_t limit = data ? limits.max_data : limits.max_control;
@@ -73,8 +73,8 @@ std::string kind_name(const wire::Envelope& envelope) {
     case E::kNotFound: return "not_found";
     case E::kRlHello: return "rl_hello";
     case E::kRlRun: return "rl_run";
-    case E::kRlGetPolicy: return "rl_get_policy";
-    case E::kRlPolicy: return "rl_policy";
+    case E::kGetParams: return "get_params";
+    case E::kParams: return "params";
     case E::kRlGetWork: return "rl_get_work";
     case E::kRlWork: return "rl_work";
     case E::kRlRollout: return "rl_rollout";

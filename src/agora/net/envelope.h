@@ -17,7 +17,7 @@
 
 namespace agora::net {
 
-// The largest control message (everything but Blob, TensorData, StageData, RlPolicy,
+// The largest control message (everything but Blob, TensorData, StageData, Params,
 // AsyncDelivery, SwarmPoll, SwarmView and SwarmHop):
 // membership lists of a few thousand peers fit with room to spare.
 inline constexpr size_t kMaxControlBytes = 1 << 20;
@@ -34,7 +34,7 @@ inline std::string relayed_chunk_what(std::string_view name, uint64_t offset) {
 
 struct DecodeLimits {
   size_t max_control = kMaxControlBytes;
-  // Blob, TensorData, StageData, RlPolicy, AsyncDelivery and the swarm's SwarmPoll, SwarmView
+  // Blob, TensorData, StageData, Params, AsyncDelivery and the swarm's SwarmPoll, SwarmView
   // and SwarmHop: one payload, one tensor, one boundary message, one policy, one
   // pseudo-gradient, a stage's DeMo contributions or a micro-batch's activations. 1 GiB holds the
   // largest tensor of the 1b preset (its 393 MiB embedding) with room, and stays far below

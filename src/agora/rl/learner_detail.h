@@ -26,6 +26,7 @@
 #include "agora/rl/slot_pool.h"
 #include "agora/rl/task.h"
 #include "agora/serve/members.h"
+#include "agora/serve/param_feed.h"
 #include "agora/train/published_policy.h"
 
 namespace agora::learner_detail {
@@ -68,7 +69,7 @@ class Learner {
   void open_step();
   void handle(const net::Incoming& in);
   void on_hello(const net::Incoming& in);
-  void on_get_policy(const net::Incoming& in, Worker& w);
+  void on_get_params(const net::Incoming& in, Worker& w);
   void on_get_work(const net::Incoming& in, Worker& w);
   void on_rollout(const net::Incoming& in, Worker& w);
   void receipt(const std::string& route, const Rollout* rollout, std::string_view verdict,
@@ -104,10 +105,7 @@ class Learner {
   SlotPool pool_;
   net::Context context_;
   net::Server server_;
-  std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
-  // The encoded RlPolicy envelope that moves version v - 1 to v, for the newest versions.
-  std::map<uint64_t, std::shared_ptr<const std::string>> deltas_;
-  std::shared_ptr<const std::string> whole_;  // of the newest version, made when first asked
+  serve::ParamFeed feed_;  // published_'s versions to the workers
   serve::Members<WorkerState> workers_;
   std::vector<Pending> pending_;
   std::map<SlotId, std::pair<std::string, Rollout>> filled_;  // slot -> (worker, rollout)

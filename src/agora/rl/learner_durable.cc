@@ -123,8 +123,7 @@ bool Learner::resume() {
   intake_.restore_strikes(state.at("strikes").get<std::map<std::string, int>>());
   summary_.base_accuracy = state.at("base_accuracy").get<double>();
   last_held_out_ = state.at("held_out").get<double>();
-  deltas_.clear();
-  whole_.reset();
+  feed_.reset(published_.version(), published_.state_hash());
   resumed_ = true;
   return true;
 }

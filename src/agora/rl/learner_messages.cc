@@ -29,7 +29,7 @@ void Learner::handle(const net::Incoming& in) {
     return;
   }
   Worker& w = *admitted.member;  // a banned one too: the intake answers with its ban
-  if (in.message.has_rl_get_policy()) return on_get_policy(in, w);
+  if (in.message.has_get_params()) return on_get_params(in, w);
   if (in.message.has_rl_get_work()) return on_get_work(in, w);
   if (in.message.has_rl_rollout()) return on_rollout(in, w);
   dropped("unexpected");
@@ -87,48 +87,23 @@ void Learner::on_hello(const net::Incoming& in) {
   server_.send(in.route, e);
 }
 
-void Learner::on_get_policy(const net::Incoming& in, Worker& w) {
+void Learner::on_get_params(const net::Incoming& in, Worker& w) {
   if (intake_.banned(w.name)) return;
-  const auto& ask = in.message.rl_get_policy();
-  const uint64_t newest = published_.version();
   int64_t queued = 0;
   for (const auto& [curve, other] : workers_) queued += other.in_flight->load();
-  const auto send = [&](const std::shared_ptr<const std::string>& bytes, const char* kind) {
-    const auto size = static_cast<int64_t>(bytes->size());
-    // One reply may always wait per worker; beyond it, the worker's and everyone's limits.
-    if ((*w.in_flight > 0 && *w.in_flight + size > options_.max_policy_bytes_per_worker) ||
-        queued + size > options_.max_policy_bytes_in_flight) {
-      obs::counter(metrics_, obs::metric::kRlMessagesDropped, {{"reason", "policy_busy"}}).inc();
-      return false;
-    }
-    if (server_.send_shared(in.route, bytes, w.in_flight) != net::Server::SendResult::kQueued) {
-      return false;
-    }
-    queued += size;
-    obs::counter(metrics_, obs::metric::kRlPolicyBytes, {{"kind", kind}})
-        .inc(static_cast<double>(size));
-    return true;
-  };
-  const bool chain =
-      !ask.whole() && ask.have_version() < newest && deltas_.count(ask.have_version() + 1) > 0;
-  if (chain) {
-    for (uint64_t v = ask.have_version() + 1; v <= newest; ++v) {
-      if (!send(deltas_.at(v), "delta")) return;  // the worker asks again, from what it has
-    }
-    return;
+  const serve::ParamFeed::Answer sent =
+      feed_.answer(server_, in.route, in.message.get_params(), w.in_flight, queued);
+  if (sent.busy) {
+    obs::counter(metrics_, obs::metric::kRlMessagesDropped, {{"reason", "policy_busy"}}).inc();
   }
-  if (!ask.whole() && ask.have_version() == newest) return;  // nothing newer
-  if (!whole_) {
-    wire::Envelope e;
-    auto* p = e.mutable_rl_policy();
-    p->set_from_version(0);
-    p->set_to_version(newest);
-    p->set_whole(true);
-    p->set_payload(published_.whole());
-    p->set_state_hash(published_.state_hash());
-    whole_ = std::make_shared<const std::string>(net::encode_envelope(e));
+  if (sent.delta_bytes > 0) {
+    obs::counter(metrics_, obs::metric::kRlPolicyBytes, {{"kind", "delta"}})
+        .inc(static_cast<double>(sent.delta_bytes));
   }
-  send(whole_, "whole");
+  if (sent.whole_bytes > 0) {
+    obs::counter(metrics_, obs::metric::kRlPolicyBytes, {{"kind", "whole"}})
+        .inc(static_cast<double>(sent.whole_bytes));
+  }
 }
 
 void Learner::on_get_work(const net::Incoming& in, Worker& w) {

@@ -65,6 +65,17 @@ serve::MemberLimits worker_limits(const LearnerOptions& o) {
   return limits;
 }
 
+// Deltas for twice the versions a rollout may lag (at least 8): a worker that far behind catches
+// up by deltas; one further behind gets the whole policy.
+serve::ParamFeed::Limits feed_limits(const LearnerOptions& o) {
+  serve::ParamFeed::Limits limits;
+  limits.bytes_in_flight = o.max_policy_bytes_in_flight;
+  limits.bytes_per_member = o.max_policy_bytes_per_worker;
+  limits.deltas_kept =
+      static_cast<size_t>(std::max<int64_t>(8, 2 * o.train.max_off_policy_steps + 2));
+  return limits;
+}
+
 }  // namespace
 
 Learner::Learner(LoadedCheckpoint base, const net::Identity& identity,
@@ -86,6 +97,8 @@ Learner::Learner(LoadedCheckpoint base, const net::Identity& identity,
       context_(options.admission),
       server_(context_, identity, options.listen, net::DecodeLimits{net::kMaxControlBytes, 0},
               /*reply_queue=*/kReplyQueue),
+      feed_(feed_limits(options), [this] { return published_.whole(); }, published_.version(),
+            published_.state_hash()),
       workers_(worker_limits(options)),
       rescore_draw_(std::random_device{}()) {
   live_->train();
@@ -152,17 +165,8 @@ void Learner::train_step() {
                                     options_.train.grad_clip, options_.train.grpo);
   ++step_;
   {
-    wire::Envelope e;
-    auto* p = e.mutable_rl_policy();
-    p->set_from_version(published_.version());
-    p->set_payload(published_.advance(live_));
-    p->set_to_version(published_.version());
-    p->set_state_hash(published_.state_hash());
-    deltas_[published_.version()] = std::make_shared<const std::string>(net::encode_envelope(e));
-    const size_t keep =
-        static_cast<size_t>(std::max<int64_t>(8, 2 * options_.train.max_off_policy_steps + 2));
-    while (deltas_.size() > keep) deltas_.erase(deltas_.begin());
-    whole_.reset();
+    std::string delta = published_.advance(live_);
+    feed_.publish(published_.version(), std::move(delta), published_.state_hash());
     versions_.advance();
   }
 

@@ -15,6 +15,7 @@
 #include "agora/rl/seeded_draw.h"
 #include "agora/rl/task.h"
 #include "agora/serve/member_client.h"
+#include "agora/serve/param_feed.h"
 #include "agora/train/checkpoint.h"
 #include "agora/train/parameter_hash.h"
 #include "agora/train/published_policy.h"
@@ -39,7 +40,9 @@ class Worker {
   void count_receipt(const wire::RlReceipt& r);
   void join();
   wire::Envelope hello() const;
+  // Brings the policy to the learner's `target` version, or fails naming both versions.
   void sync_policy(uint64_t target);
+  uint64_t version() const { return follower_.version(); }
   void answer(const wire::RlWork& work);
   void send_rollout(const Rollout& rollout);
   void progress_line(bool force);
@@ -52,8 +55,8 @@ class Worker {
   LoadedCheckpoint base_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Task> task_;
+  serve::ParamFollower follower_;  // keeps base_.model at the learner's published version
   wire::RlRun run_;
-  uint64_t version_ = 0;
   std::vector<wire::Envelope> last_batch_, this_batch_;  // replay's
   obs::EventLog log_;                                    // --log, or closed
   RolloutWorkerSummary summary_;
@@ -80,7 +83,22 @@ Worker::Worker(const net::Identity& identity, const RolloutWorkerOptions& option
           [this](const std::string& reason) {
             log({{"event", "rl_worker_rejoin"}, {"reason", reason}});
           }),
-      base_(load_checkpoint(options.base, torch::kCPU)) {
+      base_(load_checkpoint(options.base, torch::kCPU)),
+      follower_(
+          member_, /*version=*/0,
+          [this](const wire::Params& p) {
+            PublishedPolicy::apply(base_.model, p.payload(), p.whole(), p.to_version());
+            return hash_parameters(base_.model).state_hash;
+          },
+          [this](const wire::Params& p, int64_t bytes, bool ok, const std::string& error) {
+            if (!error.empty())
+              log({{"event", "rl_worker_policy_error"}, {"error", error.substr(0, 300)}});
+            log({{"event", "rl_worker_policy"},
+                 {"version", p.to_version()},
+                 {"whole", p.whole()},
+                 {"bytes", bytes},
+                 {"hash_ok", ok}});
+          }) {
   if (base_.tokenizer_spec.empty())
     fail("the base checkpoint {} names no tokenizer", options.base.string());
   tokenizer_ = load_tokenizer(base_.tokenizer_spec);
@@ -151,44 +169,9 @@ void Worker::join() {
 }
 
 void Worker::sync_policy(uint64_t target) {
-  bool whole = false;
-  for (int attempt = 0; attempt < 6 && version_ < target; ++attempt) {
-    wire::Envelope ask;
-    ask.mutable_rl_get_policy()->set_have_version(version_);
-    ask.mutable_rl_get_policy()->set_whole(whole);
-    client_.send(ask);
-    while (version_ < target) {
-      std::optional<wire::Envelope> m =
-          wait_for([](const wire::Envelope& e) { return e.has_rl_policy(); }, 10.0);
-      if (!m) break;  // ask again
-      const wire::RlPolicy& p = m->rl_policy();
-      if (p.to_version() <= version_ || (!p.whole() && p.from_version() != version_)) continue;
-      bool ok = true;
-      try {
-        PublishedPolicy::apply(base_.model, p.payload(), p.whole(), p.to_version());
-      } catch (const Error& e) {
-        ok = false;
-        log({{"event", "rl_worker_policy_error"}, {"error", std::string(e.what()).substr(0, 300)}});
-      }
-      summary_.policy_bytes += static_cast<int64_t>(m->ByteSizeLong());
-      ok = ok && hash_parameters(base_.model).state_hash == p.state_hash();
-      log({{"event", "rl_worker_policy"},
-           {"version", p.to_version()},
-           {"whole", p.whole()},
-           {"bytes", m->ByteSizeLong()},
-           {"hash_ok", ok}});
-      if (!ok) {
-        // A delta applied to the wrong parameters, or corrupted: start again from the whole.
-        ++summary_.hash_mismatches;
-        whole = true;
-        break;
-      }
-      version_ = p.to_version();
-    }
-  }
-  if (version_ < target) {
+  if (!follower_.sync(target)) {
     fail("could not bring the policy from version {} to {} (the learner sent no usable update)",
-         version_, target);
+         version(), target);
   }
 }
 
@@ -229,7 +212,7 @@ void Worker::answer(const wire::RlWork& work) {
               ? std::vector<float>(r.tokens.size(), -0.01f)
               : teacher_forced_logprobs(base_.model, eot, tokenizer_->encode(problem.prompt),
                                         r.tokens, run_.temperature());
-      r.policy_version = b == WorkerBehaviour::kFabricate ? work.version() : version_;
+      r.policy_version = b == WorkerBehaviour::kFabricate ? work.version() : version();
       for (uint32_t sample : samples) {
         r.sample = sample;
         send_rollout(r);
@@ -248,7 +231,7 @@ void Worker::answer(const wire::RlWork& work) {
         sample_completions(base_.model, eot, tokenizer_->encode(problem.prompt), sampling);
     r.policy_version = b == WorkerBehaviour::kStale        ? 0
                        : b == WorkerBehaviour::kOtherModel ? work.version()
-                                                           : version_;
+                                                           : version();
     for (size_t k = 0; k < group.size(); ++k) {
       r.sample = samples[k];
       r.tokens.assign(group[k].tokens.begin(), group[k].tokens.end());
@@ -276,7 +259,7 @@ void Worker::progress_line(bool force) {
   fmt::print(stderr,
              "worker {}: policy version {}, {} rollouts submitted ({:.1f}/s), {} accepted, {} "
              "refused\n",
-             net::short_key(identity_.public_key()), version_, summary_.submitted,
+             net::short_key(identity_.public_key()), version(), summary_.submitted,
              static_cast<double>(summary_.submitted) / std::max(1e-9, now()), accepted,
              receipts - accepted);
 }
@@ -322,11 +305,11 @@ RolloutWorkerSummary Worker::run() {
       summary_.finished = true;
       break;
     }
-    if (follows && work.version() > version_) sync_policy(work.version());
-    if (follows && work.version() < version_) {
+    if (follows && work.version() > version()) sync_policy(work.version());
+    if (follows && work.version() < version()) {
       // The learner restarted from an older save: its policy is not the one this worker holds.
-      log({{"event", "rl_worker_policy_behind"}, {"mine", version_}, {"learner", work.version()}});
-      version_ = 0;
+      log({{"event", "rl_worker_policy_behind"}, {"mine", version()}, {"learner", work.version()}});
+      follower_.forget();
       sync_policy(work.version());
     }
     if (work.slots_size() == 0) {
@@ -341,12 +324,14 @@ RolloutWorkerSummary Worker::run() {
   // The receipts still on their way.
   wait_for([](const wire::Envelope&) { return false; }, 0.5);
   progress_line(true);
-  summary_.version = version_;
+  summary_.version = version();
+  summary_.policy_bytes = follower_.bytes();
+  summary_.hash_mismatches = follower_.hash_mismatches();
   summary_.seconds = now();
   log({{"event", "rl_worker_done"},
        {"submitted", summary_.submitted},
        {"receipts", summary_.receipts},
-       {"version", version_},
+       {"version", version()},
        {"policy_bytes", summary_.policy_bytes},
        {"hash_mismatches", summary_.hash_mismatches},
        {"finished", summary_.finished},

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 
+#include "agora/core/crash_point.h"
 #include "agora/core/error.h"
 #include "agora/core/hex.h"
 #include "agora/net/allowlist.h"
@@ -15,35 +16,13 @@
 #include "agora/obs/metrics_catalogue.h"
 #include "agora/serve/members.h"
 #include "agora/serve/poll.h"
+#include "agora/swarm/coordinator_store.h"
+#include "web/web_assets.h"
 
 namespace agora {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The live page: /api/swarm every second, one table per stage.
-constexpr const char* kPage = R"(<!doctype html>
-<html><head><meta charset="utf-8"><title>agora swarm</title>
-<style>body{font:14px system-ui,sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0 1.5em}
-td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}.none{color:#b00;font-weight:bold}
-.loading{color:#a60}</style></head><body><h1>agora swarm</h1><div id="run"></div><div id="stages"></div>
-<script>
-async function tick(){
- const r=await fetch('/api/swarm');const s=await r.json();
- document.getElementById('run').innerHTML=`<p>phase <b>${s.phase}</b> ${s.waiting_for?'('+s.waiting_for+')':''}
- &middot; step ${s.steps} of ${s.steps_wanted} &middot; ${s.samples_per_second.toFixed(2)} samples/s
- (ideal ${s.ideal_samples_per_second.toFixed(2)}, ${(100*s.efficiency).toFixed(0)}%) &middot; lost ${s.lost}
- &middot; moves ${s.moves} &middot; retried ${s.retried}</p>`;
- let h='';for(const st of s.stages){
-  h+=`<h3>stage ${st.stage}: <span class="${st.state=='no replica'?'none':''}">${st.state}</span>,
-  ${st.throughput.toFixed(2)} samples/s</h3><table><tr><th>peer</th><th>state</th><th>step</th>
-  <th>s/sample</th><th>holding</th><th>micro-batches</th></tr>`;
-  for(const p of st.replicas)h+=`<tr><td>${p.peer}</td><td class="${p.state}">${p.state}</td>
-  <td>${p.version}</td><td>${p.seconds_per_sample.toFixed(3)}</td><td>${p.holding}</td><td>${p.micro_batches}</td></tr>`;
-  h+='</table>';}
- document.getElementById('stages').innerHTML=h;}
-setInterval(tick,1000);tick();
-</script></body></html>)";
 
 class Server {
  public:
@@ -52,10 +31,14 @@ class Server {
         schedule_(o.schedule),
         context_(o.admission),
         server_(context_, identity, o.listen, limits(o), /*reply_queue=*/1024),
-        members_(member_limits(o)) {
-    std::filesystem::create_directories(o_.out);
-    events_ = obs::EventLog(o_.out / "events.jsonl", /*append=*/false, [this] { return now(); });
+        members_(member_limits(o)),
+        store_(o.out, fingerprint(o)) {
+    const std::optional<SwarmStore::Saved> saved = store_.load();
+    events_ = obs::EventLog(o_.out / "events.jsonl", /*append=*/saved.has_value(),
+                            [this] { return now(); });
+    if (saved) resume(*saved);
     log({{"event", "swarm_serve"},
+         {"resumed", saved.has_value()},
          {"listen", server_.bound_endpoint()},
          {"key", net::key_to_hex(identity.public_key())},
          {"admission", net::describe(o_.admission)},
@@ -80,6 +63,7 @@ class Server {
       serve::drain(server_, {}, [this](const net::Incoming& in) { handle(in); });
       schedule_.tick(now());
       members_.evict_idle(now(), nullptr);
+      persist();
       flush_events();
       if (now() - last_status >= 0.5) {
         last_status = now();
@@ -105,6 +89,42 @@ class Server {
   }
 
   double now() const { return std::chrono::duration<double>(Clock::now() - born_).count(); }
+
+  // What a folder's run is: the run config's fingerprint and the schedule's shape.
+  static std::string fingerprint(const SwarmServerOptions& o) {
+    return fmt::format("{} stages={} steps={} micro_batches={} micro_batch_size={}",
+                       hex_encode(o.fingerprint), o.schedule.stages, o.schedule.steps,
+                       o.schedule.micro_batches, o.schedule.micro_batch_size);
+  }
+
+  // A restart: the schedule as saved, and its members let through the gate as members (their
+  // polls go on as before; the handshake still proves every key).
+  void resume(const SwarmStore::Saved& saved) {
+    schedule_.restore(saved.durable, saved.rounds, now(), saved.age_seconds);
+    last_saved_ = saved.durable.state.dump();
+    for (const std::string& key : schedule_.member_keys()) {
+      try {
+        members_.join(net::curve_public_of(key), key, now());
+      } catch (const Error&) {
+        // Not a key a handshake could prove: it will never poll, and the schedule loses it.
+      }
+    }
+  }
+
+  // Nothing is sent before it is durable: the batch's answers wait in outbox_ until what the
+  // schedule decided is saved.
+  void persist() {
+    const SwarmSchedule::Durable d = schedule_.durable(now());
+    const std::vector<SwarmSchedule::Contribution> arrived = schedule_.take_contributions();
+    std::string state = d.state.dump();
+    if (state != last_saved_ || !arrived.empty()) {
+      store_.save(d, arrived);
+      last_saved_ = std::move(state);
+      crash_point("swarm_server.after_save");
+    }
+    for (auto& [route, e] : outbox_) server_.send(route, e);
+    outbox_.clear();
+  }
 
   // The member table's limits: the schedule's cap with room for members it lost and the table
   // has not forgotten yet (silent for 4 peer timeouts, at least 30 s).
@@ -195,7 +215,7 @@ class Server {
     v->set_epoch(a.epoch);
     v->set_micro_batch_size(static_cast<uint32_t>(o_.schedule.micro_batch_size));
     v->set_waiting_for(a.waiting_for);
-    server_.send(route, e);
+    outbox_.emplace_back(route, std::move(e));
   }
 
   void log(const nlohmann::json& row) { events_.write(row); }
@@ -251,8 +271,10 @@ class Server {
       std::lock_guard lock(status_mutex_);
       return obs::HttpResponse{200, "application/json", status_.dump()};
     });
+    // The live page (web/swarm.html): /api/swarm every second, one table per stage.
     http_->get("/", [](const obs::HttpRequest&) {
-      return obs::HttpResponse{200, "text/html; charset=utf-8", kPage};
+      const web::Asset* page = web::find_asset("/swarm.html");
+      return obs::HttpResponse{200, std::string(page->content_type), std::string(page->body)};
     });
     http_->start();
     log({{"event", "swarm_http"}, {"url", http_->url()}});
@@ -266,6 +288,9 @@ class Server {
   net::Server server_;
   struct NoState {};  // the schedule keeps what the swarm knows of a member
   serve::Members<NoState> members_;
+  SwarmStore store_;
+  std::string last_saved_;  // the schedule's durable state as last saved
+  std::vector<std::pair<std::string, wire::Envelope>> outbox_;  // answers waiting for the save
   obs::EventLog events_;
   obs::Registry metrics_;
   std::unique_ptr<obs::HttpServer> http_;

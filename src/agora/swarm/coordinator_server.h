@@ -11,9 +11,13 @@
 // Polls from a key that has not said hello are answered with a refusal. Each key's messages are
 // rate-bounded (a token bucket), strangers' hellos by one shared bucket.
 //
-// Output: OUT/events.jsonl (swarm_serve with the endpoint and key, then schedule.h's events:
-// swarm_join, swarm_lost, swarm_waiting, swarm_resumed, swarm_step, swarm_move, swarm_diverged,
-// swarm_summary). With --http: GET /api/swarm (the run, each stage's replicas and state, "no
+// Durability: OUT/state.db (coordinator_store.h). After each batch of messages in which the
+// schedule decided something it saves, and only then sends the batch's answers; started again
+// on the same OUT after a kill, it resumes the unfinished run there (swarm_restored).
+//
+// Output: OUT/events.jsonl (swarm_serve with the endpoint, key and whether it resumed, then
+// schedule.h's events: swarm_join, swarm_lost, swarm_waiting, swarm_resumed, swarm_step,
+// swarm_move, swarm_diverged, swarm_restored, swarm_summary). With --http: GET /api/swarm (the run, each stage's replicas and state, "no
 // replica" when a stage has none), / (a page that shows it live) and /metrics (agora_swarm_*,
 // obs/metrics_catalogue.h).
 #pragma once

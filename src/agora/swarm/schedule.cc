@@ -173,8 +173,9 @@ SwarmAnswer SwarmSchedule::poll(const std::string& key, const SwarmReport& repor
     if (expected.empty() && contributions_[static_cast<size_t>(m.stage)].empty()) {
       expected.insert(key);
     }
-    if (expected.count(key) != 0) {
-      contributions_[static_cast<size_t>(m.stage)].try_emplace(key, *report.payload);
+    if (expected.count(key) != 0 &&
+        contributions_[static_cast<size_t>(m.stage)].try_emplace(key, *report.payload).second) {
+      arrived_.push_back({step_, m.stage, key, *report.payload});
       if (rounds_complete()) finish_step(now);
     }
   }
@@ -483,6 +484,7 @@ nlohmann::json SwarmSchedule::summary(double now) const {
           {"lost", lost_},
           {"moves", moves_},
           {"diverged", diverged_},
+          {"restarts", restarts_},
           {"waiting_seconds", waiting_seconds_},
           {"members", members_.size()},
           {"epoch", epoch_}};

@@ -142,6 +142,31 @@ class SwarmSchedule {
   // The summary written at the end: samples/s, the ideal, efficiency, steps, losses, moves...
   nlohmann::json summary(double now) const;
 
+  // Durability (schedule_durable.cc; the server saves before it answers, coordinator_store.h).
+  // `state` is what a restart resumes from: the step, the phase, the members with their stages,
+  // the micro-batches done, the rounds awaited and the stages' hashes; it changes only when the
+  // schedule decided something, so the server saves when it differs from the last save. `clock`
+  // holds the throughput accounting, saved with it. The round contributions are not in either:
+  // take_contributions() hands each over once, as it arrives.
+  struct Durable {
+    nlohmann::json state, clock;
+  };
+  Durable durable(double now) const;
+  struct Contribution {
+    uint64_t step = 0;
+    int64_t stage = 0;
+    std::string key, payload;
+  };
+  std::vector<Contribution> take_contributions();
+  // Resumes from a save made `down_seconds` ago (counted as waiting) with the contributions of
+  // its step and of the completed round. The members come back as they were saved, not ready
+  // until they report again, with `now` as the last time heard from; the micro-batches they
+  // held go back to the pool (their reports may have been lost with the old process). Throws
+  // Error naming what does not fit this schedule's options.
+  void restore(const Durable& saved, const std::vector<Contribution>& rounds, double now,
+               double down_seconds);
+  std::vector<std::string> member_keys() const;
+
  private:
   struct Member {
     std::string endpoint;
@@ -196,6 +221,8 @@ class SwarmSchedule {
   double waiting_seconds_ = 0;
   std::vector<double> step_losses_;
   std::vector<nlohmann::json> events_;
+  std::vector<Contribution> arrived_;  // contributions not yet taken by the server
+  int64_t restarts_ = 0;
 };
 
 }  // namespace agora
