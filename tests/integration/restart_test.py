@@ -305,6 +305,10 @@ def swarm_scenario(agora, data, out):
     assert max(steps) == SWARM_STEPS - 1, steps
     summary = [e for e in log_events if e["event"] == "swarm_summary"][-1]
     assert summary["steps"] == SWARM_STEPS and summary["restarts"] == 2, summary
+    # The run's clock went on across the restarts: the time down counts, as waiting.
+    down = sum(r["down_seconds"] for r in restored)
+    assert summary["waiting_seconds"] >= down, (summary, down)
+    assert len([e for e in log_events if e["event"] == "swarm_start"]) == 1, "the run started again"
     finish = {n: [e for e in events(f"{out}/{n}.jsonl") if e["event"] == "finish"][-1]
               for n in names}
     for name, f in finish.items():

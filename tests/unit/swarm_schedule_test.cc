@@ -321,6 +321,7 @@ TEST(SwarmSchedule, ARestartGoesOnFromTheSaveAndGivesBackWhatWasOut) {
   s.take_events();
   std::vector<SwarmSchedule::Contribution> kept;
   SwarmSchedule t = restarted(s, 4, 10, kept);
+  EXPECT_DOUBLE_EQ(t.summary(14)["seconds"].get<double>(), s.summary(4)["seconds"].get<double>());
   EXPECT_EQ(t.step(), 1u);
   EXPECT_EQ(t.member_keys(), s.member_keys());
   const nlohmann::json status = t.status(14);

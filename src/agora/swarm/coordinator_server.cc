@@ -36,7 +36,11 @@ class Server {
     const std::optional<SwarmStore::Saved> saved = store_.load();
     events_ = obs::EventLog(o_.out / "events.jsonl", /*append=*/saved.has_value(),
                             [this] { return now(); });
-    if (saved) resume(*saved);
+    if (saved) {
+      // The schedule's clock goes on from the save's, the time down included.
+      clock_base_ = saved->durable.clock.value("now", 0.0) + saved->age_seconds;
+      resume(*saved);
+    }
     log({{"event", "swarm_serve"},
          {"resumed", saved.has_value()},
          {"listen", server_.bound_endpoint()},
@@ -88,7 +92,9 @@ class Server {
     return l;
   }
 
-  double now() const { return std::chrono::duration<double>(Clock::now() - born_).count(); }
+  double now() const {
+    return clock_base_ + std::chrono::duration<double>(Clock::now() - born_).count();
+  }
 
   // What a folder's run is: the run config's fingerprint and the schedule's shape.
   static std::string fingerprint(const SwarmServerOptions& o) {
@@ -284,6 +290,7 @@ class Server {
   SwarmServerOptions o_;
   SwarmSchedule schedule_;
   Clock::time_point born_ = Clock::now();
+  double clock_base_ = 0;  // a restarted server's clock starts where the saved one stopped
   net::Context context_;
   net::Server server_;
   struct NoState {};  // the schedule keeps what the swarm knows of a member

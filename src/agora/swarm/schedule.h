@@ -159,7 +159,8 @@ class SwarmSchedule {
   };
   std::vector<Contribution> take_contributions();
   // Resumes from a save made `down_seconds` ago (counted as waiting) with the contributions of
-  // its step and of the completed round. The members come back as they were saved, not ready
+  // its step and of the completed round. The clock goes on from the save's: `now` must be the
+  // save's clock["now"] + down_seconds (the server's clock restarts there). The members come back as they were saved, not ready
   // until they report again, with `now` as the last time heard from; the micro-batches they
   // held go back to the pool (their reports may have been lost with the old process). Throws
   // Error naming what does not fit this schedule's options.

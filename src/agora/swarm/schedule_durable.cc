@@ -69,13 +69,14 @@ SwarmSchedule::Durable SwarmSchedule::durable(double now) const {
              {"lost", lost_},
              {"diverged", diverged_},
              {"restarts", restarts_}};
-  // Times as ages at `now` (or -1 when the moment has not come): the process's clock restarts.
-  const auto age = [&](double t) { return t >= 0 ? now - t : -1.0; };
-  d.clock = {{"started", age(started_)},
-             {"step_started", age(step_started_)},
-             {"last_rebalance", age(last_rebalance_)},
-             {"last_step_end", age(last_step_end_)},
-             {"finished_at", age(finished_at_)},
+  // Times on the server's clock, which a restarted server continues from `now` (plus the time
+  // it was down): -1 stays "not yet".
+  d.clock = {{"now", now},
+             {"started", started_},
+             {"step_started", step_started_},
+             {"last_rebalance", last_rebalance_},
+             {"last_step_end", last_step_end_},
+             {"finished_at", finished_at_},
              {"ideal_integral", ideal_integral_},
              {"ideal_at_step_end", ideal_at_step_end_},
              {"waiting_seconds", waiting_seconds_},
@@ -165,10 +166,7 @@ void SwarmSchedule::restore(const Durable& saved, const std::vector<Contribution
     lost_ = s.at("lost").get<int64_t>();
     diverged_ = s.at("diverged").get<int64_t>();
     restarts_ = s.at("restarts").get<int64_t>() + 1;
-    const auto at = [&](const char* name) {
-      const double a = c.at(name).get<double>();
-      return a >= 0 ? now - a - down_seconds : -1.0;
-    };
+    const auto at = [&](const char* name) { return c.at(name).get<double>(); };
     started_ = at("started");
     step_started_ = at("step_started");
     last_rebalance_ = at("last_rebalance");
