@@ -7,9 +7,9 @@
 #include "agora/async/async_worker.h"
 #include "agora/async/outer_server.h"
 #include "agora/core/error.h"
-#include "agora/net/allowlist.h"
 #include "agora/net/identity.h"
 #include "agora/obs/progress.h"
+#include "admission_options.h"
 #include "commands.h"
 #include "signals.h"
 
@@ -18,10 +18,11 @@ namespace {
 
 void add_async_serve(CLI::App& async) {
   struct Args {
-    std::string config, key, allowlist, http = "off", out = "runs/async-net";
+    std::string config, key, http = "off", out = "runs/async-net";
     std::vector<std::string> overrides;
     bool f32 = false;
     OuterServerOptions options;
+    AdmissionOptions admission;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = async.add_subcommand(
@@ -34,8 +35,7 @@ void add_async_serve(CLI::App& async) {
       ->required();
   cmd->add_option("--listen", o.listen, "Where workers connect (tcp://HOST:PORT)")
       ->capture_default_str();
-  cmd->add_option("--allowlist", args->allowlist,
-                  "Only these workers' keys (one hex key per line); default: anyone with a key");
+  add_admission_options(*cmd, args->admission, "workers");
   cmd->add_option("--http", args->http, "Serve /api/async and /metrics on HOST:PORT (off = none)")
       ->capture_default_str();
   cmd->add_option("--run-id", o.run_id, "The run's name, in every signature")
@@ -67,7 +67,7 @@ void add_async_serve(CLI::App& async) {
     options.out = args->out;
     options.int8 = !args->f32;
     if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
-    options.admission = net::admission_from_allowlist(args->allowlist);
+    options.admission = admission_of(args->admission);
     options.stop = &stop_requested();
     const net::Identity identity = net::Identity::load(args->key);
     const OuterServerSummary s = serve_outer(config, identity, options);

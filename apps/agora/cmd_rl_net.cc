@@ -6,13 +6,13 @@
 #include <filesystem>
 
 #include "agora/core/error.h"
-#include "agora/net/allowlist.h"
 #include "agora/net/identity.h"
 #include "agora/obs/progress.h"
 #include "agora/rl/learner_server.h"
 #include "agora/rl/rollout_worker.h"
 #include "agora/rl/sapo_node.h"
 #include "agora/train/device.h"
+#include "admission_options.h"
 #include "commands.h"
 #include "signals.h"
 
@@ -20,8 +20,9 @@ namespace agora::cli {
 
 void add_rl_serve(CLI::App& rl) {
   struct Args {
-    std::string checkpoint, key, allowlist, http = "off", out = "runs/rl-net";
+    std::string checkpoint, key, http = "off", out = "runs/rl-net";
     LearnerOptions options;
+    AdmissionOptions admission;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = rl.add_subcommand(
@@ -34,8 +35,7 @@ void add_rl_serve(CLI::App& rl) {
       ->required();
   cmd->add_option("--listen", o.listen, "Where workers connect (tcp://HOST:PORT)")
       ->capture_default_str();
-  cmd->add_option("--allowlist", args->allowlist,
-                  "Only these workers' keys (one hex key per line); default: anyone with a key");
+  add_admission_options(*cmd, args->admission, "workers");
   cmd->add_option("--http", args->http,
                   "Serve the status page, /api/rl and /metrics on HOST:PORT (off = none)")
       ->capture_default_str();
@@ -84,7 +84,7 @@ void add_rl_serve(CLI::App& rl) {
     LearnerOptions options = args->options;
     options.train.out_dir = args->out;
     if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
-    options.admission = net::admission_from_allowlist(args->allowlist);
+    options.admission = admission_of(args->admission);
     options.stop = &stop_requested();
     validate(options);
     const net::Identity identity = net::Identity::load(args->key);

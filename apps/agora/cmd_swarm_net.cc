@@ -8,12 +8,12 @@
 
 #include "agora/core/error.h"
 #include "agora/data/data_meta.h"
-#include "agora/net/allowlist.h"
 #include "agora/net/identity.h"
 #include "agora/pipeline/partition.h"
 #include "agora/pipeline/stage_checkpoint.h"
 #include "agora/swarm/coordinator_server.h"
 #include "agora/swarm/swarm_peer.h"
+#include "admission_options.h"
 #include "commands.h"
 #include "signals.h"
 
@@ -44,10 +44,11 @@ RunConfig swarm_config(const std::string& path, const std::vector<std::string>& 
 
 void add_swarm_serve(CLI::App& swarm) {
   struct Args {
-    std::string config, key, allowlist, http = "off", out = "runs/swarm";
+    std::string config, key, http = "off", out = "runs/swarm";
     std::vector<std::string> overrides;
     std::vector<double> costs;
     SwarmServerOptions options;
+    AdmissionOptions admission;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = swarm.add_subcommand(
@@ -61,8 +62,7 @@ void add_swarm_serve(CLI::App& swarm) {
       ->required();
   cmd->add_option("--listen", o.listen, "Where peers connect (tcp://HOST:PORT)")
       ->capture_default_str();
-  cmd->add_option("--allowlist", args->allowlist,
-                  "Only these peers' keys (one hex key per line); default: anyone with a key");
+  add_admission_options(*cmd, args->admission, "peers");
   cmd->add_option("--http", args->http, "Serve the live page and /api/swarm on HOST:PORT")
       ->capture_default_str();
   cmd->add_option("--peers", s.start_peers, "Ready peers before the first step")
@@ -101,7 +101,7 @@ void add_swarm_serve(CLI::App& swarm) {
                                  ? args->costs
                                  : swarm_stage_costs(config.model, config.pipeline.stages);
     if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
-    options.admission = net::admission_from_allowlist(args->allowlist);
+    options.admission = admission_of(args->admission);
     options.stop = &stop_requested();
     const net::Identity identity = net::Identity::load(args->key);
     const nlohmann::json s = serve_swarm(identity, options);

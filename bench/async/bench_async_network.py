@@ -49,7 +49,7 @@ def run(args, method, port, seconds, eval_every, times):
         sets += ["--set", s]
     server = subprocess.Popen(
         [args.agora, "async", "serve", "--config", args.config, *sets,
-         "--key", os.path.join(out, "server.key"), "--listen", endpoint, "--method", method,
+         "--key", os.path.join(out, "server.key"), "--listen", endpoint, "--open", "--method", method,
          "--workers", str(len(times)), "--seconds", str(seconds),
          "--eval-every", str(eval_every), "--out", out] + (["--f32"] if args.f32 else []),
         stdout=subprocess.PIPE, stderr=open(os.path.join(out, "server.err"), "w"), text=True)

@@ -54,7 +54,7 @@ class Cluster:
         self.port = free_port()
         self.coordinator_key = self.keygen("coordinator")
         self.sets = [f'network.listen="tcp://127.0.0.1:{self.port}"',
-                     f'network.state_db="{self.dir}/coordinator.db"', *sets]
+                     f'network.state_db="{self.dir}/coordinator.db"', "network.open=true", *sets]
         self.front = self.shaper(self.port)  # the coordinator, as peers reach it
         self.started = {}
 

@@ -76,7 +76,7 @@ def networked(args, name, behaviours):
         os.remove(log)
     cmd = [args.agora, "rl", "serve", "--checkpoint", args.checkpoint, "--key",
            os.path.join(out, "learner.key"), "--listen", "tcp://127.0.0.1:*",
-           "--out", os.path.join(out, "learner")] + common(args)
+           "--open", "--out", os.path.join(out, "learner")] + common(args)
     print(f"== {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
     started = time.time()
     learner = subprocess.Popen(cmd, stdout=sys.stderr, stderr=sys.stderr)

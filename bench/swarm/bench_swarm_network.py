@@ -82,7 +82,7 @@ def run_variant(args, name, routing, rebalance, layout, keys, out):
             "--set", f"pipeline.stages={stages}", "--set", f"model.num_layers={stages}"]
     costs = ",".join(["1"] * stages)
     serve_cmd = [args.agora, "swarm", "serve", "--config", args.config, *sets,
-                 "--key", keys["coordinator"], "--listen", "tcp://127.0.0.1:*",
+                 "--key", keys["coordinator"], "--listen", "tcp://127.0.0.1:*", "--open",
                  "--peers", str(len(peers_spec)), "--peer-timeout", "3", "--http", "127.0.0.1:0",
                  "--costs", costs, "--out", f"{out}/coordinator"]
     if rebalance:

@@ -80,9 +80,19 @@ expect_error "swarm-sim costs per stage" "2 costs for 3 stages" "$agora" swarm-s
 async_config="$(cd "$(dirname "$0")/../../bench/async" && pwd)/async.toml"
 check "async keygen" "$agora" keygen --out "$work/async.key"
 expect_error "async unknown method" "async method 'fast' is not known" "$agora" async serve \
-  --config "$async_config" --key "$work/async.key" --method fast
+  --config "$async_config" --key "$work/async.key" --open --method fast
 expect_error "async workers split the batch" "async workers = 5 must be >= 1 and divide train.batch_size = 32" \
-  "$agora" async serve --config "$async_config" --key "$work/async.key" --workers 5
+  "$agora" async serve --config "$async_config" --key "$work/async.key" --open --workers 5
+# Every serving role says who may connect (docs/security.md): an allowlist or --open, not neither
+# and not both.
+for role in "async serve --config $async_config" "rl serve --checkpoint $work" \
+            "swarm serve --config $(dirname "$async_config")/../../configs/swarm.toml \
+             --set model.vocab_size=512"; do
+  expect_error "${role%% *} serve without admission" "who may connect is not said: set --allowlist" \
+    "$agora" $role --key "$work/async.key"
+  expect_error "${role%% *} serve with both admissions" "both --allowlist ($work/none.txt) and --open" \
+    "$agora" $role --key "$work/async.key" --allowlist "$work/none.txt" --open
+done
 expect_error "async worker behaviour" "behave lazy is not known" "$agora" async work \
   --config "$async_config" --key "$work/async.key" --server tcp://127.0.0.1:1 \
   --server-key "$(printf '0%.0s' $(seq 1 64))" --behave lazy

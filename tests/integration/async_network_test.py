@@ -62,7 +62,8 @@ def main():
         keys[name] = run([agora, "keygen", "--out", f"{out}/{name}.key"]).strip().split()[-1]
     server = subprocess.Popen(
         [agora, "async", "serve", "--config", config, *sets, "--key", f"{out}/server.key",
-         "--listen", "tcp://127.0.0.1:*", "--method", method, "--workers", str(len(SPEEDS)),
+         "--listen", "tcp://127.0.0.1:*", "--open", "--method", method,
+         "--workers", str(len(SPEEDS)),
          "--seconds", str(SECONDS), "--eval-every", "5", "--strikes", str(STRIKES),
          "--run-id", "async-network-test", "--http", "127.0.0.1:0", "--out", f"{out}/server"],
         stdout=open(f"{out}/server.out", "w"), stderr=subprocess.STDOUT)

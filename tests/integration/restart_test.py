@@ -104,7 +104,7 @@ def async_scenario(agora, data, out):
     server_out = f"{out}/server"
     log = f"{server_out}/events.jsonl"
     serve = [agora, "async", "serve", "--config", config, *sets, "--key", f"{out}/server.key",
-             "--listen", endpoint, "--workers", "2", "--method", "lookahead",
+             "--listen", endpoint, "--open", "--workers", "2", "--method", "lookahead",
              "--seconds", str(SECONDS), "--eval-every", "10", "--out", server_out]
 
     def start(env=None):
@@ -183,7 +183,8 @@ def rl_scenario(agora, _data, out):
     learner_out = f"{out}/learner"
     log = f"{learner_out}/rl.jsonl"
     serve = [agora, "rl", "serve", "--checkpoint", base, "--key", f"{out}/learner.key",
-             "--listen", endpoint, "--steps", str(RL_STEPS), "--prompts", "4", "--group", "4",
+             "--listen", endpoint, "--open", "--steps", str(RL_STEPS), "--prompts", "4",
+             "--group", "4",
              "--eval-problems", "4", "--eval-interval", "0", "--reassign-after", "5",
              "--checkpoint-every", str(RL_EVERY), "--out", learner_out]
 
@@ -253,7 +254,7 @@ def swarm_scenario(agora, data, out):
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     log = f"{out}/coordinator/events.jsonl"
     serve = [agora, "swarm", "serve", "--config", config, *sets,
-             "--key", f"{out}/coordinator.key", "--listen", endpoint, "--peers", "4",
+             "--key", f"{out}/coordinator.key", "--listen", endpoint, "--open", "--peers", "4",
              "--peer-timeout", "5", "--out", f"{out}/coordinator"]
 
     def start(env=None):

@@ -73,7 +73,8 @@ def main():
     learner_log = f"{out}/learner/rl.jsonl"
     learner = subprocess.Popen(
         [agora, "rl", "serve", "--checkpoint", base, "--key", f"{out}/learner.key",
-         "--listen", "tcp://127.0.0.1:*", "--http", "127.0.0.1:0", "--run-id", "rl-network-test",
+         "--listen", "tcp://127.0.0.1:*", "--open", "--http", "127.0.0.1:0",
+         "--run-id", "rl-network-test",
          "--steps", str(STEPS), "--prompts", str(PROMPTS), "--group", str(GROUP),
          "--eval-problems", "8", "--eval-interval", "0", "--strikes", str(STRIKES),
          "--reassign-after", "300", "--out", f"{out}/learner"],

@@ -81,7 +81,7 @@ def start_coordinator(ctx):
     proc = subprocess.Popen(
         [ctx["agora"], "coordinator", "--config", os.path.join(ROOT, "tests/integration/network.toml"),
          "--key", ctx["key_file"], "--json", "--log-format", "json",
-         "--set", f'network.listen="tcp://127.0.0.1:{port}"', "--set", 'network.allowlist=""',
+         "--set", f'network.listen="tcp://127.0.0.1:{port}"', "--set", "network.open=true",
          "--set", f'network.state_db="{out}/coordinator.db"', "--set", f"data.dir={ctx['data']}"],
         stdout=open(f"{out}/stdout.jsonl", "w"), stderr=open(f"{out}/stderr.log", "w"))
     # It listens once it has opened its database and bound the port.
@@ -104,7 +104,7 @@ def start_async(ctx):
     proc = subprocess.Popen(
         [ctx["agora"], "async", "serve", "--config", os.path.join(ROOT, "bench/async/async.toml"),
          "--set", f"data.dir={ctx['data']}", "--set", "train.eval_windows=2",
-         "--key", ctx["key_file"], "--listen", "tcp://127.0.0.1:*", "--workers", "1",
+         "--key", ctx["key_file"], "--listen", "tcp://127.0.0.1:*", "--open", "--workers", "1",
          "--seconds", "600", "--eval-every", "300", "--out", out],
         stdout=open(f"{ctx['dir']}/stdout.log", "w"), stderr=subprocess.STDOUT)
     start = wait_for_event(proc, f"{out}/events.jsonl", "async_start")
@@ -123,7 +123,7 @@ def start_rl(ctx):
     out = f"{ctx['dir']}/rl"
     proc = subprocess.Popen(
         [ctx["agora"], "rl", "serve", "--checkpoint", ctx["rl_base"], "--key", ctx["key_file"],
-         "--listen", "tcp://127.0.0.1:*", "--steps", "100", "--eval-problems", "4",
+         "--listen", "tcp://127.0.0.1:*", "--open", "--steps", "100", "--eval-problems", "4",
          "--eval-interval", "0", "--out", out],
         stdout=open(f"{ctx['dir']}/stdout.log", "w"), stderr=subprocess.STDOUT)
     start = wait_for_event(proc, f"{out}/rl.jsonl", "rl_learner")
@@ -141,7 +141,7 @@ def start_swarm(ctx):
     proc = subprocess.Popen(
         [ctx["agora"], "swarm", "serve", "--config", os.path.join(ROOT, "configs/swarm.toml"),
          "--set", f"data.dir={ctx['data']}", "--key", ctx["key_file"],
-         "--listen", "tcp://127.0.0.1:*", "--out", out],
+         "--listen", "tcp://127.0.0.1:*", "--open", "--out", out],
         stdout=open(f"{ctx['dir']}/stdout.log", "w"), stderr=subprocess.STDOUT)
     start = wait_for_event(proc, f"{out}/events.jsonl", "swarm_serve")
     return proc, start["listen"], start["stranger_rate"], start["stranger_burst"]

@@ -72,7 +72,7 @@ def main():
             for n in ["coordinator", *names]}
     coordinator = subprocess.Popen(
         [agora, "swarm", "serve", "--config", config, *sets, "--key", f"{out}/coordinator.key",
-         "--listen", "tcp://127.0.0.1:*", "--peers", "6", "--peer-timeout", "2",
+         "--listen", "tcp://127.0.0.1:*", "--open", "--peers", "6", "--peer-timeout", "2",
          "--http", "127.0.0.1:0", "--out", f"{out}/coordinator"],
         stdout=open(f"{out}/coordinator.out", "w"), stderr=subprocess.STDOUT)
     log = f"{out}/coordinator/events.jsonl"

@@ -35,15 +35,35 @@ TEST(AllowlistTest, ReadsKeysCommentsAndBlankLines) {
   EXPECT_EQ(keys, (std::set<net::PublicKey>{a.public_key(), b.public_key()}));
 }
 
-TEST(AllowlistTest, AdmissionIsOpenWithoutAFileElseTheFilesCurveKeys) {
-  EXPECT_TRUE(admission_from_allowlist("").open);
+TEST(AllowlistTest, AdmissionIsTheFilesCurveKeysOrOpenWhenSaidSo) {
   const net::Identity a = net::Identity::generate();
   const auto path = write("allow_admit.txt", net::key_to_hex(a.public_key()) + "\n");
-  const net::Admission admission = admission_from_allowlist(path);
+  const AdmissionNames names{"--allowlist", "--open"};
+  const net::Admission admission = admission_for(path, false, names);
   EXPECT_FALSE(admission.open);
   EXPECT_EQ(admission.curve_keys, (std::set<std::string>{a.curve_public()}));
   EXPECT_EQ(describe(admission), "1 allowed key");
-  EXPECT_EQ(describe(admission_from_allowlist("")), "open to any key");
+  const net::Admission open = admission_for("", true, names);
+  EXPECT_TRUE(open.open);
+  EXPECT_EQ(describe(open), "open to any key");
+}
+
+TEST(AllowlistTest, AdmissionMustBeSaidOnceNeitherOpenByDefaultNorBoth) {
+  const auto error = [](const std::filesystem::path& path, bool open) {
+    try {
+      admission_for(path, open, {"network.allowlist", "network.open"});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string neither = error("", false);
+  EXPECT_NE(neither.find("set network.allowlist"), std::string::npos) << neither;
+  EXPECT_NE(neither.find("or network.open"), std::string::npos) << neither;
+  const auto path = write("allow_both.txt", std::string(64, 'a') + "\n");
+  const std::string both = error(path, true);
+  EXPECT_NE(both.find("both network.allowlist"), std::string::npos) << both;
+  EXPECT_NE(both.find("choose one"), std::string::npos) << both;
 }
 
 TEST(AllowlistTest, BadLinesAndEmptyFilesAreNamed) {

@@ -19,11 +19,11 @@
 #include "agora/async/rules.h"
 #include "agora/net/curve_socket.h"
 #include "agora/obs/event_log.h"
-#include "agora/obs/http_server.h"
 #include "agora/obs/metrics.h"
 #include "agora/optim/async_outer.h"
 #include "agora/serve/members.h"
 #include "agora/serve/param_feed.h"
+#include "agora/serve/status_server.h"
 #include "agora/train/published_policy.h"
 
 namespace agora::outer_detail {
@@ -134,11 +134,8 @@ class Server {
   double started_run_ = std::nan(""), last_progress_ = -10, last_status_ = -10;
   int64_t last_staleness_ = 0;
 
-  // The HTTP handlers read only status_ (under status_mutex_) and the registry (thread-safe).
   obs::Registry metrics_;
-  std::mutex status_mutex_;
-  nlohmann::json status_;
-  std::unique_ptr<obs::HttpServer> http_;
+  std::unique_ptr<serve::StatusServer> http_;  // --http: /metrics, /api/async, web/async.html
 };
 
 }  // namespace agora::outer_detail

@@ -1,21 +1,12 @@
-// The outer server's status: the JSON of /api/async and the agora_async_* metrics
-// (outer_server.h).
+// The outer server's status: the JSON of /api/async (web/async.html shows it) and the
+// agora_async_* metrics (outer_server.h).
 #include "agora/async/outer_detail.h"
 #include "agora/obs/metrics_catalogue.h"
 
 namespace agora::outer_detail {
 
 void Server::start_http() {
-  http_ = std::make_unique<obs::HttpServer>(*o_.http);
-  obs::add_process_metrics(metrics_);
-  http_->get("/metrics", [this](const obs::HttpRequest&) {
-    return obs::HttpResponse{200, std::string(obs::kPrometheusContentType), metrics_.render()};
-  });
-  http_->get("/api/async", [this](const obs::HttpRequest&) {
-    std::lock_guard lock(status_mutex_);
-    return obs::HttpResponse{200, "application/json", status_.dump()};
-  });
-  http_->start();
+  http_ = std::make_unique<serve::StatusServer>(*o_.http, "async", metrics_);
 }
 
 void Server::publish_status() {
@@ -49,8 +40,7 @@ void Server::publish_status() {
                            {"tokens", summary_.tokens},
                            {"verdicts", summary_.verdicts},
                            {"workers", workers}};
-  std::lock_guard lock(status_mutex_);
-  status_ = std::move(status);
+  if (http_) http_->publish(std::move(status));
 }
 
 }  // namespace agora::outer_detail

@@ -209,6 +209,7 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
   NetworkConfig& net = config.network;
   net.listen = toml.get_string("network.listen", net.listen, /*allow_empty=*/false);
   net.allowlist = toml.get_string("network.allowlist", net.allowlist);
+  net.open = toml.get_bool("network.open", net.open);
   net.min_peers = toml.get_int("network.min_peers", net.min_peers, {1, 1 << 20});
   net.warmup_seconds =
       toml.get_double("network.warmup_seconds", net.warmup_seconds, DoubleRange::at_least(0));
@@ -481,6 +482,7 @@ std::string RunConfig::to_toml() const {
   out += "\n[network]\n";
   out += fmt::format("listen = {}\n", toml_quote(net.listen));
   out += fmt::format("allowlist = {}\n", toml_quote(net.allowlist));
+  out += fmt::format("open = {}\n", net.open);
   out += fmt::format("min_peers = {}\n", net.min_peers);
   out += fmt::format("warmup_seconds = {}\n", toml_float(net.warmup_seconds));
   out += fmt::format("overlap = {}\n", net.overlap);

@@ -39,10 +39,11 @@
 //   [tst]                       # Token Superposition Training (docs/algorithms.md section 4)
 //   bag = 1, fraction = 0.0     # the first round(fraction * steps) steps read bags of `bag`
 //   [network]                   # decentralized runs only (agora coordinator / agora peer)
-//   listen = "tcp://0.0.0.0:7400", allowlist = "", min_peers = 2, warmup_seconds = 2.0,
-//   overlap = 1, deadline_factor = 3.0, min_deadline_seconds = 10.0, witness_seconds = 10.0,
-//   heartbeat_timeout_seconds = 15.0, max_strikes = 3, hash_interval = 10, quorum = 0.5,
-//   checkpointers = 1, finish_grace_seconds = 60.0, max_members = 256,
+//   listen = "tcp://0.0.0.0:7400", allowlist = "", open = false,  # one of the two is required
+//   min_peers = 2, warmup_seconds = 2.0, overlap = 1, deadline_factor = 3.0,
+//   min_deadline_seconds = 10.0, witness_seconds = 10.0, heartbeat_timeout_seconds = 15.0,
+//   max_strikes = 3, hash_interval = 10, quorum = 0.5, checkpointers = 1,
+//   finish_grace_seconds = 60.0, max_members = 256,
 //   state_db = "coordinator.db", split = "throughput"
 //   [verify]
 //   rate = 0.02, seconds = 60.0, max_failures = 2, window = 8
@@ -159,7 +160,10 @@ struct TstConfig {
 // coordinator's config when they join, so every member trains with the same settings.
 struct NetworkConfig {
   std::string listen = "tcp://0.0.0.0:7400";  // the coordinator's control socket
-  std::string allowlist;         // a file of hex ed25519 public keys, one per line; "" = open run
+  // Who may join, said explicitly (the coordinator refuses to start with neither or both): the
+  // keys of the allowlist file (hex ed25519 public keys, one per line), or any key when open.
+  std::string allowlist;
+  bool open = false;
   int64_t min_peers = 2;         // rounds run while at least this many members are active
   double warmup_seconds = 2.0;   // once min_peers joined, wait this long for more before step 0
   int64_t overlap = 1;           // 0 = synchronous; 1 = fetch step s while computing step s + 1

@@ -439,10 +439,11 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
   const auto resolve = [&](const std::string& p) {
     return fs::path(p).is_absolute() ? fs::path(p) : options_.base_dir / p;
   };
-  std::set<net::PublicKey> allowlist;
-  if (!n.allowlist.empty()) allowlist = net::read_allowlist(resolve(n.allowlist));
+  const fs::path allowlist_path = n.allowlist.empty() ? fs::path{} : resolve(n.allowlist);
   const net::Admission admission =
-      allowlist.empty() ? net::Admission{} : net::admission_of(allowlist);
+      net::admission_for(allowlist_path, n.open, {"network.allowlist", "network.open"});
+  std::set<net::PublicKey> allowlist;
+  if (!admission.open) allowlist = net::read_allowlist(allowlist_path);
 
   store_ = std::make_unique<Store>(Store::open(resolve(n.state_db)));
   const std::string toml = config_.to_toml();

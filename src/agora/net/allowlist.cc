@@ -26,7 +26,7 @@ std::set<PublicKey> read_allowlist(const std::filesystem::path& path) {
   if (keys.empty()) {
     fail(
         "allowlist {} holds no key; list one 64-hex public key per line (agora keygen prints "
-        "them), or set network.allowlist = \"\" for an open run",
+        "them), or open the run to any key instead (--open, network.open = true)",
         path.string());
   }
   return keys;
@@ -39,9 +39,18 @@ Admission admission_of(const std::set<PublicKey>& keys) {
   return admission;
 }
 
-Admission admission_from_allowlist(const std::filesystem::path& path) {
-  if (path.empty()) return Admission{};
-  return admission_of(read_allowlist(path));
+Admission admission_for(const std::filesystem::path& allowlist, bool open, AdmissionNames names) {
+  if (open && !allowlist.empty()) {
+    fail("both {} ({}) and {} are set; choose one: {} admits the keys the file lists, {} any key",
+         names.allowlist, allowlist.string(), names.open, names.allowlist, names.open);
+  }
+  if (!open && allowlist.empty()) {
+    fail(
+        "who may connect is not said: set {} to a file of the keys to admit (one 64-hex public "
+        "key per line, as agora keygen prints them), or {} to admit any key",
+        names.allowlist, names.open);
+  }
+  return open ? Admission{} : admission_of(read_allowlist(allowlist));
 }
 
 std::string describe(const Admission& admission) {

@@ -15,10 +15,21 @@ namespace agora::net {
 // naming the file and line of a bad key, and when the file holds no key at all.
 std::set<PublicKey> read_allowlist(const std::filesystem::path& path);
 
-// Who a server admits: anyone with a key for an empty path, else the file's keys only (the
-// curve25519 forms the CURVE handshake sees). Throws as read_allowlist does.
-Admission admission_from_allowlist(const std::filesystem::path& path);
+// Who a server admits: the keys' curve25519 forms, which the CURVE handshake sees.
 Admission admission_of(const std::set<PublicKey>& keys);
+
+// The names a role gives its two admission settings, for the error that asks for one of them:
+// {"--allowlist", "--open"} on the command line, {"network.allowlist", "network.open"} in a
+// run config.
+struct AdmissionNames {
+  const char* allowlist;
+  const char* open;
+};
+
+// Who a serving role admits, said explicitly: the keys of the `allowlist` file, or anyone when
+// `open`. Throws Error naming both settings when neither or both are given, so that no server is
+// open to the internet because its operator forgot a flag.
+Admission admission_for(const std::filesystem::path& allowlist, bool open, AdmissionNames names);
 
 // "open to any key" or "N allowed keys": what a server logs when it starts, so that an open
 // server is never open by accident unnoticed.

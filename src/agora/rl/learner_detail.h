@@ -17,7 +17,6 @@
 #include "agora/data/tokenizer.h"
 #include "agora/net/curve_socket.h"
 #include "agora/obs/event_log.h"
-#include "agora/obs/http_server.h"
 #include "agora/obs/metrics.h"
 #include "agora/rl/learner_server.h"
 #include "agora/rl/policy_versions.h"
@@ -27,6 +26,7 @@
 #include "agora/rl/task.h"
 #include "agora/serve/members.h"
 #include "agora/serve/param_feed.h"
+#include "agora/serve/status_server.h"
 #include "agora/train/published_policy.h"
 
 namespace agora::learner_detail {
@@ -125,11 +125,9 @@ class Learner {
   const Clock::time_point started_ = Clock::now();
 
   obs::Registry metrics_;
-  std::mutex status_mutex_;
-  nlohmann::json status_;
   std::vector<GrpoStepStats> history_;
   bool resumed_ = false;
-  std::unique_ptr<obs::HttpServer> http_;
+  std::unique_ptr<serve::StatusServer> http_;  // --http: /metrics, /api/rl, web/rl.html
 };
 
 }  // namespace agora::learner_detail

@@ -110,8 +110,8 @@ Learner::Learner(LoadedCheckpoint base, const net::Identity& identity,
     fail("rl max new tokens {} does not fit the model's context of {} tokens",
          options_.train.max_new_tokens, live_->config().max_seq_len);
   }
-  publish_status();
   if (options_.http) start_http();
+  publish_status();
 }
 
 void Learner::log_event(nlohmann::json row) {

@@ -1,30 +1,16 @@
-// The learner's status: the JSON of /api/rl, the page built from it, and the agora_rl_*
-// metrics (learner_server.h).
+// The learner's status: the JSON of /api/rl (web/rl.html shows it) and the agora_rl_* metrics
+// (learner_server.h).
 #include <fmt/format.h>
 
 #include "agora/core/error.h"
 #include "agora/obs/metrics_catalogue.h"
 #include "agora/rl/learner_detail.h"
-#include "agora/rl/learner_page.h"
 #include "agora/rl/rl_progress.h"
 
 namespace agora::learner_detail {
 
 void Learner::start_http() {
-  http_ = std::make_unique<obs::HttpServer>(*options_.http);
-  obs::add_process_metrics(metrics_);
-  http_->get("/metrics", [this](const obs::HttpRequest&) {
-    return obs::HttpResponse{200, std::string(obs::kPrometheusContentType), metrics_.render()};
-  });
-  http_->get("/api/rl", [this](const obs::HttpRequest&) {
-    std::lock_guard lock(status_mutex_);
-    return obs::HttpResponse{200, "application/json", status_.dump()};
-  });
-  http_->get("/", [this](const obs::HttpRequest&) {
-    std::lock_guard lock(status_mutex_);
-    return obs::HttpResponse{200, "text/html; charset=utf-8", learner_page_html(status_)};
-  });
-  http_->start();
+  http_ = std::make_unique<serve::StatusServer>(*options_.http, "rl", metrics_);
 }
 
 void Learner::publish_status() {
@@ -68,8 +54,7 @@ void Learner::publish_status() {
                            {"verdicts", verdicts},
                            {"workers", workers},
                            {"history", steps}};
-  std::lock_guard lock(status_mutex_);
-  status_ = std::move(status);
+  if (http_) http_->publish(std::move(status));
 }
 
 }  // namespace agora::learner_detail

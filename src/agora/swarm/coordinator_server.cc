@@ -6,7 +6,6 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "agora/core/crash_point.h"
 #include "agora/core/error.h"
@@ -16,8 +15,8 @@
 #include "agora/obs/metrics_catalogue.h"
 #include "agora/serve/members.h"
 #include "agora/serve/poll.h"
+#include "agora/serve/status_server.h"
 #include "agora/swarm/coordinator_store.h"
-#include "web/web_assets.h"
 
 namespace agora {
 namespace {
@@ -263,26 +262,12 @@ class Server {
     obs::counter(metrics_, m::kSwarmLost).set_total(status["lost"].get<double>());
     obs::counter(metrics_, m::kSwarmMoves).set_total(status["moves"].get<double>());
     obs::counter(metrics_, m::kSwarmRetried).set_total(status["retried"].get<double>());
-    std::lock_guard lock(status_mutex_);
-    status_ = std::move(status);
+    if (http_) http_->publish(std::move(status));
   }
 
   void start_http() {
-    http_ = std::make_unique<obs::HttpServer>(*o_.http);
-    obs::add_process_metrics(metrics_);
-    http_->get("/metrics", [this](const obs::HttpRequest&) {
-      return obs::HttpResponse{200, std::string(obs::kPrometheusContentType), metrics_.render()};
-    });
-    http_->get("/api/swarm", [this](const obs::HttpRequest&) {
-      std::lock_guard lock(status_mutex_);
-      return obs::HttpResponse{200, "application/json", status_.dump()};
-    });
-    // The live page (web/swarm.html): /api/swarm every second, one table per stage.
-    http_->get("/", [](const obs::HttpRequest&) {
-      const web::Asset* page = web::find_asset("/swarm.html");
-      return obs::HttpResponse{200, std::string(page->content_type), std::string(page->body)};
-    });
-    http_->start();
+    http_ = std::make_unique<serve::StatusServer>(*o_.http, "swarm", metrics_);
+    publish();
     log({{"event", "swarm_http"}, {"url", http_->url()}});
     if (o_.progress) fmt::print(stderr, "live page: {}\n", http_->url());
   }
@@ -300,9 +285,7 @@ class Server {
   std::vector<std::pair<std::string, wire::Envelope>> outbox_;  // answers waiting for the save
   obs::EventLog events_;
   obs::Registry metrics_;
-  std::unique_ptr<obs::HttpServer> http_;
-  std::mutex status_mutex_;
-  nlohmann::json status_ = nlohmann::json::object();
+  std::unique_ptr<serve::StatusServer> http_;  // --http: /metrics, /api/swarm, web/swarm.html
 };
 
 }  // namespace
