@@ -8,6 +8,7 @@
 
 #include "agora/core/error.h"
 #include "agora/data/data_meta.h"
+#include "agora/net/envelope.h"
 #include "agora/net/identity.h"
 #include "agora/pipeline/partition.h"
 #include "agora/pipeline/stage_checkpoint.h"
@@ -96,7 +97,9 @@ void add_swarm_serve(CLI::App& swarm) {
     for (const StageSpan& span : partition_model(config.model, config.pipeline.stages)) {
       largest = std::max(largest, span.parameters);
     }
-    options.max_message_bytes = static_cast<size_t>(largest) * 12 + (size_t{1} << 20);
+    options.max_message_bytes = net::fits_one_message(
+        static_cast<size_t>(largest) * 12 + (size_t{1} << 20),
+        fmt::format("the DeMo contributions of a stage of {} parameters", largest));
     options.schedule.costs = !args->costs.empty()
                                  ? args->costs
                                  : swarm_stage_costs(config.model, config.pipeline.stages);

@@ -14,6 +14,8 @@ agora_probe (tests/adversary/agora_probe.cc), a stranger. Checked the same way f
     coordinator's is service.h's);
   - a frame of 2 MiB, above every role's control limit, is dropped, and the next stranger is
     still answered;
+  - the status server (async, RL, swarm: --http) serves the role's page, the files it loads,
+    /api/<role> and agora_<role>_* metrics, and 404 for anything else;
   - SIGINT mid-run ends the process with exit 0, and its final artefact is written (the
     coordinator's database, the asynchronous run's summary and checkpoint, the learner's
     checkpoint and intake summary, the swarm's summary).
@@ -26,6 +28,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from network_run import free_port  # noqa: E402
@@ -90,7 +94,7 @@ def start_coordinator(ctx):
         if proc.poll() is not None:
             sys.exit(f"FAILED: the coordinator exited ({proc.returncode})")
         time.sleep(0.1)
-    return proc, f"tcp://127.0.0.1:{port}", COORDINATOR_RATE, COORDINATOR_BURST
+    return proc, f"tcp://127.0.0.1:{port}", COORDINATOR_RATE, COORDINATOR_BURST, None
 
 
 def final_coordinator(ctx):
@@ -105,10 +109,10 @@ def start_async(ctx):
         [ctx["agora"], "async", "serve", "--config", os.path.join(ROOT, "bench/async/async.toml"),
          "--set", f"data.dir={ctx['data']}", "--set", "train.eval_windows=2",
          "--key", ctx["key_file"], "--listen", "tcp://127.0.0.1:*", "--open", "--workers", "1",
-         "--seconds", "600", "--eval-every", "300", "--out", out],
+         "--seconds", "600", "--eval-every", "300", "--http", "127.0.0.1:0", "--out", out],
         stdout=open(f"{ctx['dir']}/stdout.log", "w"), stderr=subprocess.STDOUT)
     start = wait_for_event(proc, f"{out}/events.jsonl", "async_start")
-    return proc, start["listen"], start["stranger_rate"], start["stranger_burst"]
+    return proc, start["listen"], start["stranger_rate"], start["stranger_burst"], start["http"]
 
 
 def final_async(ctx):
@@ -124,10 +128,10 @@ def start_rl(ctx):
     proc = subprocess.Popen(
         [ctx["agora"], "rl", "serve", "--checkpoint", ctx["rl_base"], "--key", ctx["key_file"],
          "--listen", "tcp://127.0.0.1:*", "--open", "--steps", "100", "--eval-problems", "4",
-         "--eval-interval", "0", "--out", out],
+         "--eval-interval", "0", "--http", "127.0.0.1:0", "--out", out],
         stdout=open(f"{ctx['dir']}/stdout.log", "w"), stderr=subprocess.STDOUT)
     start = wait_for_event(proc, f"{out}/rl.jsonl", "rl_learner")
-    return proc, start["listen"], start["stranger_rate"], start["stranger_burst"]
+    return proc, start["listen"], start["stranger_rate"], start["stranger_burst"], start["http"]
 
 
 def final_rl(ctx):
@@ -141,10 +145,11 @@ def start_swarm(ctx):
     proc = subprocess.Popen(
         [ctx["agora"], "swarm", "serve", "--config", os.path.join(ROOT, "configs/swarm.toml"),
          "--set", f"data.dir={ctx['data']}", "--key", ctx["key_file"],
-         "--listen", "tcp://127.0.0.1:*", "--open", "--out", out],
+         "--listen", "tcp://127.0.0.1:*", "--open", "--http", "127.0.0.1:0", "--out", out],
         stdout=open(f"{ctx['dir']}/stdout.log", "w"), stderr=subprocess.STDOUT)
     start = wait_for_event(proc, f"{out}/events.jsonl", "swarm_serve")
-    return proc, start["listen"], start["stranger_rate"], start["stranger_burst"]
+    http = wait_for_event(proc, f"{out}/events.jsonl", "swarm_http")["url"]
+    return proc, start["listen"], start["stranger_rate"], start["stranger_burst"], http
 
 
 def final_swarm(ctx):
@@ -161,10 +166,37 @@ ROLES = {
 }
 
 
+def get(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+
+
+def check_status_server(name, http):
+    """The one status server (serve/status_server.h): the role's page, what it loads, its API
+    and its metrics."""
+    status, kind, page = get(http + "/")
+    assert status == 200 and kind.startswith("text/html"), (name, status, kind)
+    assert f"<title>agora {name}</title>" in page and f"/api/{name}" in page, page[:300]
+    for asset in ("/role_page.js", "/role_page.css"):
+        assert asset in page, f"{name}: the page does not load {asset}"
+        assert get(http + asset)[0] == 200, (name, asset)
+    api = json.loads(get(http + f"/api/{name}")[2])
+    assert isinstance(api, dict) and api, f"{name}: /api/{name} is {api!r}"
+    metrics = get(http + "/metrics")[2]
+    assert f"# TYPE agora_{name}_" in metrics, f"{name}: no agora_{name}_* metrics"
+    try:
+        get(http + "/no-such-page")
+        raise AssertionError(f"{name}: an unknown path was answered")
+    except urllib.error.HTTPError as e:
+        assert e.code == 404, (name, e.code)
+
+
 def check_role(name, ctx):
     start, final = ROLES[name]
-    proc, endpoint, rate, burst = start(ctx)
+    proc, endpoint, rate, burst, http = start(ctx)
     try:
+        if http:
+            check_status_server(name, http)
         probe = json.loads(run([ctx["probe"], "--endpoint", endpoint, "--server-key", ctx["key"],
                                 "--flood", str(FLOOD)]))
         with open(f"{ctx['dir']}/probe.json", "w") as f:

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "agora/core/error.h"
@@ -127,6 +130,34 @@ TEST(EnvelopeTest, DecodeRejectsGarbageEmptyAndTooLarge) {
   EXPECT_EQ(std::get<DecodeFailure>(over).code, DecodeError::kOverLimit);
   EXPECT_EQ(to_token(std::get<DecodeFailure>(over).code), "over_limit");
   EXPECT_EQ(kind_name(blob), "blob");
+}
+
+// protobuf takes a message's size as an int: a frame of 4 GiB + n bytes once reached the parser
+// as n bytes (and one of 2-4 GiB as a negative size) whenever a role's limit was above 2 GiB.
+TEST(EnvelopeTest, FramesBeyondWhatProtobufParsesAreTooLargeWhateverTheLimits) {
+  wire::Envelope heartbeat;
+  heartbeat.mutable_heartbeat();
+  const std::string head = encode_envelope(heartbeat);
+  // Untouched pages of an anonymous mapping cost nothing: the frame is real memory.
+  const size_t size = (size_t{4} << 30) + head.size();
+  void* frame = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(frame, MAP_FAILED);
+  std::memcpy(frame, head.data(), head.size());
+  const DecodeLimits huge{size_t{8} << 30, size_t{8} << 30};
+  const Decoded decoded = decode_envelope({static_cast<const char*>(frame), size}, huge);
+  munmap(frame, size);
+  ASSERT_TRUE(std::holds_alternative<DecodeFailure>(decoded));
+  EXPECT_EQ(std::get<DecodeFailure>(decoded).code, DecodeError::kTooLarge);
+  EXPECT_EQ(fits_one_message(kMaxEnvelopeBytes, "x"), kMaxEnvelopeBytes);
+  try {
+    fits_one_message(kMaxEnvelopeBytes + 1, "the contributions of a stage");
+    ADD_FAILURE() << "a role whose messages exceed 2 GiB was let start";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the contributions of a stage take up to"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(IdentityTest, SignVerifyAndKeyFiles) {

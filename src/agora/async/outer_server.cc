@@ -10,6 +10,7 @@
 #include "agora/data/data_meta.h"
 #include "agora/data/sampler.h"
 #include "agora/net/allowlist.h"
+#include "agora/net/envelope.h"
 #include "agora/optim/payload.h"
 #include "agora/serve/poll.h"
 #include "agora/train/checkpoint.h"
@@ -44,7 +45,9 @@ net::DecodeLimits server_limits(Llama& model, bool int8) {
   limits.max_control = 64 << 10;  // hellos and work requests are tiny
   // A delivery is one pseudo-gradient of a size known in advance: anything larger is dropped by
   // the socket before it is buffered.
-  limits.max_data = encoded_size(PublishedPolicy::layout(model, /*whole=*/!int8)) + 4096;
+  limits.max_data =
+      net::fits_one_message(encoded_size(PublishedPolicy::layout(model, /*whole=*/!int8)) + 4096,
+                            "this model's pseudo-gradients");
   return limits;
 }
 

@@ -2,10 +2,21 @@
 
 #include <zmq_addon.hpp>
 
+#include <algorithm>
+
 #include "agora/core/error.h"
 
 namespace agora::net {
+
 namespace {
+
+// What ZeroMQ may buffer of one frame before it drops the connection: the largest message the
+// limits allow, never above what protobuf parses, and a little for framing.
+int64_t largest_frame(const DecodeLimits& limits) {
+  return static_cast<int64_t>(
+             std::min(std::max(limits.max_control, limits.max_data), kMaxEnvelopeBytes)) +
+         1024;
+}
 
 // ZeroMQ's ZAP endpoint: a server socket with a ZAP domain asks whoever is bound here.
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
@@ -87,7 +98,7 @@ Server::Server(Context& context, const Identity& identity, const std::string& en
   // A reconnecting client takes over its routing id; frames above the limit drop the connection.
   socket_.set(zmq::sockopt::router_handover, 1);
   socket_.set(zmq::sockopt::maxmsgsize,
-              static_cast<int64_t>(std::max(limits.max_control, limits.max_data)) + 1024);
+              static_cast<int64_t>(largest_frame(limits)));
   try {
     socket_.bind(endpoint);
   } catch (const zmq::error_t& e) {
@@ -191,7 +202,7 @@ Client::Client(Context& context, const Identity& identity, const std::string& en
   socket_.set(zmq::sockopt::curve_secretkey, zmq::buffer(identity.curve_secret()));
   socket_.set(zmq::sockopt::linger, 0);
   socket_.set(zmq::sockopt::maxmsgsize,
-              static_cast<int64_t>(std::max(limits.max_control, limits.max_data)) + 1024);
+              static_cast<int64_t>(largest_frame(limits)));
   socket_.set(zmq::sockopt::reconnect_ivl, 200);
   socket_.set(zmq::sockopt::reconnect_ivl_max, 2000);
   try {

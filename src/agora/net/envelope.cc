@@ -2,10 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "agora/core/error.h"
+
 namespace agora::net {
 
 Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits) {
-  const size_t largest = std::max(limits.max_control, limits.max_data);
+  // Never above what protobuf can parse: ParseFromArray takes the size as an int, and a frame of
+  // 2 GiB or more would reach it as a negative or wrapped size.
+  const size_t largest =
+      std::min(std::max(limits.max_control, limits.max_data), kMaxEnvelopeBytes);
   if (bytes.size() > largest) {
     return DecodeFailure{DecodeError::kTooLarge,
                          fmt::format("message of {} bytes is larger than any allowed ({} bytes)",
@@ -31,6 +38,15 @@ Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits) {
                                      kind_name(envelope), bytes.size(), limit)};
   }
   return envelope;
+}
+
+size_t fits_one_message(size_t bytes, std::string_view what) {
+  if (bytes > kMaxEnvelopeBytes) {
+    fail("{} take up to {} bytes, more than one agora message can carry ({} bytes, protobuf's "
+         "limit); split the model further (more stages) or send it compressed",
+         what, bytes, kMaxEnvelopeBytes);
+  }
+  return bytes;
 }
 
 std::string_view to_token(DecodeError code) {

@@ -8,6 +8,7 @@
 // is counted by the caller, never trusted.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -31,6 +32,11 @@ inline constexpr size_t kMaxRelayedChunkBytes = kMaxControlBytes / 2;
 inline std::string relayed_chunk_what(std::string_view name, uint64_t offset) {
   return std::string(name) + "@" + std::to_string(offset);
 }
+
+// The largest message protobuf parses (its sizes are ints): 2 GiB - 1. A limit above it is
+// treated as this, so a frame of 2 GiB or more is refused before it reaches the parser; a role
+// whose largest message would not fit refuses to start (fits_one_message).
+inline constexpr size_t kMaxEnvelopeBytes = static_cast<size_t>(INT_MAX);
 
 struct DecodeLimits {
   size_t max_control = kMaxControlBytes;
@@ -58,6 +64,10 @@ std::string_view to_token(DecodeError code);
 using Decoded = std::variant<wire::Envelope, DecodeFailure>;
 
 Decoded decode_envelope(std::string_view bytes, const DecodeLimits& limits = {});
+
+// Throws Error when `bytes` (the largest message a role must carry, `what`) exceeds
+// kMaxEnvelopeBytes, naming both; returns `bytes` otherwise.
+size_t fits_one_message(size_t bytes, std::string_view what);
 std::string encode_envelope(const wire::Envelope& envelope);
 
 // "commit", "blob", ...: the body's kind, for logs and counters ("empty" when none is set).
