@@ -39,26 +39,66 @@ TEST(NormGuard, RefusesWhatIsLargerThanTheta) {
   EXPECT_TRUE(guard.check(std::numeric_limits<double>::infinity(), 10, 1));
 }
 
-TEST(NormGuard, ComparesPerStepWithTheMedianOnceItHasAHistory) {
+TEST(NormGuard, ComparesPerStepWithTheMedianOverWorkersOnceTwoDelivered) {
   NormGuardOptions options;
   options.max_ratio = 10;
-  options.min_history = 4;
-  options.window = 5;
+  options.per_worker = 3;
   NormGuard guard(options);
-  // Before min_history accepted deliveries, only the bound by theta holds.
+  // Before two workers delivered, only the bound by theta holds.
   EXPECT_FALSE(guard.check(500, 1000, 1));
-  for (double norm : {1.0, 2.0, 3.0}) guard.accept(norm, 1);
+  for (double norm : {1.0, 2.0, 3.0}) guard.accept("a", norm, 1);
   EXPECT_FALSE(guard.check(500, 1000, 1));
-  guard.accept(4.0, 1);
-  EXPECT_DOUBLE_EQ(guard.median(), 2.5);
-  EXPECT_FALSE(guard.check(25, 1000, 1));
-  EXPECT_TRUE(guard.check(25.1, 1000, 1));
+  guard.accept("b", 4.0, 1);
+  EXPECT_DOUBLE_EQ(guard.median(), 3.0);  // the median of a's median 2 and b's 4
+  EXPECT_FALSE(guard.check(30, 1000, 1));
+  EXPECT_TRUE(guard.check(30.1, 1000, 1));
   // Per inner step: ten steps may move ten times as far.
-  EXPECT_FALSE(guard.check(250, 1000, 10));
-  EXPECT_TRUE(guard.check(251, 1000, 10));
-  // The window forgets the oldest: 1 and 2 drop out after three more.
-  for (double norm : {10.0, 10.0, 10.0}) guard.accept(norm * 2, 2);
-  EXPECT_DOUBLE_EQ(guard.median(), 10.0);  // {3, 4, 10, 10, 10}
+  EXPECT_FALSE(guard.check(300, 1000, 10));
+  EXPECT_TRUE(guard.check(301, 1000, 10));
+  // Each worker keeps its newest three: a's 1 drops out, its median becomes 3.
+  guard.accept("a", 2 * 10.0, 2);
+  EXPECT_DOUBLE_EQ(guard.median(), 3.5);  // a {2, 3, 10} -> 3, b {4} -> 4
+}
+
+TEST(NormGuard, AnAllZeroDeliveryIsRefused) {
+  NormGuard guard;
+  EXPECT_TRUE(guard.check(0.0, 1000, 1));
+  EXPECT_FALSE(guard.check(1e-30, 1000, 1));
+}
+
+// The attack of issue 38, finding 1: one worker delivers near-zero updates four times as often as
+// three honest workers. The old guard took the median of the last 16 deliveries, which the liar
+// filled with its own, so every honest delivery became an outlier, struck and banned.
+TEST(NormGuard, AWorkerCountsOnceHoweverOftenItDelivers) {
+  NormGuard guard;
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_FALSE(guard.check(1e-12, 1000, 1));
+      guard.accept("liar", 1e-12, 1);
+    }
+    for (const char* honest : {"h1", "h2", "h3"}) {
+      const double norm = 1.0 + 0.1 * round;  // honest norms drift
+      ASSERT_FALSE(guard.check(norm, 1000, 1)) << honest << " refused in round " << round;
+      guard.accept(honest, norm, 1);
+    }
+  }
+  EXPECT_EQ(guard.workers(), 4u);
+  // Half of the workers lying is where the median falls to them: documented, not defended.
+  EXPECT_GT(guard.median(), 1.0);
+}
+
+TEST(NormGuard, RemembersBoundedWorkersAndRoundTripsThroughASave) {
+  NormGuardOptions options;
+  options.max_workers = 3;
+  NormGuard guard(options);
+  for (int i = 0; i < 10; ++i) guard.accept("w" + std::to_string(i), 1.0 + i, 1);
+  EXPECT_EQ(guard.workers(), 3u);  // w7, w8, w9: the longest without a delivery went first
+  EXPECT_EQ(guard.recent().count("w9"), 1u);
+  EXPECT_EQ(guard.recent().count("w6"), 0u);
+  NormGuard restored(options);
+  restored.restore(guard.recent());
+  EXPECT_EQ(restored.recent(), guard.recent());
+  EXPECT_DOUBLE_EQ(restored.median(), guard.median());
 }
 
 TEST(PaceEstimate, IsBiasCorrected) {

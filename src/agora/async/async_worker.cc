@@ -235,6 +235,13 @@ AsyncWorkerSummary Worker::run() {
       target = work.version();
       continue;
     }
+    if (work.steps() == 0 && work.retry_ms() == 0 && work.version() <= version()) {
+      // "Fetch the newest first", though we hold it or newer: the server restarted, so it did
+      // not send us these parameters, or went back to an older version. A whole copy.
+      follower_.forget();
+      target = work.version();
+      continue;
+    }
     if (work.steps() == 0) {
       std::this_thread::sleep_for(
           std::chrono::milliseconds(std::min<uint32_t>(work.retry_ms(), 2000)));

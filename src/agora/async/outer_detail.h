@@ -52,6 +52,9 @@ struct WorkerState {
   std::optional<Work> work;
   PaceEstimate pace;
   uint64_t delivered_round = UINT64_MAX;  // sync: the last version it delivered for
+  // The newest version the feed sent it: work is handed out only to a worker this says holds
+  // the newest, never on its word alone (have_version).
+  uint64_t sent_version = 0;
   std::shared_ptr<std::atomic<int64_t>> in_flight = std::make_shared<std::atomic<int64_t>>(0);
 };
 using Worker = serve::Member<WorkerState>;

@@ -128,7 +128,10 @@ void Server::restore(const OuterSave& save) {
   last_staleness_ = s.at("last_staleness").get<int64_t>();
   accepted_ = s.at("accepted").get<int64_t>();
   summary_.bytes_per_delivery = s.at("bytes_per_delivery").get<double>();
-  guard_.restore(s.at("guard").get<std::vector<double>>());
+  // A save from before the guard kept its history per worker holds a plain list: start afresh.
+  if (s.at("guard").is_object()) {
+    guard_.restore(s.at("guard").get<std::map<std::string, std::vector<double>>>());
+  }
   const auto round = s.at("round").get<std::vector<int64_t>>();
   round_accepted_ = round.at(0);
   round_resolved_ = round.at(1);

@@ -70,7 +70,8 @@ void Server::on_hello(const net::Incoming& in) {
 void Server::on_get_params(const std::string& route, const wire::GetParams& ask, Worker& w) {
   int64_t queued = 0;
   for (const auto& [curve, other] : workers_) queued += other.in_flight->load();
-  feed_.answer(server_, route, ask, w.in_flight, queued);
+  const serve::ParamFeed::Answer answer = feed_.answer(server_, route, ask, w.in_flight, queued);
+  w.sent_version = std::max(w.sent_version, answer.reached);
 }
 
 void Server::on_get_work(const net::Incoming& in, Worker& w) {
@@ -84,8 +85,10 @@ void Server::on_get_work(const net::Incoming& in, Worker& w) {
     work->set_finished(true);
   } else if (!running()) {
     work->set_retry_ms(200);  // waiting for the run's workers to join
-  } else if (have != newest) {
-    // Every method hands out work from the newest parameters: the worker fetches them first.
+  } else if (have != newest || w.sent_version < newest) {
+    // Every method hands out work from the newest parameters: the worker fetches them first. A
+    // worker claiming the newest that the feed never sent it (it lies, to deliver without
+    // fetching, or it held them before this server restarted) fetches them too.
     work->set_retry_ms(0);
   } else if (w.work && w.work->version == newest) {
     // It asks again for work it holds (it restarted, or the answer was lost): the same work, so
@@ -204,7 +207,7 @@ void Server::on_delivery(const net::Incoming& in, Worker& w) {
   if (const auto why = guard_.check(norm, std::sqrt(theta_sq), work.steps)) {
     return refuse(kOutlier, *why);
   }
-  guard_.accept(norm, work.steps);
+  guard_.accept(w.name, norm, work.steps);
   w.pace.add((now() - work.handed_at) / static_cast<double>(work.steps));
   summary_.tokens += work.steps * sequences_per_step_ * config_.data.seq_len;
   summary_.bytes_per_delivery = static_cast<double>(d.payload().size());

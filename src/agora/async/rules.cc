@@ -33,37 +33,74 @@ bool strikes(std::string_view verdict) {
   return verdict != kAccepted && verdict != kStale;
 }
 
+namespace {
+
+double median_of(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+}  // namespace
+
 std::optional<std::string> NormGuard::check(double norm, double theta_norm, int64_t steps) const {
   if (!std::isfinite(norm))
     return std::string("the pseudo-gradient holds a value that is not finite");
+  if (norm == 0) return std::string("the pseudo-gradient is all zeros: it trains nothing");
   if (norm > options_.max_relative * theta_norm) {
     return fmt::format("||D|| = {:.4g} is larger than {:g} x ||theta|| = {:.4g}", norm,
                        options_.max_relative, options_.max_relative * theta_norm);
   }
-  if (recent_.size() >= options_.min_history) {
+  if (by_worker_.size() >= options_.min_workers) {
     const double per_step = norm / static_cast<double>(std::max<int64_t>(1, steps));
-    const double bound = options_.max_ratio * median();
-    if (per_step > bound) {
+    const double m = median();
+    if (per_step > options_.max_ratio * m) {
       return fmt::format(
-          "||D|| per inner step = {:.4g} is more than {:g} x the median of the last {} accepted "
-          "({:.4g})",
-          per_step, options_.max_ratio, recent_.size(), median());
+          "||D|| per inner step = {:.4g} is more than {:g} x the median over {} workers of their "
+          "recent deliveries ({:.4g})",
+          per_step, options_.max_ratio, by_worker_.size(), m);
     }
   }
   return std::nullopt;
 }
 
-void NormGuard::accept(double norm, int64_t steps) {
-  recent_.push_back(norm / static_cast<double>(std::max<int64_t>(1, steps)));
-  while (recent_.size() > options_.window) recent_.pop_front();
+void NormGuard::accept(const std::string& worker, double norm, int64_t steps) {
+  Kept& kept = by_worker_[worker];
+  kept.per_step.push_back(norm / static_cast<double>(std::max<int64_t>(1, steps)));
+  while (kept.per_step.size() > std::max<size_t>(1, options_.per_worker)) kept.per_step.pop_front();
+  kept.last = ++accepted_;
+  while (by_worker_.size() > std::max<size_t>(1, options_.max_workers)) {
+    auto oldest = by_worker_.begin();
+    for (auto it = by_worker_.begin(); it != by_worker_.end(); ++it) {
+      if (it->second.last < oldest->second.last) oldest = it;
+    }
+    by_worker_.erase(oldest);
+  }
 }
 
 double NormGuard::median() const {
-  if (recent_.empty()) return 0;
-  std::vector<double> sorted(recent_.begin(), recent_.end());
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  return n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  std::vector<double> medians;
+  for (const auto& [worker, kept] : by_worker_) {
+    medians.push_back(median_of({kept.per_step.begin(), kept.per_step.end()}));
+  }
+  return median_of(std::move(medians));
+}
+
+std::map<std::string, std::vector<double>> NormGuard::recent() const {
+  std::map<std::string, std::vector<double>> out;
+  for (const auto& [worker, kept] : by_worker_) {
+    out[worker].assign(kept.per_step.begin(), kept.per_step.end());
+  }
+  return out;
+}
+
+void NormGuard::restore(const std::map<std::string, std::vector<double>>& recent) {
+  by_worker_.clear();
+  accepted_ = 0;
+  for (const auto& [worker, values] : recent) {
+    for (double v : values) accept(worker, v, 1);
+  }
 }
 
 void PaceEstimate::add(double seconds_per_step) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,42 +31,53 @@ inline constexpr std::string_view kMalformed = "malformed";  // does not decode 
 inline constexpr std::string_view kOutlier = "outlier";      // not finite, or too large
 bool strikes(std::string_view verdict);
 
-// Judges the size of each pseudo-gradient D before it moves the run's parameters theta. Two
-// bounds, both from the bytes alone:
+// Judges the size of each pseudo-gradient D before it moves the run's parameters theta. From the
+// bytes alone:
+//   - D must not be all zeros: an empty update trains nothing, and counting it would drag the
+//     bound below down to nothing (every honest delivery would then be an outlier);
 //   - ||D|| <= max_relative * ||theta||: no delivery may move theta by more than theta's own
 //     size (a hostile worker's first delivery meets this bound already);
-//   - ||D|| / steps <= max_ratio * the median of the last `window` accepted deliveries'
-//     ||D|| / steps, once `min_history` were accepted. Per inner step, because DyLU gives
-//     workers different step counts and D grows with them.
+//   - ||D|| / steps <= max_ratio * M once `min_workers` workers have accepted deliveries, where M
+//     is the median over WORKERS of each worker's median of its last `per_worker` accepted
+//     ||D|| / steps. Per inner step, because DyLU gives workers different step counts and D
+//     grows with them. Per worker, so that a worker counts once however often it delivers: a
+//     hostile worker that delivers tiny updates ten times as often as the others moves M no more
+//     than one honest worker would (before, M was the median of the last 16 deliveries, which a
+//     fast liar filled alone). M is lost to a majority of workers only.
 // Honest D's norms vary by a few times across workers and rounds; the default ratio of 10
-// leaves room for that and refuses a D scaled up by a hostile worker.
+// leaves room for that and refuses a D scaled up by a hostile worker. (agora's rule; DiLoCo and
+// its asynchronous variants trust their workers and have none.)
 struct NormGuardOptions {
   double max_relative = 1.0;
   double max_ratio = 10;
-  size_t window = 16;
-  size_t min_history = 4;
+  size_t per_worker = 4;     // the newest accepted deliveries kept of each worker
+  size_t min_workers = 2;    // workers with accepted deliveries before the median bound holds
+  size_t max_workers = 256;  // workers remembered; the longest without a delivery goes first
 };
 
 class NormGuard {
  public:
   explicit NormGuard(NormGuardOptions options = {}) : options_(options) {}
   // Why a D of this norm is refused (plain words with the figures), or nullopt to accept.
-  // A norm that is not finite is always refused.
+  // A norm that is not finite, or zero, is always refused.
   std::optional<std::string> check(double norm, double theta_norm, int64_t steps) const;
-  // Records an accepted delivery.
-  void accept(double norm, int64_t steps);
-  // The median of the recorded ||D|| / steps (0 with none).
+  // Records a delivery of `worker` that was accepted.
+  void accept(const std::string& worker, double norm, int64_t steps);
+  // M: the median over workers of their medians of ||D|| / steps (0 with none).
   double median() const;
-  // The recorded ||D|| / steps, oldest first, and putting them back (a server's restart).
-  std::vector<double> recent() const { return {recent_.begin(), recent_.end()}; }
-  void restore(const std::vector<double>& recent) {
-    recent_.assign(recent.begin(), recent.end());
-    while (recent_.size() > options_.window) recent_.pop_front();
-  }
+  size_t workers() const { return by_worker_.size(); }
+  // What a restart puts back: each worker's kept ||D|| / steps, oldest first.
+  std::map<std::string, std::vector<double>> recent() const;
+  void restore(const std::map<std::string, std::vector<double>>& recent);
 
  private:
+  struct Kept {
+    std::deque<double> per_step;  // oldest first
+    uint64_t last = 0;            // when it last delivered, in accepted deliveries
+  };
   NormGuardOptions options_;
-  std::deque<double> recent_;  // ||D|| / steps, oldest first
+  std::map<std::string, Kept> by_worker_;
+  uint64_t accepted_ = 0;
 };
 
 // A bias-corrected moving average of a worker's seconds per inner step (alpha 0.3): the first

@@ -70,6 +70,7 @@ ParamFeed::Answer ParamFeed::answer(net::Server& server, const std::string& rout
   if (!ask.whole() && have < version_ && deltas_.count(have + 1) > 0) {
     for (uint64_t v = have + 1; v <= version_; ++v) {
       if (!send(deltas_.at(v), answer.delta_bytes)) break;  // it asks again, from what it has
+      answer.reached = v;
     }
     return answer;
   }
@@ -85,7 +86,7 @@ ParamFeed::Answer ParamFeed::answer(net::Server& server, const std::string& rout
     p->set_state_hash(state_hash_);
     whole_ = std::make_shared<const std::string>(net::encode_envelope(e));
   }
-  send(whole_, answer.whole_bytes);
+  if (send(whole_, answer.whole_bytes)) answer.reached = version_;
   return answer;
 }
 

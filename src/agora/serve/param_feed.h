@@ -59,6 +59,9 @@ class ParamFeed {
     int64_t delta_bytes = 0;  // queued to the member
     int64_t whole_bytes = 0;
     bool busy = false;  // a reply did not fit the limits: the member asks again
+    // The version the queued replies bring the member to (0 when none was queued): what a
+    // server may believe the member holds, whatever it later claims.
+    uint64_t reached = 0;
   };
   // Answers a member's ask on `server` at `route`. `in_flight` counts this member's queued
   // bytes; `queued` is every member's together.
