@@ -105,7 +105,7 @@ void add_async_work(CLI::App& async) {
                   "Give up after this many seconds without an answer")
       ->capture_default_str();
   cmd->add_option("--behave", o.behaviour,
-                  "honest, or a misbehaviour the server must catch: scaled, replay")
+                  "honest, or a misbehaviour the server must hold: scaled, replay, tiny, claim")
       ->capture_default_str();
   cmd->add_option("--log", args->log, "Write JSON lines of what happened here");
   cmd->callback([args] {

@@ -6,7 +6,11 @@ workers as real processes, two of them hostile.
 
 `agora async serve --method METHOD` with four `agora async work` processes on loopback, of
 unequal speed: two honest, one scaling its pseudo-gradients by 1000 (--behave scaled), one sending
-every delivery twice (--behave replay). Checked, from the structured output only:
+every delivery twice (--behave replay). Unless METHOD is sync, two more (issue 38, finding 1): one
+delivering a D of 1e-6 everywhere as often as it gets work, without training (--behave tiny),
+which once dragged the server's outlier median to nothing and got every honest worker banned, and
+one that never fetches parameters and claims it holds the newest (--behave claim). Checked, from
+the structured output only:
   - the server exits 0 and moved theta: its updates are the accepted deliveries (one per
     delivery, or one per round under sync), and the last validation is below the first (theta
     at the start);
@@ -14,6 +18,8 @@ every delivery twice (--behave replay). Checked, from the structured output only
     worker's deliveries is accepted, and every replayed copy is refused as unassigned;
   - the honest workers are never struck: every receipt they got is accepted or stale, and every
     parameter update they took matched the server's state hash;
+  - the tiny worker is not struck either (its updates are what they are: tiny), and the claiming
+    worker is never handed work beyond version 0 (the base, which every worker holds);
   - the final checkpoint holds theta: agora eval gives the server's last validation loss;
   - /api/async and /metrics showed the run: its state, version and verdicts as the summary has
     them, both hostile workers banned, agora_async_* metrics with a series per verdict.
@@ -28,6 +34,9 @@ import urllib.request
 
 STRIKES, SECONDS, H = 3, 25, 4
 SPEEDS = {"honest_fast": 0.05, "honest_slow": 0.2, "scaled": 0.1, "replay": 0.1}
+# The run starts with the first four; under sync a member that never takes work would hold every
+# round open (no round deadline yet), so these two join the asynchronous methods only.
+LIARS = {"tiny": 0.1, "claim": 0.1}
 
 
 def events(path):
@@ -51,6 +60,7 @@ def run(cmd):
 
 def main():
     agora, data, out, method = sys.argv[1:5]
+    speeds = dict(SPEEDS, **(LIARS if method != "sync" else {}))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     config = os.path.join(root, "bench", "async", "async.toml")
     sets = ["--set", f"data.dir={data}", "--set", f"diloco.inner_steps={H}",
@@ -58,7 +68,7 @@ def main():
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     keys = {}
-    for name in ("server", *SPEEDS):
+    for name in ("server", *speeds):
         keys[name] = run([agora, "keygen", "--out", f"{out}/{name}.key"]).strip().split()[-1]
     server = subprocess.Popen(
         [agora, "async", "serve", "--config", config, *sets, "--key", f"{out}/server.key",
@@ -78,8 +88,8 @@ def main():
             time.sleep(0.1)
         assert started, "the server never logged its address"
         assert started["key"] == keys["server"], (started["key"], keys["server"])
-        for name, step in SPEEDS.items():
-            behave = name if name in ("scaled", "replay") else "honest"
+        for name, step in speeds.items():
+            behave = name if name in ("scaled", "replay", *LIARS) else "honest"
             workers[name] = subprocess.Popen(
                 [agora, "async", "work", "--config", config, *sets, "--key", f"{out}/{name}.key",
                  "--server", started["listen"], "--server-key", keys["server"],
@@ -108,7 +118,7 @@ def main():
     log = events(f"{out}/server/events.jsonl")
     summary = next(e for e in log if e["event"] == "async_summary")
     deliveries = [e for e in log if e["event"] == "async_delivery"]
-    by_key = {keys[name]: name for name in SPEEDS}
+    by_key = {keys[name]: name for name in speeds}
     accepted = [d for d in deliveries if d["verdict"] == "accepted"]
     assert accepted, "no delivery was accepted"
     if method == "sync":
@@ -138,6 +148,17 @@ def main():
         assert done and done[0]["hash_mismatches"] == 0 and not done[0]["refused"], (name, done)
         receipts = done[0]["receipts"]
         assert set(receipts) <= {"accepted", "stale"}, (name, receipts)
+    if "tiny" in speeds:
+        tiny = [d for d in deliveries if d["worker"] == keys["tiny"]]
+        assert tiny and all(d["verdict"] in ("accepted", "stale") for d in tiny), tiny
+        # Every worker holds version 0 (the base) without fetching; any later work went to a
+        # worker the feed had sent that version, which `claim` never asks for.
+        claimed = [e["version"] for e in events(f"{out}/claim.jsonl")
+                   if e["event"] == "async_worker_delivered"]
+        assert all(v == 0 for v in claimed), f"claim was handed work at versions {claimed}"
+        for name in LIARS:
+            done = [e for e in events(f"{out}/{name}.jsonl") if e["event"] == "async_worker_done"]
+            assert done and not done[0]["refused"], (name, done)
     fast = sum(d["worker"] == keys["honest_fast"] for d in accepted)
     slow = sum(d["worker"] == keys["honest_slow"] for d in accepted)
     if method != "sync":

@@ -162,7 +162,9 @@ void Worker::train_and_deliver(const wire::AsyncWork& work) {
     }
   }
   const auto per = static_cast<uint64_t>(run_.sequences_per_step());
-  for (uint32_t s = 0; s < work.steps(); ++s) {
+  // `tiny` trains nothing and delivers at once: as often as the server hands it work.
+  const uint32_t steps = o_.behaviour == "tiny" ? 0 : work.steps();
+  for (uint32_t s = 0; s < steps; ++s) {
     const double began = now();
     {
       at::AutoGradMode grad(true);
@@ -187,7 +189,9 @@ void Worker::train_and_deliver(const wire::AsyncWork& work) {
   payload.step = work.work_id();
   const double scale = o_.behaviour == "scaled" ? 1000.0 : 1.0;
   for (size_t i = 0; i < pulled.size(); ++i) {
-    const torch::Tensor d = (pulled[i] - learner_.params[i].detach()) * scale;
+    const torch::Tensor d = o_.behaviour == "tiny"
+                                ? torch::full_like(pulled[i], 1e-6)
+                                : (pulled[i] - learner_.params[i].detach()) * scale;
     payload.tensors.push_back(run_.int8() ? int8_rows_payload(d)
                                           : dense_payload(d, ValueType::kF32));
   }
@@ -214,9 +218,11 @@ AsyncWorkerSummary Worker::run() {
   uint64_t target = run_.version();
   double last_answer = now();
   while (now() - last_answer < o_.idle_timeout_seconds) {
-    if (version() < target && !follower_.sync(target)) continue;
+    // `claim` never fetches: it says it holds the newest, to deliver from what it has.
+    const bool claim = o_.behaviour == "claim";
+    if (!claim && version() < target && !follower_.sync(target)) continue;
     wire::Envelope ask;
-    ask.mutable_async_get_work()->set_have_version(version());
+    ask.mutable_async_get_work()->set_have_version(claim ? target : version());
     client_.send(ask);
     std::optional<wire::Envelope> m =
         wait_for([](const wire::Envelope& e) { return e.has_async_work(); }, 5.0);
@@ -282,8 +288,10 @@ AsyncWorkerSummary Worker::run() {
 AsyncWorkerSummary run_async_worker(const RunConfig& config, const net::Identity& identity,
                                     const AsyncWorkerOptions& options) {
   if (options.behaviour != "honest" && options.behaviour != "scaled" &&
-      options.behaviour != "replay") {
-    fail("--behave {} is not known (allowed: honest, scaled, replay)", options.behaviour);
+      options.behaviour != "replay" && options.behaviour != "tiny" &&
+      options.behaviour != "claim") {
+    fail("--behave {} is not known (allowed: honest, scaled, replay, tiny, claim)",
+         options.behaviour);
   }
   if (!(options.step_seconds >= 0)) {
     fail("--step-seconds {} is invalid (allowed: >= 0)", options.step_seconds);
