@@ -112,6 +112,20 @@ TEST(PaceEstimate, IsBiasCorrected) {
   EXPECT_NEAR(pace.seconds_per_step(), (0.42 + 0.3) / 0.51, 1e-12);
 }
 
+// Issue 38, finding 9: a worker that delivers right after each hand-out measures as fastest by
+// any factor; as DyLU's reference it gave every honest worker H_w = 1.
+TEST(Dylu, AWorkerFasterThanTenTimesTheMedianIsNotTheReference) {
+  EXPECT_DOUBLE_EQ(dylu_reference_seconds({}), 0.0);
+  EXPECT_DOUBLE_EQ(dylu_reference_seconds({2.0}), 2.0);
+  // The issue's honest speeds: the fastest is the reference, as DyLU says.
+  EXPECT_DOUBLE_EQ(dylu_reference_seconds({1.0, 1.3, 2.6, 5.7}), 1.0);
+  const double reference = dylu_reference_seconds({1.0, 1.3, 2.6, 5.7, 1e-6});
+  EXPECT_DOUBLE_EQ(reference, 1.0);
+  EXPECT_EQ(dylu_inner_steps(1.3, reference, 10), 7);  // not 1
+  // Within the factor a fast worker is believed (10x faster than the median 2.6 is 0.26).
+  EXPECT_DOUBLE_EQ(dylu_reference_seconds({0.3, 1.3, 2.6, 5.7, 6.0}), 0.3);
+}
+
 TEST(Dylu, ScalesInnerStepsToSpeed) {
   // The issue's speeds 1 : 1.3 : 2.6 : 5.7 with H = 10.
   EXPECT_EQ(dylu_inner_steps(1.0, 1.0, 10), 10);

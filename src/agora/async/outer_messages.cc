@@ -105,14 +105,13 @@ void Server::on_get_work(const net::Incoming& in, Worker& w) {
     next.version = newest;
     next.first_sequence = next_sequence_;
     next.steps = H_;
-    if (o_.method == "dylu" && w.pace.known()) {
-      double fastest = w.pace.seconds_per_step();
+    if (o_.method == "dylu" && w.pace.known() && w.pace.seconds_per_step() > 0) {
+      std::vector<double> paces;
       for (const auto& [curve, other] : workers_) {
-        if (!other.banned && other.pace.known()) {
-          fastest = std::min(fastest, other.pace.seconds_per_step());
-        }
+        if (!other.banned && other.pace.known()) paces.push_back(other.pace.seconds_per_step());
       }
-      next.steps = dylu_inner_steps(w.pace.seconds_per_step(), fastest, H_);
+      const double reference = dylu_reference_seconds(std::move(paces));
+      next.steps = reference > 0 ? dylu_inner_steps(w.pace.seconds_per_step(), reference, H_) : H_;
     }
     next.handed_at = now();
     next_sequence_ += static_cast<uint64_t>(next.steps * sequences_per_step_);

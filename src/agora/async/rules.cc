@@ -124,4 +124,14 @@ int64_t dylu_inner_steps(double seconds_per_step, double fastest_seconds_per_ste
   return std::clamp<int64_t>(steps, 1, H);
 }
 
+double dylu_reference_seconds(std::vector<double> seconds_per_step, double max_speedup) {
+  if (seconds_per_step.empty()) return 0;
+  const double median = median_of(seconds_per_step);
+  double fastest = median;
+  for (double s : seconds_per_step) {
+    if (s >= median / max_speedup) fastest = std::min(fastest, s);
+  }
+  return fastest;
+}
+
 }  // namespace agora

@@ -97,4 +97,11 @@ class PaceEstimate {
 // step, v_ref the fastest worker's. Error for a time that is not positive or H < 1.
 int64_t dylu_inner_steps(double seconds_per_step, double fastest_seconds_per_step, int64_t H);
 
+// v_ref for DyLU, from the workers' measured seconds per step: the fastest of the workers at most
+// `max_speedup` times faster than the median worker (0 for no workers). The server measures a
+// pace from hand-out to delivery, which a worker controls: one that delivers right after each
+// hand-out, training nothing, would be "fastest" by any factor and give every honest worker
+// H_w = 1. (agora's guard; DyLU as published takes the fastest as it is.)
+double dylu_reference_seconds(std::vector<double> seconds_per_step, double max_speedup = 10);
+
 }  // namespace agora
