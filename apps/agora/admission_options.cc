@@ -6,12 +6,11 @@
 namespace agora::cli {
 
 void add_admission_options(CLI::App& cmd, AdmissionOptions& options, const std::string& members) {
-  cmd.add_option("--allowlist", options.allowlist,
-                                   "Admit only these " + members +
-                                       "' keys: a file of 64-hex public keys, one per line");
+  cmd.add_option(
+      "--allowlist", options.allowlist,
+      "Admit only these " + members + "' keys: a file of 64-hex public keys, one per line");
   cmd.add_flag("--open", options.open,
-                            "Admit any key (a public run); one of --allowlist and --open is "
-                            "required");
+               "Admit any key (a public run); one of --allowlist and --open is required");
 }
 
 net::Admission admission_of(const AdmissionOptions& options) {

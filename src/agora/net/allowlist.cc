@@ -21,7 +21,7 @@ std::set<PublicKey> read_allowlist(const std::filesystem::path& path) {
     if (first == std::string::npos) continue;
     const auto last = line.find_last_not_of(" \t\r");
     keys.insert(key_from_hex(line.substr(first, last - first + 1),
-                                  fmt::format("{} line {}", path.string(), number)));
+                             fmt::format("{} line {}", path.string(), number)));
   }
   if (keys.empty()) {
     fail(
