@@ -187,7 +187,7 @@ void add_rl_sapo_node(CLI::App& rl) {
   cmd->add_option("--linger", o.linger_seconds, "Seconds answering peers after the last round")
       ->capture_default_str();
   cmd->add_option("--behave", o.behaviour,
-                  "honest, or what the peers must refuse: garbage, held-out")
+                  "honest, or what the peers must refuse or cap: garbage, held-out, flood")
       ->capture_default_str();
   cmd->add_option("--out", args->out, "Folder for sapo.jsonl")->capture_default_str();
   cmd->callback([args] {

@@ -4,14 +4,16 @@ groups they sample as text, two of them hostile.
 
     sapo_network_test.py AGORA OUT
 
-A small base model is made (as rl_network_test.py makes it), then four nodes run on loopback,
-each naming the other three as peers: two honest, one publishing tokens outside the vocabulary
+A small base model is made (as rl_network_test.py makes it), then five nodes run on loopback,
+each naming the other four as peers: two honest, one publishing tokens outside the vocabulary
 (--behave garbage), one publishing held-out problems with their correct answers (--behave
-held-out). Checked, from the structured output only:
+held-out), one publishing each of its valid groups eight times to fill its peers' pools (--behave
+flood; issue 38, finding 11). Checked, from the structured output only:
   - every node runs every round (sapo_node_round rows 1..ROUNDS) and exits 0;
-  - each honest node received exactly the other honest node's groups, OWN per round, and
-    refused every reply of the hostile ones whole, by the reason that names what was wrong
-    (bad_token, held_out), once per round;
+  - each honest node received exactly OWN groups per round from the other honest node and from
+    the flooding node (the rest of its reply capped, sapo_node_capped), and refused every reply of
+    the other hostile ones whole, by the reason that names what was wrong (bad_token, held_out),
+    once per round;
   - the groups it used are among those it received, at most SHARED a round;
   - the node's rewards are its own: cumulative_reward is the sum of its rounds' rewards.
 """
@@ -25,7 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rl_network_test import events, make_base, run  # noqa: E402
 
 ROUNDS, OWN, SHARED, GROUP = 3, 2, 2, 4
-NODES = {"honest0": "honest", "honest1": "honest", "garbage": "garbage", "held_out": "held-out"}
+NODES = {"honest0": "honest", "honest1": "honest", "garbage": "garbage", "held_out": "held-out",
+         "flood": "flood"}
+COPIES = 8  # the flooding node sends each of its groups this many times (sapo_node.cc)
 
 
 def main():
@@ -69,14 +73,19 @@ def main():
             assert 0 <= r["shared_used"] <= min(SHARED, r["shared_received"]), (name, r)
         if NODES[name] != "honest":
             continue
-        assert summary["shared_received"] == ROUNDS * OWN, (name, summary)
+        assert summary["shared_received"] == 2 * ROUNDS * OWN, (name, summary)
+        assert summary["capped"] == ROUNDS * OWN * (COPIES - 1), (name, summary)
+        capped = [e for e in log if e["event"] == "sapo_node_capped"]
+        assert {e["peer"] for e in capped} == {f"tcp://127.0.0.1:{ports['flood']}"}, capped
+        assert all(e["kept"] == OWN for e in capped) and len(capped) == ROUNDS, capped
         assert summary["refused"] == {"bad_token": ROUNDS, "held_out": ROUNDS}, (name, summary)
         refusals = [e for e in log if e["event"] == "sapo_node_refused"]
         by_peer = {e["peer"]: e["reason"] for e in refusals}
         assert by_peer == {f"tcp://127.0.0.1:{ports['garbage']}": "bad_token",
                            f"tcp://127.0.0.1:{ports['held_out']}": "held_out"}, by_peer
     print(f"ok: {len(NODES)} nodes x {ROUNDS} rounds; the honest nodes took {ROUNDS * OWN} groups "
-          "from each other and refused the garbage and held-out nodes' every round")
+          "from each other and as many from the flooding node, and refused the garbage and "
+          "held-out nodes' every round")
 
 
 if __name__ == "__main__":

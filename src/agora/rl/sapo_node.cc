@@ -179,18 +179,21 @@ void Node::publish(int64_t round, const std::vector<Group>& groups) {
   wire::Envelope e;
   auto* reply = e.mutable_sapo_groups();
   reply->set_round(static_cast<uint64_t>(round));
-  for (const Group& g : groups) {
-    auto* group = reply->add_groups();
-    group->set_problem_id(g.problem.id);
-    for (const auto& c : g.completions) {
-      auto* completion = group->add_completions();
-      if (o_.behaviour == "garbage") {
-        completion->add_tokens(static_cast<uint32_t>(model_->config().vocab_size) + 5);
-      } else if (o_.behaviour == "held-out") {
-        for (TokenId t : tokenizer_->encode(g.problem.solution)) completion->add_tokens(t);
-        completion->add_tokens(eot_);
-      } else {
-        for (TokenId t : c) completion->add_tokens(t);
+  const int copies = o_.behaviour == "flood" ? 8 : 1;
+  for (int copy = 0; copy < copies; ++copy) {
+    for (const Group& g : groups) {
+      auto* group = reply->add_groups();
+      group->set_problem_id(g.problem.id);
+      for (const auto& c : g.completions) {
+        auto* completion = group->add_completions();
+        if (o_.behaviour == "garbage") {
+          completion->add_tokens(static_cast<uint32_t>(model_->config().vocab_size) + 5);
+        } else if (o_.behaviour == "held-out") {
+          for (TokenId t : tokenizer_->encode(g.problem.solution)) completion->add_tokens(t);
+          completion->add_tokens(eot_);
+        } else {
+          for (TokenId t : c) completion->add_tokens(t);
+        }
       }
     }
   }
@@ -265,6 +268,16 @@ std::vector<Group> Node::gather(int64_t round, int64_t& received) {
                {"round", round},
                {"reason", *why}});
         } else {
+          const auto kept = std::min<size_t>(groups.size(), static_cast<size_t>(o_.sapo.own));
+          if (groups.size() > kept) {
+            summary_.capped += static_cast<int64_t>(groups.size() - kept);
+            log({{"event", "sapo_node_capped"},
+                 {"peer", o_.peers[i].endpoint},
+                 {"round", round},
+                 {"sent", groups.size()},
+                 {"kept", kept}});
+            groups.resize(kept);
+          }
           received += static_cast<int64_t>(groups.size());
           for (Group& g : groups) theirs.push_back(std::move(g));
         }
@@ -343,6 +356,7 @@ SapoNodeSummary Node::run() {
        {"shared_received", summary_.shared_received},
        {"shared_used", summary_.shared_used},
        {"refused", summary_.refused},
+       {"capped", summary_.capped},
        {"seconds", summary_.seconds}});
   return summary_;
 }
@@ -369,8 +383,9 @@ void validate(const SapoNodeOptions& o) {
   if (o.sapo.own > o.max_groups_per_reply) {
     fail("sapo own groups {} exceeds the {} a reply may hold", o.sapo.own, o.max_groups_per_reply);
   }
-  if (o.behaviour != "honest" && o.behaviour != "garbage" && o.behaviour != "held-out") {
-    fail("--behave {} is not known (allowed: honest, garbage, held-out)", o.behaviour);
+  if (o.behaviour != "honest" && o.behaviour != "garbage" && o.behaviour != "held-out" &&
+      o.behaviour != "flood") {
+    fail("--behave {} is not known (allowed: honest, garbage, held-out, flood)", o.behaviour);
   }
 }
 

@@ -17,8 +17,13 @@
 // than max_new_tokens, or holds a token outside the vocabulary. Only the peers named may connect
 // (their keys are the allowlist), and requests from each go through a token bucket.
 //
-// `behaviour` makes the node publish what its peers must refuse, for tests: garbage (tokens
-// outside the vocabulary) or held-out (held-out problems with their correct answers).
+// A reply is whole or refused; of a reply taken, at most `own` groups enter the pool the shared
+// groups are drawn from (the first; the rest are counted as capped): one node's share of the pool
+// is what an honest node publishes, however many groups it sends.
+//
+// `behaviour` makes the node publish what its peers must refuse or cap, for tests: garbage
+// (tokens outside the vocabulary), held-out (held-out problems with their correct answers) or
+// flood (each of its groups eight times, to fill its peers' pools).
 //
 // Output in `out`: sapo.jsonl (sapo_node_round per round, with the mean reward, the groups
 // received, used and refused by reason; sapo_node_summary at the end).
@@ -56,7 +61,7 @@ struct SapoNodeOptions {
   double linger_seconds = 10;  // answering peers after the last round
   int64_t max_groups_per_reply = 64;
   double peer_requests_per_second = 50, peer_burst = 200;
-  std::string behaviour = "honest";  // honest | garbage | held-out
+  std::string behaviour = "honest";  // honest | garbage | held-out | flood
   std::filesystem::path out = "runs/sapo-node";
   bool progress = true;
   const std::atomic<bool>* stop = nullptr;
@@ -71,6 +76,7 @@ struct SapoNodeSummary {
   double base_accuracy = 0, accuracy = 0;
   int64_t shared_received = 0, shared_used = 0;
   std::map<std::string, int64_t> refused;  // replies refused, by reason
+  int64_t capped = 0;  // groups beyond `own` in replies taken, left out of the pool
   double seconds = 0;
 };
 
