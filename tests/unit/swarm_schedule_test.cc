@@ -285,9 +285,10 @@ TEST(SwarmSchedule, RefusesWhatItCannotServe) {
   EXPECT_TRUE(s.hello(key(1), endpoint(1), 1, 0).refused.empty());
   EXPECT_NE(s.hello(key(2), endpoint(2), 1, 0).refused.find("full"), std::string::npos);
   EXPECT_NE(s.poll(key(9), ready(0, 0), 0).refused.find("hello"), std::string::npos);
-  // A hello from a known key is a restart: the old one is lost, the new one joins.
-  EXPECT_TRUE(s.hello(key(1), endpoint(3), 1, 1).refused.empty());
-  EXPECT_EQ(s.summary(1)["lost"], 1);
+  // A hello from a known key, a peer timeout after its last, is a restart: the old one is lost,
+  // the new one joins.
+  EXPECT_TRUE(s.hello(key(1), endpoint(3), 1, o.peer_timeout).refused.empty());
+  EXPECT_EQ(s.summary(o.peer_timeout)["lost"], 1);
   SwarmScheduleOptions bad = options();
   bad.micro_batches = 0;
   EXPECT_THROW(SwarmSchedule{bad}, Error);
@@ -377,6 +378,36 @@ TEST(SwarmSchedule, ARestartInTheRoundKeepsTheContributionsThatCame) {
   const auto arrived = t.take_contributions();
   ASSERT_EQ(arrived.size(), 1u);
   EXPECT_EQ(arrived[0].key, key(1));
+}
+
+// Issue 38, finding 10: every hello from a known key was a restart, so a member sending hellos
+// at its rate limit lost itself, bumped the epoch (stage 0 sent again all it had in flight) and
+// logged a loss and a join, each time.
+TEST(SwarmSchedule, AHelloAgainWithinAPeerTimeoutIsNoRestart) {
+  const SwarmScheduleOptions o = options();
+  SwarmSchedule s(o);
+  ASSERT_TRUE(s.hello(key(0), endpoint(0), 0, 0).refused.empty());
+  ASSERT_TRUE(s.hello(key(1), endpoint(1), 1, 0).refused.empty());
+  s.take_events();
+  const uint64_t epoch = s.epoch();
+  for (int i = 1; i <= 1000; ++i) {
+    const double t = 0.001 * i;
+    ASSERT_TRUE(s.hello(key(1), endpoint(1), i % 2 == 0 ? 1 : -1, t).refused.empty()) << i;
+  }
+  EXPECT_EQ(s.epoch(), epoch);
+  EXPECT_EQ(s.summary(1)["lost"], 0);
+  for (const nlohmann::json& e : s.take_events()) {
+    EXPECT_NE(e["event"], "swarm_lost") << e;
+    EXPECT_NE(e["event"], "swarm_join") << e;
+  }
+  // Meanwhile another endpoint or stage is refused, and named.
+  const std::string moved = s.hello(key(1), endpoint(5), 1, 1.5).refused;
+  EXPECT_NE(moved.find("another endpoint or stage"), std::string::npos) << moved;
+  EXPECT_FALSE(s.hello(key(1), endpoint(1), 0, 1.5).refused.empty());
+  // A peer timeout after its last hello, a hello is a restart again.
+  EXPECT_TRUE(s.hello(key(1), endpoint(5), 1, 1 + o.peer_timeout).refused.empty());
+  EXPECT_EQ(s.summary(1 + o.peer_timeout)["lost"], 1);
+  EXPECT_EQ(s.epoch(), epoch + 1);
 }
 
 TEST(SwarmSchedule, FinishesAfterTheLastStep) {

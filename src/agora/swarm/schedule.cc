@@ -105,7 +105,27 @@ SwarmAnswer SwarmSchedule::hello(const std::string& key, const std::string& endp
                     endpoint.substr(0, 64));
     return answer;
   }
-  if (members_.count(key) != 0) lose(key, "restarted", now);
+  if (const auto it = members_.find(key); it != members_.end()) {
+    Member& known = it->second;
+    if (now - known.hello_at < o_.peer_timeout) {
+      // Again within a peer timeout of its last hello: an answer that was lost, never a restart
+      // (no process restarts that fast). Taken as a restart, hellos at the rate limit would each
+      // lose the member, bump the epoch (stage 0 sends again all it has in flight) and log a
+      // loss and a join.
+      if (known.endpoint != endpoint || (stage >= 0 && stage != known.stage)) {
+        answer.refused = fmt::format(
+            "hello again within {:g} s of the last, with another endpoint or stage (allowed: the "
+            "same endpoint and stage, or another after {:g} s)",
+            o_.peer_timeout, o_.peer_timeout);
+        return answer;
+      }
+      known.hello_at = now;
+      SwarmReport again;
+      again.stage = known.stage;
+      return poll(key, again, now);
+    }
+    lose(key, "restarted", now);
+  }
   if (static_cast<int64_t>(members_.size()) >= o_.max_members) {
     answer.refused = fmt::format("the swarm is full ({} members)", o_.max_members);
     return answer;
@@ -118,7 +138,7 @@ SwarmAnswer SwarmSchedule::hello(const std::string& key, const std::string& endp
   Member m;
   m.endpoint = endpoint;
   m.stage = stage;
-  m.last_heard = now;
+  m.last_heard = m.hello_at = now;
   m.id = next_id_++;
   members_[key] = m;
   event({{"event", "swarm_join"}, {"peer", short_hex(key)}, {"stage", stage}, {"step", step_}});

@@ -177,6 +177,7 @@ class SwarmSchedule {
     std::string hash;
     double seconds_per_sample = 0;
     double last_heard = 0;
+    double hello_at = 0;         // its last hello: another within peer_timeout is no restart
     std::set<uint32_t> holding;  // stage 0: micro-batches given, not done
     int64_t micro_batches = 0;   // done, over the run (stage 0)
     uint64_t id = 0;             // order of joining, for balance.h
