@@ -238,7 +238,7 @@ def rl_scenario(agora, _data, out):
           f"finished {RL_STEPS} updates")
 
 
-SWARM_STEPS = 12
+SWARM_STEPS = 16  # room after the second kill for a replica that lost an answer to catch up
 
 
 def swarm_scenario(agora, data, out):

@@ -151,7 +151,8 @@ def main():
     assert metric("agora_rl_rollouts_total", '{verdict="accepted"}') == STEPS * PROMPTS * GROUP
     assert metric("agora_rl_rollouts_total", '{verdict="mismatch"}') >= 1
     assert metric("agora_rl_policy_bytes_total", '{kind="delta"}') > 0
-    assert keys["cheat"] in page and "agora rl" in page
+    # The page (web/rl.html) renders /api/rl in the browser: it is the role's page, reading it.
+    assert "<title>agora rl</title>" in page and "/api/rl" in page, page[:300]
     print(f"ok: {STEPS} updates, honest worker {honest['accepted']} accepted, cheater "
           f"({cheat}) banned with {strikes[keys['cheat']]} strikes, "
           f"{len(policies)} policy updates hash-checked")

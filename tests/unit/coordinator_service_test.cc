@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <stdexcept>
 #include <thread>
 
 #include "agora/config/run_config.h"
@@ -58,18 +59,18 @@ class CoordinatorServiceTest : public testing::TempDirTest {
     std::vector<std::string> all = {
         "network.listen=\"tcp://127.0.0.1:*\"",
         fmt::format("network.state_db=\"{}\"", (dir_ / "coordinator.db").string()),
+        "network.open=true",  // the test's clients have fresh keys
         // These clients commit bare payload hashes, with no strategy state to check.
         "verify.rate=0"};
     all.insert(all.end(), overrides.begin(), overrides.end());
     config_ = RunConfig::parse("", "<service test>", all);
-    std::promise<std::string> bound;
-    auto endpoint = bound.get_future();
+    auto endpoint = bound_.get_future();
     ServiceOptions options;
     options.base_dir = dir_;
     options.http = obs::HttpAddress{"127.0.0.1", 0};
-    options.on_listening = [&bound, this](const std::string& e, int http_port) {
+    options.on_listening = [this](const std::string& e, int http_port) {
       http_port_ = http_port;
-      bound.set_value(e);
+      bound_.set_value(e);
     };
     coordinator_ = std::thread([this, options] {
       try {
@@ -78,7 +79,10 @@ class CoordinatorServiceTest : public testing::TempDirTest {
         ADD_FAILURE() << "the coordinator failed: " << e.what();
       }
     });
-    EXPECT_EQ(endpoint.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    // A coordinator that failed to start fails the test now, not at ctest's timeout.
+    if (endpoint.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      throw std::runtime_error("the coordinator did not start listening within 30 s");
+    }
     return endpoint.get();
   }
 
@@ -111,6 +115,7 @@ class CoordinatorServiceTest : public testing::TempDirTest {
 
   RunConfig config_;
   int http_port_ = 0;
+  std::promise<std::string> bound_;  // a member: a late on_listening never writes freed memory
   Identity identity_ = Identity::generate();
   std::atomic<bool> stop_{false};
   std::thread coordinator_;
