@@ -123,7 +123,7 @@ def aggregate(contributions, num_chunks, size, quantize_one_bit):
 def bound_influence(contributions, ratio):
     """Bounded influence (docs/algorithms.md 1.11), on one tensor's transmitted values
     (contributions = [(positions, values), ...] in peer order, one-bit values already signs):
-    a payload whose norm is above ratio times the lower median of the norms has its values
+    a payload whose norm is above ratio times the lower median of the nonzero norms has its values
     scaled down to that bound. Norms are sums of squares in float64, value by value in the wire
     order, as agora sums them; the scale is rounded to float32 once. ratio 0 turns it off."""
     if ratio <= 0 or len(contributions) < 2:
@@ -132,7 +132,10 @@ def bound_influence(contributions, ratio):
     for _, values in contributions:
         v = values.reshape(-1).to(torch.float64).numpy()
         norms.append(math.sqrt(float(np.cumsum(v * v)[-1])) if v.size else 0.0)
-    bound = ratio * sorted(norms)[(len(norms) - 1) // 2]
+    nonzero = sorted(n for n in norms if n > 0)  # entries of all zeros are left out
+    if not nonzero:
+        return contributions
+    bound = ratio * nonzero[(len(nonzero) - 1) // 2]
     out = []
     for (positions, values), norm in zip(contributions, norms):
         if norm > bound:

@@ -97,6 +97,24 @@ TEST(Influence, AMinorityCannotMoveTheBoundOutOfTheHonestRange) {
   }
 }
 
+// Issue 38, finding 12: all-zero entries counted in the median. With half of a round zeros (a
+// swarm stage of two with one hostile replica) the lower median was 0 and every honest entry
+// was scaled to nothing. Zeros are left out now: the honest entries keep their bits.
+TEST(Influence, AllZeroEntriesDoNotPullTheBoundToZero) {
+  for (int honest_count : {1, 2, 3}) {
+    std::vector<Payload> payloads = honest(honest_count, 40 + honest_count);
+    const std::vector<Payload> before = payloads;
+    for (int a = 0; a < honest_count; ++a) payloads.push_back(payload_of(std::vector<float>(16, 0.0f)));
+    bound_influence(payloads, 1e9);  // a ratio no honest spread reaches: nothing may be scaled
+    for (size_t j = 0; j < before.size(); ++j) {
+      EXPECT_EQ(payloads[j], before[j]) << "honest " << j << " of " << honest_count;
+    }
+  }
+  // A round of nothing but zeros is left as it is.
+  std::vector<Payload> zeros(3, payload_of(std::vector<float>(16, 0.0f)));
+  EXPECT_EQ(bound_influence(zeros, 1.0), 0);
+}
+
 TEST(Influence, RatioZeroTurnsItOffAndOneBitIsNeverScaled) {
   std::vector<Payload> payloads = honest(3, 7);
   payloads.push_back(payload_of(std::vector<float>(16, 1e20f)));

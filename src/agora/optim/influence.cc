@@ -50,7 +50,14 @@ int64_t bound_influence(std::vector<Payload>& payloads, double ratio) {
   std::vector<double> norms(payloads.size()), sorted;
   for (size_t t = 0; t < tensors; ++t) {
     norms_of(payloads, t, norms);
-    sorted = norms;
+    // Entries of all zeros carry nothing and are left out of the median: counted, a round of
+    // zeros half full (a stage of two with one hostile replica) would bound every honest entry
+    // to nothing.
+    sorted.clear();
+    for (const double n : norms) {
+      if (n > 0) sorted.push_back(n);
+    }
+    if (sorted.empty()) continue;
     std::sort(sorted.begin(), sorted.end());
     const double bound = ratio * sorted[(sorted.size() - 1) / 2];
     for (size_t j = 0; j < payloads.size(); ++j) {

@@ -6,14 +6,17 @@
 // every payload's values are bounded per tensor:
 //
 //   n_j   = ||values of payload j for tensor t||_2        (summed in double, in order)
-//   m     = the lower median of n_1..n_P                  (sorted ascending, index (P-1)/2)
+//   m     = the lower median of the nonzero n_j           (sorted ascending, index (Q-1)/2 of Q)
 //   bound = ratio * m
 //   a payload with n_j > bound has its values for t scaled by bound / n_j (float)
 //
 // Why the lower median: with f hostile payloads among P, the element at index (P-1)/2 lies
 // between two honest norms whenever f <= (P-1)/2, whether the attackers send huge or zero
 // values; so a strict minority cannot raise or lower the bound past the honest range. With two
-// payloads it is the smaller one (a run of two has no majority to defend). Honest payloads are
+// payloads it is the smaller one (a run of two has no majority to defend). Entries of all zeros
+// are left out: they carry nothing, and counted they let zeros, half of a round, bound every
+// honest entry to nothing (a near-zero entry still pulls the median as any other value does).
+// Honest payloads are
 // rarely above twice the median, so at the default ratio of 2 an honest-only step is usually
 // left bit for bit as it was (bench/poisoning counts how often it is not).
 //
