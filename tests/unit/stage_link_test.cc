@@ -218,7 +218,10 @@ TEST(StageLinkAdmission, OnlyTheNamedPreviousStageIsHeard) {
   hello.mutable_stage_data()->mutable_hello()->set_fingerprint(kRun);
   real.send(hello);
   EXPECT_EQ(link.start(kRun, {}), 0u);
-  EXPECT_EQ(link.ignored(), 1u);
+  // Issue 38, finding 8: the outsider's handshake is refused, so its frame is never received
+  // (it was received, decoded and dropped: ignored() was 1).
+  EXPECT_EQ(link.ignored(), 0u);
+  EXPECT_GE(link.refused_handshakes(), 1u);
 }
 
 TEST(StageLinkAdmission, WithoutAKeyTheFirstToSpeakIsThePreviousStage) {
@@ -248,7 +251,9 @@ TEST(StageLinkAdmission, WithoutAKeyTheFirstToSpeakIsThePreviousStage) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   real.send(data);
   EXPECT_NO_THROW(link.await(BoundaryDirection::kForward, 0, 0));
-  EXPECT_EQ(link.ignored(), 2u);
+  // Once the previous stage spoke, only its key passes the handshake.
+  EXPECT_EQ(link.ignored(), 0u);
+  EXPECT_GE(link.refused_handshakes(), 1u);
   // The gradient goes back to the real previous stage.
   h.direction = BoundaryDirection::kBackward;
   h.stage = 1;

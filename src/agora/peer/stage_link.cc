@@ -43,11 +43,23 @@ StageLink::StageLink(const net::Identity& identity, const StageLinkOptions& opti
       max_waiting_(options.max_waiting) {
   net::DecodeLimits limits;
   if (stage_ > 0) server_.emplace(context_, identity, options.listen, limits);
-  if (options.prev_key) prev_curve_ = net::curve_public_of(*options.prev_key);
+  if (options.prev_key) {
+    prev_curve_ = net::curve_public_of(*options.prev_key);
+    admit_only_previous();
+  }
   if (stage_ < stages_ - 1) {
     client_.emplace(context_, identity, options.next, options.next_key, limits);
   }
   last_heard_prev_ = last_heard_next_ = Clock::now();
+}
+
+// From now on the handshake itself refuses every other key, so an outsider's frames (up to the
+// frame limit) are never received, decrypted and parsed only to be dropped (issue 38, finding 8).
+void StageLink::admit_only_previous() {
+  net::Admission only;
+  only.open = false;
+  only.curve_keys = {prev_curve_};
+  context_.set_admission(std::move(only));
 }
 
 std::string StageLink::endpoint() const {
@@ -182,7 +194,10 @@ void StageLink::pump(std::chrono::milliseconds wait) {
   serve::poll(items, wait);
   if (server_) {
     while (auto in = server_->recv()) {
-      if (prev_curve_.empty()) prev_curve_ = in->curve_key;  // trust on first use
+      if (prev_curve_.empty()) {  // trust on first use
+        prev_curve_ = in->curve_key;
+        admit_only_previous();
+      }
       if (in->curve_key != prev_curve_) {
         ++ignored_;
         continue;

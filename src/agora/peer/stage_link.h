@@ -22,7 +22,9 @@
 // first key that speaks to it (trust on first use: enough on a private network, not against an
 // outsider racing the real previous stage, which --prev-key stops). Messages from any other key
 // are dropped unread (ignored() counts them): they cannot stop the stage, fill its queue or take
-// over the route its gradients go back on. The next stage is the one whose key the CURVE
+// over the route its gradients go back on. Once the previous stage's key is known (at once with
+// `prev_key`), the CURVE handshake admits that key only (refused_handshakes() counts the others),
+// so an outsider cannot even make the stage receive a frame. The next stage is the one whose key the CURVE
 // handshake proved.
 //
 // Failure: a neighbour silent for `timeout_seconds` while this stage waits on it
@@ -93,6 +95,8 @@ class StageLink {
   int64_t blamed() const { return blamed_; }
   // Messages dropped because another key than the previous stage's sent them.
   uint64_t ignored() const { return ignored_; }
+  // Handshakes the admission refused (keys other than the previous stage's, once it is known).
+  uint64_t refused_handshakes() const { return context_.refused(); }
   uint64_t bytes_sent() const;
   uint64_t bytes_received() const;
 
@@ -100,6 +104,7 @@ class StageLink {
   using Clock = std::chrono::steady_clock;
 
   void pump(std::chrono::milliseconds wait);
+  void admit_only_previous();
   void take(const wire::Envelope& message, BoundaryDirection expected);
   void take_hello(const wire::StageHello& hello, BoundaryDirection expected);
   // Pumps until `ready` or the neighbour in `direction` has been silent for the timeout.
