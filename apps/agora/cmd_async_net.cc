@@ -59,6 +59,12 @@ void add_async_serve(CLI::App& async) {
                   "Refuse pseudo-gradients from parameters more versions old than this")
       ->capture_default_str();
   cmd->add_option("--strikes", o.max_strikes, "Strikes that ban a worker")->capture_default_str();
+  cmd->add_option("--min-deadline", o.min_deadline,
+                  "sync: the least seconds a round waits for a worker's piece")
+      ->capture_default_str();
+  cmd->add_option("--deadline-factor", o.deadline_factor,
+                  "sync: a round's deadline is this many times H x the measured seconds per step")
+      ->capture_default_str();
   cmd->add_option("--out", args->out, "Folder for events.jsonl and the checkpoint 'final'")
       ->capture_default_str();
   cmd->callback([args] {

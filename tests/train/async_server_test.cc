@@ -5,11 +5,13 @@
 // state hash.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "agora/async/outer_server.h"
@@ -250,6 +252,106 @@ TEST(AsyncServer, RefusesEveryLieAndAppliesAnHonestDelivery) {
   EXPECT_EQ(s.verdicts.at(std::string(kMalformed)), 2);
   EXPECT_EQ(s.banned.size(), 2u);
   EXPECT_TRUE(fs::exists(o.out / "final"));
+  fs::remove_all(root);
+}
+
+// The events the server wrote so far.
+std::vector<nlohmann::json> events_of(const fs::path& out) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream events(out / "events.jsonl");
+  std::string line;
+  while (std::getline(events, line)) {
+    auto row = nlohmann::json::parse(line, nullptr, false);
+    if (row.is_object()) rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// Under sync a round waited for every serving worker's piece: a worker that held its work and
+// never delivered, or never asked for work, held the run at its round for good. Past the
+// round's deadline the held piece lapses, the round closes with what came, and both are struck.
+TEST(AsyncServer, ASyncRoundClosesAtItsDeadlineWithoutHoldersAndAbsentees) {
+  const fs::path data = fs::path(AGORA_DATA_DIR) / "tokens" / "sp8k";
+  if (!fs::exists(data / "meta.json")) GTEST_SKIP() << "no " << data << " (run make data)";
+  const fs::path root = fs::temp_directory_path() / ("agora_async_sync_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  const RunConfig config =
+      RunConfig::load(fs::path(AGORA_SOURCE_DIR) / "bench" / "async" / "async.toml",
+                      {"data.dir=" + data.string(), "train.eval_windows=2"});
+  const net::Identity server_id = net::Identity::from_seed(std::string(32, '\x03'));
+  OuterServerOptions o;
+  o.run_id = "async-sync-test";
+  o.listen = "tcp://127.0.0.1:*";
+  o.workers = 3;
+  o.method = "sync";
+  o.seconds = 600;
+  o.eval_every = 300;
+  o.max_strikes = 2;
+  o.min_deadline = 0.5;
+  o.deadline_factor = 2;  // 1 s before anything is measured
+  o.linger_seconds = 0.2;
+  o.progress = false;
+  o.out = root / "server";
+  std::atomic<bool> stop{false};
+  o.stop = &stop;
+  auto server = std::async(std::launch::async, [&] { return serve_outer(config, server_id, o); });
+  struct StopOnExit {
+    std::atomic<bool>& stop;
+    ~StopOnExit() { stop = true; }
+  } stop_on_exit{stop};
+  std::string endpoint;
+  for (int i = 0; i < 600 && endpoint.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (const nlohmann::json& row : events_of(o.out)) {
+      if (row.value("event", "") == "async_start") endpoint = row.at("listen");
+    }
+  }
+  ASSERT_FALSE(endpoint.empty());
+  RunConfig inner = config;
+  inner.optimizer.name = "adamw";
+  Llama model = Learner::create(inner, torch::kCPU).model;
+
+  Client honest(endpoint, server_id.public_key(), 20), holder(endpoint, server_id.public_key(), 21),
+      idle(endpoint, server_id.public_key(), 22);
+  const wire::AsyncRun run = honest.hello(honest.identity.public_key());
+  ASSERT_TRUE(holder.hello(holder.identity.public_key()).refused().empty());
+  ASSERT_TRUE(idle.hello(idle.identity.public_key()).refused().empty());  // and nothing more
+
+  for (uint64_t round = 0; round < 2; ++round) {
+    wire::AsyncWork work = honest.work(round);
+    ASSERT_GT(work.steps(), 0u) << "round " << round;
+    if (round == 0) {
+      ASSERT_GT(holder.work(0).steps(), 0u);  // takes its piece, never delivers
+    }
+    const wire::AsyncReceipt ok =
+        honest.deliver(work.work_id(), filled_payload(model, work.work_id(), 1e-3f), run.run_id());
+    ASSERT_EQ(ok.verdict(), kAccepted) << ok.reason();
+    // The round closes once its deadline passes: version round + 1.
+    const wire::AsyncWork next = honest.work(round);
+    ASSERT_EQ(next.version(), round + 1) << "round " << round << " never closed";
+    wire::Envelope ask;
+    ask.mutable_get_params()->set_have_version(round);
+    honest.client.send(ask);
+    ASSERT_TRUE(honest.wait(&wire::Envelope::has_params).has_value());
+  }
+  stop = true;
+  const OuterServerSummary s = server.get();
+  EXPECT_EQ(s.updates, 2);
+  EXPECT_EQ(s.banned.size(), 2u);  // the holder and the idle one, two strikes each
+  std::map<std::string, std::vector<std::string>> states;
+  for (const nlohmann::json& row : events_of(o.out)) {
+    if (row.value("event", "") == "async_worker" && row.contains("state")) {
+      states[row.value("worker", "")].push_back(row["state"]);
+    }
+  }
+  const std::string h = net::key_to_hex(honest.identity.public_key());
+  for (const std::string& state : states[h]) EXPECT_EQ(state, "joined") << "honest: " << state;
+  const auto& held = states[net::key_to_hex(holder.identity.public_key())];
+  EXPECT_NE(std::find(held.begin(), held.end(), "late"), held.end());
+  EXPECT_NE(std::find(held.begin(), held.end(), "banned"), held.end());
+  const auto& absent = states[net::key_to_hex(idle.identity.public_key())];
+  EXPECT_EQ(std::count(absent.begin(), absent.end(), "absent"), 2);
+  EXPECT_NE(std::find(absent.begin(), absent.end(), "banned"), absent.end());
   fs::remove_all(root);
 }
 

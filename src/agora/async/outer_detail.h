@@ -102,6 +102,10 @@ class Server {
   int64_t serving() const { return workers_.serving(); }  // workers not banned
   // Drops the worker's work; under sync, a piece of the current round counts as resolved.
   void lapse(Worker& w);
+  // sync: the round's deadline (OuterServerOptions::min_deadline), and what passing it does.
+  double round_deadline() const;
+  void enforce_round_deadline();
+  void strike(Worker& w, const std::string& why);
   void start_http();
   // Copies what /api/async and /metrics show; once a second and at the end.
   void publish_status();
@@ -123,6 +127,8 @@ class Server {
   // sync: the round's accepted pseudo-gradients, summed, and how many.
   std::vector<torch::Tensor> round_sum_;
   int64_t round_accepted_ = 0, round_resolved_ = 0, round_handed_ = 0;
+  double round_started_ = -1;  // the round's first hand-out (this process's clock), -1: none
+  bool round_overdue_ = false;  // past its deadline: it closes with what was handed out
   std::vector<Snapshot> snapshots_;
   std::unique_ptr<OuterStore> store_;
   bool dirty_ = false;  // something a save must keep changed since the last one

@@ -136,6 +136,7 @@ void Server::restore(const OuterSave& save) {
   round_accepted_ = round.at(0);
   round_resolved_ = round.at(1);
   round_handed_ = round.at(2);
+  round_started_ = round_handed_ > 0 ? now() : -1;  // the deadline starts again here
   // Workers come back as members: a delivery already on its way is taken as if nothing
   // happened, and a ban stays a ban.
   for (const nlohmann::json& j : s.at("workers")) {

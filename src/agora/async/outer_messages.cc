@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "agora/async/outer_detail.h"
 #include "agora/core/error.h"
@@ -96,7 +98,8 @@ void Server::on_get_work(const net::Incoming& in, Worker& w) {
     work->set_work_id(w.work->id);
     work->set_first_sequence(w.work->first_sequence);
     work->set_steps(static_cast<uint32_t>(w.work->steps));
-  } else if (o_.method == "sync" && (w.delivered_round == newest || round_handed_ >= serving())) {
+  } else if (o_.method == "sync" &&
+             (w.delivered_round == newest || round_handed_ >= serving() || round_overdue_)) {
     work->set_retry_ms(20);  // this round's work is out; the next round starts when it is in
   } else {
     lapse(w);
@@ -115,7 +118,7 @@ void Server::on_get_work(const net::Incoming& in, Worker& w) {
     }
     next.handed_at = now();
     next_sequence_ += static_cast<uint64_t>(next.steps * sequences_per_step_);
-    if (o_.method == "sync") ++round_handed_;
+    if (o_.method == "sync" && round_handed_++ == 0) round_started_ = now();
     work->set_work_id(next.id);
     work->set_first_sequence(next.first_sequence);
     work->set_steps(static_cast<uint32_t>(next.steps));
@@ -131,22 +134,74 @@ void Server::lapse(Worker& w) {
   w.work.reset();
 }
 
+void Server::strike(Worker& w, const std::string& why) {
+  ++w.strikes;
+  if (w.strikes >= o_.max_strikes && !w.banned) {
+    workers_.ban(w);
+    lapse(w);
+    log({{"event", "async_worker"},
+         {"worker", w.name},
+         {"state", "banned"},
+         {"strikes", w.strikes},
+         {"why", why}});
+  }
+}
+
+double Server::round_deadline() const {
+  std::vector<double> paces;
+  for (const auto& [curve, w] : workers_) {
+    if (!w.banned && w.pace.known() && w.pace.seconds_per_step() > 0) {
+      paces.push_back(w.pace.seconds_per_step());
+    }
+  }
+  if (paces.empty()) return o_.min_deadline * o_.deadline_factor;
+  // The lower median: one slow (or lying) worker of two cannot stretch it.
+  const auto mid = paces.begin() + static_cast<std::ptrdiff_t>((paces.size() - 1) / 2);
+  std::nth_element(paces.begin(), mid, paces.end());
+  return std::max(o_.min_deadline, o_.deadline_factor * static_cast<double>(H_) * *mid);
+}
+
+// sync: a round waits for every serving worker's piece. A worker that holds its piece past the
+// deadline, or never asks for one, would hold the round (and the run) open for good; past the
+// deadline its piece lapses, the round closes without it, and it is struck (async_worker
+// "late" / "absent" events).
+void Server::enforce_round_deadline() {
+  if (o_.method != "sync" || round_started_ < 0 || round_overdue_ ||
+      now() - round_started_ <= round_deadline()) {
+    return;
+  }
+  const uint64_t newest = published_.version();
+  std::vector<Worker*> late, absent;
+  for (auto& [curve, w] : workers_) {
+    if (w.banned) continue;
+    if (w.work && w.work->version == newest) {
+      late.push_back(&w);
+    } else if (!w.work && w.delivered_round != newest) {
+      absent.push_back(&w);
+    }
+  }
+  for (Worker* w : late) {
+    log({{"event", "async_worker"}, {"worker", w->name}, {"state", "late"},
+         {"deadline", round_deadline()}});
+    lapse(*w);
+    strike(*w, "held its work past the round's deadline");
+  }
+  for (Worker* w : absent) {
+    log({{"event", "async_worker"}, {"worker", w->name}, {"state", "absent"},
+         {"deadline", round_deadline()}});
+    strike(*w, "took no work within the round's deadline");
+  }
+  // Whoever took no work is not waited for: the round is what was handed out.
+  round_overdue_ = true;
+  dirty_ = true;
+}
+
 void Server::receipt(const net::Incoming& in, uint64_t work_id, std::string_view verdict,
                      const std::string& reason, Worker& w) {
   ++summary_.verdicts[std::string(verdict)];
   obs::counter(metrics_, obs::metric::kAsyncDeliveries, {{"verdict", std::string(verdict)}}).inc();
   if (verdict == kAccepted) ++w.accepted;
-  if (strikes(verdict)) {
-    ++w.strikes;
-    if (w.strikes >= o_.max_strikes && !w.banned) {
-      workers_.ban(w);
-      lapse(w);
-      log({{"event", "async_worker"},
-           {"worker", w.name},
-           {"state", "banned"},
-           {"strikes", w.strikes}});
-    }
-  }
+  if (strikes(verdict)) strike(w, std::string(verdict));
   wire::Envelope e;
   auto* r = e.mutable_async_receipt();
   r->set_work_id(work_id);

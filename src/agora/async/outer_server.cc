@@ -191,15 +191,18 @@ OuterServerSummary Server::run() {
     }
     snapshot_due(false);
     // sync: the round ends when every piece of its work is resolved.
-    // A banned or forgotten worker leaves the round smaller.
-    if (o_.method == "sync" && round_handed_ > 0 && round_handed_ >= serving() &&
-        round_resolved_ >= round_handed_) {
+    // A banned or forgotten worker leaves the round smaller; one past the deadline, too.
+    enforce_round_deadline();
+    if (o_.method == "sync" && round_handed_ > 0 &&
+        (round_handed_ >= serving() || round_overdue_) && round_resolved_ >= round_handed_) {
       if (round_accepted_ > 0) {
         for (auto& t : round_sum_) t.div_(static_cast<double>(round_accepted_));
         apply(round_sum_);
       }
       round_sum_.clear();
       round_accepted_ = round_resolved_ = round_handed_ = 0;
+      round_started_ = -1;
+      round_overdue_ = false;
       dirty_ = true;
     }
     if (finished_at < 0 && running() && run_seconds() >= o_.seconds) {
@@ -308,6 +311,12 @@ void validate(const OuterServerOptions& o, const RunConfig& config) {
   if (o.max_staleness < 0)
     fail("async max staleness {} is invalid (allowed: >= 0)", o.max_staleness);
   if (o.max_strikes < 1) fail("async max strikes {} is invalid (allowed: >= 1)", o.max_strikes);
+  if (!(o.min_deadline > 0) || !std::isfinite(o.min_deadline)) {
+    fail("async min deadline {} s is invalid (allowed: > 0)", o.min_deadline);
+  }
+  if (!(o.deadline_factor >= 1) || !std::isfinite(o.deadline_factor)) {
+    fail("async deadline factor {} is invalid (allowed: >= 1)", o.deadline_factor);
+  }
   if (o.max_workers < o.workers) {
     fail("async max workers {} is below the run's workers {}", o.max_workers, o.workers);
   }

@@ -74,6 +74,12 @@ struct OuterServerOptions {
   int64_t max_staleness = 32;
   NormGuardOptions norm_guard;
   int max_strikes = 3;
+  // sync: a round's deadline from its first hand-out, max(min_deadline, deadline_factor x H x
+  // the lower median of the workers' measured seconds per inner step); before anything is
+  // measured, min_deadline x deadline_factor. Work held past it lapses and strikes its worker;
+  // a round past it closes without the workers that took no work, and strikes them.
+  double min_deadline = 30;
+  double deadline_factor = 4;
   int max_workers = 64;
   double worker_messages_per_second = 200, worker_burst = 1000;
   int64_t max_param_bytes_in_flight = int64_t{1} << 30;
