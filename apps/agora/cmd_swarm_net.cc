@@ -12,6 +12,7 @@
 #include "agora/net/identity.h"
 #include "agora/pipeline/partition.h"
 #include "agora/pipeline/stage_checkpoint.h"
+#include "agora/swarm/contribution_check.h"
 #include "agora/swarm/coordinator_server.h"
 #include "agora/swarm/swarm_peer.h"
 #include "admission_options.h"
@@ -76,6 +77,15 @@ void add_swarm_serve(CLI::App& swarm) {
   cmd->add_option("--min-gain", s.min_gain, "The least bottleneck gain a move must bring")
       ->capture_default_str();
   cmd->add_option("--max-peers", s.max_members, "Members at most")->capture_default_str();
+  cmd->add_option("--min-deadline", s.min_deadline,
+                  "The least seconds a replica may hold micro-batches or a round")
+      ->capture_default_str();
+  cmd->add_option("--deadline-factor", s.deadline_factor,
+                  "Deadlines are this many times the measured time (at least --min-deadline)")
+      ->capture_default_str();
+  cmd->add_option("--max-strikes", s.max_strikes, "Strikes (missed deadlines, refused "
+                                                  "contributions) that ban a replica")
+      ->capture_default_str();
   cmd->add_option("--costs", args->costs,
                   "Each stage's relative compute, for rebalancing (default: from the cut)")
       ->delimiter(',');
@@ -92,14 +102,15 @@ void add_swarm_serve(CLI::App& swarm) {
     options.schedule.steps = config.train.steps;
     options.schedule.micro_batch_size = config.train.micro_batch_size;
     options.schedule.micro_batches = config.train.batch_size / config.train.micro_batch_size;
-    // A DeMo contribution holds at most a position and a value per parameter of its stage.
-    int64_t largest = 0;
-    for (const StageSpan& span : partition_model(config.model, config.pipeline.stages)) {
-      largest = std::max(largest, span.parameters);
-    }
+    // A poll carries at most its stage's DeMo contribution, whose size the layout fixes; the
+    // coordinator decodes each against it before the round keeps it (contribution_check.h).
+    std::vector<PayloadLayout> layouts = swarm_contribution_layouts(config);
+    size_t largest = 0;
+    for (const PayloadLayout& layout : layouts) largest = std::max(largest, encoded_size(layout));
     options.max_message_bytes = net::fits_one_message(
-        static_cast<size_t>(largest) * 12 + (size_t{1} << 20),
-        fmt::format("the DeMo contributions of a stage of {} parameters", largest));
+        largest + (size_t{1} << 20),
+        fmt::format("a DeMo contribution of {} bytes (the largest stage's)", largest));
+    options.schedule.check_contribution = contribution_checker(std::move(layouts));
     options.schedule.costs = !args->costs.empty()
                                  ? args->costs
                                  : swarm_stage_costs(config.model, config.pipeline.stages);
@@ -159,6 +170,9 @@ void add_swarm_peer(CLI::App& swarm) {
   cmd->add_option("--timeout", o.timeout_seconds,
                   "Seconds before a silent coordinator or an unanswered micro-batch counts as lost")
       ->capture_default_str();
+  cmd->add_option("--behave", o.behave,
+                  "Tests only: a misbehaviour the swarm must hold: hold, mute or liar")
+      ->check(CLI::IsMember({"", "hold", "mute", "liar"}));
   cmd->add_option("--events", args->events, "Write JSON lines of what happened here");
   cmd->add_option("--out", args->out, "Write the stage file here at the end (merge-stages)");
   cmd->add_option("--state-dir", args->state_dir,

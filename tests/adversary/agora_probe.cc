@@ -8,6 +8,9 @@
 //              bounded by the strangers' budget, not by what was sent
 //   oversized  a fresh key sends one frame of --oversized bytes (a heartbeat padded with an
 //              unknown field): it is dropped, and the server still answers the next stranger
+// With --get-tensor NAME it does only this instead: a fresh key asks for tensor NAME at every
+// applied step from 0 to --up-to-step (a stranger guessing a swarm replica's version) and counts
+// the TensorData and NotFound that come back (tests/integration/swarm_attack_test.py).
 //
 // Prints one JSON object on stdout. Exits 0 whatever the server did (the test judges), 2 for bad
 // arguments.
@@ -67,8 +70,37 @@ nlohmann::json knock(net::Context& context, const std::string& endpoint, const s
   return {{"answered", !first.is_null()}, {"refusal", first}, {"seconds", since(started)}};
 }
 
+nlohmann::json get_tensor(net::Context& context, const std::string& endpoint,
+                          const std::string& key, const std::string& name, uint64_t up_to,
+                          double seconds) {
+  const net::Identity id = net::Identity::generate();
+  net::Client client(context, id, endpoint, key, net::DecodeLimits{});
+  for (uint64_t step = 0; step <= up_to; ++step) {
+    wire::Envelope e;
+    e.mutable_get_tensor()->set_name(name);
+    e.mutable_get_tensor()->set_applied_steps(step);
+    client.send(e);
+  }
+  int data = 0, not_found = 0, other = 0;
+  const auto started = Clock::now();
+  while (since(started) < seconds) {
+    serve::wait_readable(client.socket(), std::chrono::milliseconds(20));
+    while (auto m = client.recv()) {
+      if (m->has_tensor_data()) {
+        ++data;
+      } else if (m->has_not_found()) {
+        ++not_found;
+      } else {
+        ++other;
+      }
+    }
+  }
+  return {{"asked", up_to + 1}, {"tensor_data", data}, {"not_found", not_found}, {"other", other}};
+}
+
 int run(int argc, char** argv) {
-  std::string endpoint, server_key_hex;
+  std::string endpoint, server_key_hex, tensor;
+  uint64_t up_to = 50;
   int flood = 2000;
   size_t oversized = size_t{2} << 20;
   double seconds = 10;
@@ -78,6 +110,8 @@ int run(int argc, char** argv) {
   app.add_option("--flood", flood, "Heartbeats the flooding stranger sends at once");
   app.add_option("--oversized", oversized, "Bytes of the oversized frame");
   app.add_option("--seconds", seconds, "How long to wait for each answer");
+  app.add_option("--get-tensor", tensor, "Only ask for this tensor at every step (see above)");
+  app.add_option("--up-to-step", up_to, "With --get-tensor: the last applied step asked for");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -86,6 +120,11 @@ int run(int argc, char** argv) {
   const std::string key = net::key_from_hex(server_key_hex, "--server-key");
   net::Context context;
   nlohmann::json out;
+  if (!tensor.empty()) {
+    out["get_tensor"] = get_tensor(context, endpoint, key, tensor, up_to, std::min(seconds, 3.0));
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
   out["stranger"] = knock(context, endpoint, key, seconds);
 
   {

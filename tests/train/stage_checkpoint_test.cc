@@ -14,7 +14,10 @@
 #include "agora/config/run_config.h"
 #include "agora/core/error.h"
 #include "agora/core/hex.h"
+#include "agora/optim/chunking.h"
+#include "agora/optim/decoupled_momentum.h"
 #include "agora/pipeline/partition.h"
+#include "agora/pipeline/stage_model.h"
 #include "agora/pipeline/stage_optimizer.h"
 #include "agora/train/torch_safetensors.h"
 
@@ -193,6 +196,40 @@ TEST(StageRunFingerprint, SeesWhatStagesMustShareAndNothingElse) {
   other.seed = 6;
   EXPECT_NE(stage_run_fingerprint(other), stage_run_fingerprint(base));
   EXPECT_EQ(stage_run_fingerprint(base).size(), 32u);
+}
+
+// The swarm coordinator checks every round contribution against its stage's DeMo layout without
+// libtorch (swarm/contribution_check.h), from stage_parameter_shapes: the names, shapes and
+// order must be the stage model's own, or honest contributions would be refused.
+TEST(StageParameterShapes, AreTheStageModelsOwnInOrder) {
+  const RunConfig run = config();
+  const std::vector<StageSpan> spans = partition_model(run.model, 3);
+  for (const StageSpan& span : spans) {
+    const StageModel stage(run.model, span, run.seed, nullptr);
+    const std::vector<NamedParameter> real = stage->hf_parameters();
+    const std::vector<ParameterShape> shapes = stage_parameter_shapes(run.model, span);
+    ASSERT_EQ(shapes.size(), real.size()) << "stage " << span.stage;
+    int64_t count = 0;
+    for (size_t i = 0; i < real.size(); ++i) {
+      EXPECT_EQ(shapes[i].name, real[i].name) << "stage " << span.stage;
+      EXPECT_EQ(shapes[i].shape, std::vector<int64_t>(real[i].tensor.sizes().begin(),
+                                                       real[i].tensor.sizes().end()))
+          << shapes[i].name;
+      count += real[i].tensor.numel();
+    }
+    EXPECT_EQ(count, span.parameters) << "stage " << span.stage;
+    DemoOptions demo;
+    demo.chunk = run.demo.chunk;
+    demo.topk = run.demo.topk;
+    demo.one_bit = run.demo.one_bit;
+    const DecoupledMomentum momentum(stage->hf_parameters(), demo);
+    PayloadLayout layout;
+    for (const ParameterShape& p : shapes) {
+      layout.tensors.push_back(
+          demo_tensor_layout(p.shape, run.demo.chunk, run.demo.topk, run.demo.one_bit));
+    }
+    EXPECT_EQ(layout.tensors, momentum.payload_layout().tensors) << "stage " << span.stage;
+  }
 }
 
 }  // namespace

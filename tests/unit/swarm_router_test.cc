@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -158,6 +159,31 @@ TEST(SwarmRouter, RefusesBadOptions) {
   o = {};
   o.skip_seconds = -1;
   EXPECT_THROW(SwarmRouter{o}, Error);
+}
+
+// Issue 38, finding 3: a replica's reported compute time was taken as it came, so one claiming
+// 1e-30 s became the router's choice for every pick. A sender now counts it within what it
+// measured itself: at least the round trip's share of the stages crossed, at most the trip.
+TEST(SwarmRouter, CountedSecondsAreBoundedByTheSendersOwnRoundTrip) {
+  EXPECT_DOUBLE_EQ(counted_seconds(1e-30, 2.0, 2), 1.0);  // floor: the trip over 2 stages
+  EXPECT_DOUBLE_EQ(counted_seconds(50.0, 2.0, 2), 2.0);   // ceiling: the trip itself
+  EXPECT_DOUBLE_EQ(counted_seconds(1.5, 2.0, 2), 1.5);    // honest: as reported
+  EXPECT_DOUBLE_EQ(counted_seconds(-1.0, 2.0, 1), 2.0);
+  EXPECT_DOUBLE_EQ(counted_seconds(std::nan(""), 2.0, 4), 0.5);
+  // With the bound, a liar whose answers come back as slowly as an honest replica's does not
+  // win the picks: they split by the measured trips.
+  SwarmRouter r;
+  r.add(1);  // honest: reports 0.4 s, its answers take 0.5 s
+  r.add(2);  // liar: reports 1e-30 s, its answers take 0.5 s as well
+  for (int i = 0; i < 20; ++i) {
+    r.pick(4, i);
+    r.pick(4, i);
+    r.answered(1, 4, counted_seconds(0.4, 0.5, 1));
+    r.answered(2, 4, counted_seconds(1e-30, 0.5, 1));
+  }
+  std::map<uint64_t, int> count;
+  for (uint64_t id : picks(r, 100, 100, 4)) ++count[id];
+  EXPECT_GE(count[1], 40) << "the liar took " << count[2] << " of 100";
 }
 
 }  // namespace

@@ -13,6 +13,9 @@
 #include "agora/net/curve_socket.h"
 #include "agora/net/identity.h"
 #include "agora/serve/members.h"
+#include "agora/config/run_config.h"
+#include "agora/optim/payload.h"
+#include "agora/swarm/contribution_check.h"
 #include "agora/swarm/coordinator_server.h"
 
 namespace agora {
@@ -161,6 +164,57 @@ TEST_F(SwarmServer, AFloodIsCutByTheRateBoundAndTheServerStillAnswers) {
   thread_.join();
   EXPECT_EQ(summary_["samples_done"], 0);
   EXPECT_EQ(summary_["steps"], 0);
+}
+
+// Issue 38, finding 6: contributions were kept and relayed unchecked (up to 12 bytes per
+// parameter of the largest stage), so one oversized contribution pushed every view of its
+// stage past the replicas' limit. The coordinator now takes only a DeMo payload of the stage's
+// exact layout, for the round's step.
+TEST(SwarmContributionCheck, TakesOnlyTheStagesPayloadForTheStep) {
+  const RunConfig run = RunConfig::parse(R"(
+[model]
+preset = "tiny"
+vocab_size = 512
+num_layers = 3
+tie_embeddings = false
+[data]
+seq_len = 16
+[train]
+batch_size = 8
+micro_batch_size = 2
+[demo]
+topk = 4
+chunk = 16
+[pipeline]
+stages = 3
+)",
+                                         "test");
+  const std::vector<PayloadLayout> layouts = swarm_contribution_layouts(run);
+  ASSERT_EQ(layouts.size(), 3u);
+  const auto check = contribution_checker(layouts);
+  for (int64_t stage = 0; stage < 3; ++stage) {
+    Payload p;
+    p.step = 7;
+    for (const TensorLayout& l : layouts[static_cast<size_t>(stage)].tensors) {
+      TensorPayload t;
+      t.layout = l;
+      for (int64_t c = 0; c < l.num_chunks(); ++c) {
+        for (int64_t k = 0; k < l.topk; ++k) t.positions.push_back(static_cast<uint32_t>(k));
+      }
+      t.values.assign(static_cast<size_t>(l.value_count()), 0.5f);
+      p.tensors.push_back(std::move(t));
+    }
+    const std::string bytes = encode_payload(p);
+    EXPECT_EQ(check(stage, 7, bytes), "") << "stage " << stage;
+    EXPECT_NE(check(stage, 8, bytes).find("step 7"), std::string::npos);
+    const int64_t other = (stage + 1) % 3;
+    EXPECT_NE(check(other, 7, bytes), "") << "stage " << stage << "'s payload as " << other << "'s";
+    EXPECT_NE(check(stage, 7, bytes + std::string(1 << 20, 'x')).find("bytes"), std::string::npos);
+    std::string garbled = bytes;
+    garbled[0] ^= 0x5a;
+    EXPECT_NE(check(stage, 7, garbled), "");
+  }
+  EXPECT_NE(check(3, 0, ""), "");
 }
 
 }  // namespace

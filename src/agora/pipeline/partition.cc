@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "agora/core/error.h"
@@ -84,6 +85,23 @@ std::string describe(const std::vector<StageSpan>& spans) {
     if (!out.empty()) out += ' ';
     out += fmt::format("{}:[{}{}-{}{}]", span.stage, span.embedding ? "emb " : "", span.first_layer,
                        span.end_layer - 1, span.head ? " head" : "");
+  }
+  return out;
+}
+
+std::vector<ParameterShape> stage_parameter_shapes(const ModelConfig& model, const StageSpan& span) {
+  std::vector<ParameterShape> out;
+  for (ParameterShape& p : parameter_shapes(model)) {
+    bool holds = false;
+    if (p.name.rfind("model.layers.", 0) == 0) {
+      const int64_t layer = std::stoll(p.name.substr(13, p.name.find('.', 13) - 13));
+      holds = layer >= span.first_layer && layer < span.end_layer;
+    } else if (p.name == "model.embed_tokens.weight") {
+      holds = span.embedding;
+    } else {
+      holds = span.head;  // model.norm.weight, lm_head.weight
+    }
+    if (holds) out.push_back(std::move(p));
   }
   return out;
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "agora/config/model_config.h"
+#include "agora/config/parameter_shapes.h"
 
 namespace agora {
 
@@ -39,6 +40,11 @@ int64_t head_parameters(const ModelConfig& model);
 // Throws Error when stages < 1, stages > model.num_layers, or the embeddings are tied (the head
 // would live on two stages).
 std::vector<StageSpan> partition_model(const ModelConfig& model, int64_t stages);
+
+// The parameters a stage holds, in the order of its stage model's hf_parameters() (the whole
+// model's order, config/parameter_shapes.h, restricted to the span): what a stage's DeMo payload
+// layout is made of where libtorch is not linked (the swarm coordinator's check of a round).
+std::vector<ParameterShape> stage_parameter_shapes(const ModelConfig& model, const StageSpan& span);
 
 // "0:[emb 0-1] 1:[2-3] 2:[4-5 head]" for logs.
 std::string describe(const std::vector<StageSpan>& spans);

@@ -23,6 +23,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr const char* kBannedReason =
+    "banned from this run: it held micro-batches or a round past the deadline, or sent "
+    "contributions that are not its stage's, too often (events.jsonl: swarm_struck)";
+
 class Server {
  public:
   Server(const net::Identity& identity, const SwarmServerOptions& o)
@@ -65,6 +69,7 @@ class Server {
       serve::wait_readable(server_.socket(), std::chrono::milliseconds(5));
       serve::drain(server_, {}, [this](const net::Incoming& in) { handle(in); });
       schedule_.tick(now());
+      ban_struck_out();
       members_.evict_idle(now(), nullptr);
       persist();
       flush_events();
@@ -147,6 +152,10 @@ class Server {
   void handle(const net::Incoming& in) {
     const auto admitted = members_.admit(in.curve_key, now());
     if (admitted.standing == serve::Standing::kThrottled) return;
+    if (admitted.standing == serve::Standing::kBanned) {
+      server_.send(in.route, serve::refusal(kBannedReason, /*may_rejoin=*/false));
+      return;
+    }
     if (in.message.has_swarm_hello()) return on_hello(in);
     if (admitted.standing != serve::Standing::kMember) {
       server_.send(in.route, serve::refusal(serve::kNotAMember, /*may_rejoin=*/true));
@@ -167,6 +176,7 @@ class Server {
     }
     if (!p.payload().empty()) r.payload = p.payload();
     answer(in.route, schedule_.poll(admitted.member->key, r, now()));
+    ban_struck_out();
   }
 
   void on_hello(const net::Incoming& in) {
@@ -188,6 +198,19 @@ class Server {
     answer(in.route, a);
   }
 
+  // Keys the schedule banned (strikes): banned in the member table too, so their messages are
+  // answered with the ban, whatever they send, until the run ends.
+  void ban_struck_out() {
+    for (const std::string& key : schedule_.take_banned()) {
+      for (auto& [curve, entry] : members_) {
+        if (entry.key == key && !entry.banned) {
+          members_.ban(entry);
+          break;
+        }
+      }
+    }
+  }
+
   void answer(const std::string& route, const SwarmAnswer& a) {
     if (a.refused == kNotAMember) {  // the schedule lost it: the one refusal, as for a stranger
       server_.send(route, serve::refusal(serve::kNotAMember, /*may_rejoin=*/true));
@@ -206,6 +229,7 @@ class Server {
     };
     for (const SwarmPeerRef& r : a.next) member(v->add_next(), r);
     for (const SwarmPeerRef& r : a.prev) member(v->add_prev(), r);
+    for (const SwarmPeerRef& r : a.peers) member(v->add_peers(), r);
     for (uint32_t j : a.micro_batches) v->add_micro_batches(j);
     v->set_round_step(a.round_step);
     for (const auto& [key, payload] : a.round) {

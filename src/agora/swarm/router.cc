@@ -1,5 +1,6 @@
 #include "agora/swarm/router.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -18,6 +19,13 @@ SwarmRouter::SwarmRouter(SwarmRouterOptions options) : options_(options), rng_(o
     fail("swarm router: prior_seconds_per_sample is {}, allowed > 0",
          options_.prior_seconds_per_sample);
   }
+}
+
+double counted_seconds(double reported, double round_trip, int64_t stages) {
+  if (!(round_trip > 0) || !std::isfinite(round_trip)) return reported;
+  const double floor = round_trip / static_cast<double>(std::max<int64_t>(stages, 1));
+  if (!(reported > 0) || !std::isfinite(reported)) return floor;
+  return std::clamp(reported, floor, round_trip);
 }
 
 void SwarmRouter::add(uint64_t replica) { replicas_.try_emplace(replica, Replica{}); }

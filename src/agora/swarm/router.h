@@ -30,8 +30,10 @@
 // routing is measured against; a replica waiting on its probe is left aside there too), from a
 // generator seeded by `seed`.
 //
-// What a replica reports can only move its own share: one that claims to be faster than it is
-// gets more work, falls behind, and its sender's timeouts skip it. The set of replicas comes from
+// What a replica reports can only move its own share, and only within what its sender measured:
+// the sender counts an answer only for an attempt it has out to that replica, and counts the
+// reported compute time within counted_seconds()'s bounds from its own round trip (a replica
+// cannot claim to be faster than its answer came back); a send that times out is failed(). The set of replicas comes from
 // the coordinator's membership, never from what a replica sends, so it is bounded by the run's
 // members. Deterministic: the same calls give the same picks.
 #pragma once
@@ -51,6 +53,13 @@ struct SwarmRouterOptions {
   bool backlog = true;                   // raise the keys of replicas behind (off: an ablation)
   uint64_t seed = 1;                     // for uniform
 };
+
+// The compute time a sender counts for an answer: what the replica reported, but at most the
+// round trip the sender measured (it cannot have computed longer than it took to answer) and
+// at least that round trip's share of the `stages` it crossed (this one and those after it):
+// a replica that reports 1e-30 s is counted as fast as its answer actually came back. A
+// reported time that is not a positive finite number counts as the floor.
+double counted_seconds(double reported, double round_trip, int64_t stages);
 
 class SwarmRouter {
  public:

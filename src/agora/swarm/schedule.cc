@@ -61,6 +61,13 @@ SwarmSchedule::SwarmSchedule(SwarmScheduleOptions options) : o_(std::move(option
   if (o_.max_members < 1 || o_.max_hold < 1 || o_.start_peers < 1) {
     fail("swarm: max_members, max_hold and start_peers must be >= 1");
   }
+  if (!(o_.min_deadline > 0) || !std::isfinite(o_.min_deadline)) {
+    fail("swarm: min_deadline {} s, allowed > 0", o_.min_deadline);
+  }
+  if (!(o_.deadline_factor >= 1) || !std::isfinite(o_.deadline_factor)) {
+    fail("swarm: deadline_factor {}, allowed >= 1", o_.deadline_factor);
+  }
+  if (o_.max_strikes < 1) fail("swarm: max_strikes {}, allowed >= 1", o_.max_strikes);
   expected_.resize(static_cast<size_t>(o_.stages));
   contributions_.resize(static_cast<size_t>(o_.stages));
   completed_.resize(static_cast<size_t>(o_.stages));
@@ -103,6 +110,13 @@ SwarmAnswer SwarmSchedule::hello(const std::string& key, const std::string& endp
     answer.refused =
         fmt::format("endpoint \"{}\" is not one replicas can dial (allowed: tcp://HOST:PORT)",
                     endpoint.substr(0, 64));
+    return answer;
+  }
+  if (banned(key)) {
+    answer.refused = fmt::format(
+        "this key is banned from the run ({} strikes: it held work or a round past its deadline, "
+        "or sent contributions that are not its stage's)",
+        o_.max_strikes);
     return answer;
   }
   if (const auto it = members_.find(key); it != members_.end()) {
@@ -171,7 +185,12 @@ SwarmAnswer SwarmSchedule::poll(const std::string& key, const SwarmReport& repor
 
   if (phase_ == SwarmPhase::kTraining && m.stage == 0 && ready_at(m, step_)) {
     for (const auto& [j, loss] : report.done) {
-      if (m.holding.erase(j) == 0) continue;  // not given to it, or already done
+      const auto held = m.holding.find(j);
+      if (held == m.holding.end()) continue;  // not given to it, taken back, or already done
+      m.latencies.push_back(now - held->second);
+      if (m.latencies.size() > kDeadlineWindow) m.latencies.pop_front();
+      m.holding.erase(held);
+      m.progress_at = now;
       done_[j] = std::isfinite(loss) ? loss : std::numeric_limits<float>::quiet_NaN();
       ++m.micro_batches;
       samples_done_ += o_.micro_batch_size;
@@ -180,9 +199,10 @@ SwarmAnswer SwarmSchedule::poll(const std::string& key, const SwarmReport& repor
     const int64_t room = o_.max_hold - static_cast<int64_t>(m.holding.size());
     const int64_t give = std::min<int64_t>(
         {std::max<int64_t>(report.wants, 0), room, static_cast<int64_t>(pool_.size())});
+    if (m.holding.empty() && give > 0) m.progress_at = now;
     for (int64_t i = 0; i < give; ++i) {
       a.micro_batches.push_back(pool_.front());
-      m.holding.insert(pool_.front());
+      m.holding.emplace(pool_.front(), now);
       pool_.erase(pool_.begin());
     }
     if (static_cast<int64_t>(done_.size()) == o_.micro_batches) start_sync(now);
@@ -193,10 +213,23 @@ SwarmAnswer SwarmSchedule::poll(const std::string& key, const SwarmReport& repor
     if (expected.empty() && contributions_[static_cast<size_t>(m.stage)].empty()) {
       expected.insert(key);
     }
-    if (expected.count(key) != 0 &&
-        contributions_[static_cast<size_t>(m.stage)].try_emplace(key, *report.payload).second) {
-      arrived_.push_back({step_, m.stage, key, *report.payload});
-      if (rounds_complete()) finish_step(now);
+    auto& round = contributions_[static_cast<size_t>(m.stage)];
+    if (expected.count(key) != 0 && round.count(key) == 0) {
+      const std::string refused =
+          o_.check_contribution ? o_.check_contribution(m.stage, step_, *report.payload) : "";
+      if (!refused.empty()) {
+        expected.erase(key);  // one try per round: it leaves the round
+        strike(key, "contribution refused: " + refused, now);
+        if (members_.count(key) == 0) {
+          a.refused = fmt::format("this key is banned from the run ({} strikes)", o_.max_strikes);
+          return a;
+        }
+      } else {
+        round.emplace(key, *report.payload);
+        round_delays_.push_back(now - sync_started_);
+        arrived_.push_back({step_, m.stage, key, *report.payload});
+        if (rounds_complete()) finish_step(now);
+      }
     }
   }
 
@@ -212,10 +245,15 @@ SwarmAnswer SwarmSchedule::poll(const std::string& key, const SwarmReport& repor
       a.next.push_back({k, other.endpoint, other.stage});
     }
     if (other.stage == m.stage - 1) a.prev.push_back({k, other.endpoint, other.stage});
+    if (other.stage == m.stage && k != key) a.peers.push_back({k, other.endpoint, other.stage});
   }
-  if (gets_round(m)) {
+  // The round goes into one answer a second per member at most: a member that polls at its
+  // rate limit and never reads would otherwise have a copy queued for it with every answer.
+  if (gets_round(m) && (m.round_sent_for != completed_step_ + 1 || now - m.round_sent_at >= 1.0)) {
     a.round_step = completed_step_;
     a.round = completed_[static_cast<size_t>(m.stage)];
+    m.round_sent_for = completed_step_ + 1;
+    m.round_sent_at = now;
   }
   a.stage_hash = stage_hash_[static_cast<size_t>(m.stage)];
   a.previous_hash = previous_hash_[static_cast<size_t>(m.stage)];
@@ -236,20 +274,31 @@ SwarmAnswer SwarmSchedule::poll(const std::string& key, const SwarmReport& repor
 }
 
 void SwarmSchedule::refresh_hash(int64_t stage) {
+  // Replicas about to apply the round that brings them to the step have a vote to come: a
+  // majority counts them, so the first replica to report cannot decide for the rest.
   std::map<std::string, int> votes;
+  int total = 0;
   for (const auto& [k, m] : members_) {
-    if (m.stage == stage && ready_at(m, step_)) ++votes[m.hash];
+    if (m.stage != stage) continue;
+    if (ready_at(m, step_)) ++votes[m.hash];
+    if (ready_at(m, step_) || gets_round(m)) ++total;
   }
   if (votes.empty()) return;
-  auto best = votes.begin();  // ties: the smaller hash (the map's order)
+  auto best = votes.begin();
   for (auto v = votes.begin(); v != votes.end(); ++v) {
     if (v->second > best->second) best = v;
   }
+  if (2 * best->second <= total) {
+    // No strict majority (a tie): the stage has no hash at the step. Nobody is outvoted and no
+    // joiner is sent to either side, so one member cannot replace another's parameters.
+    stage_hash_[static_cast<size_t>(stage)].clear();
+    return;
+  }
   stage_hash_[static_cast<size_t>(stage)] = best->first;
   for (auto& [k, m] : members_) {
-    if (m.stage == stage && ready_at(m, step_) && m.hash != best->first &&
-        votes[m.hash] < best->second) {
+    if (m.stage == stage && ready_at(m, step_) && m.hash != best->first) {
       m.ready = false;
+      expected_[static_cast<size_t>(stage)].erase(k);  // it will not contribute at this step
       ++diverged_;
       event({{"event", "swarm_diverged"},
              {"peer", short_hex(k)},
@@ -265,7 +314,9 @@ void SwarmSchedule::lose(const std::string& key, const char* why, double now) {
   const auto it = members_.find(key);
   if (it == members_.end()) return;
   Member& m = it->second;
-  for (uint32_t j : m.holding) pool_.insert(std::lower_bound(pool_.begin(), pool_.end(), j), j);
+  for (const auto& [j, given] : m.holding) {
+    pool_.insert(std::lower_bound(pool_.begin(), pool_.end(), j), j);
+  }
   for (auto& expected : expected_) expected.erase(key);
   event({{"event", "swarm_lost"},
          {"peer", short_hex(key)},
@@ -286,6 +337,7 @@ void SwarmSchedule::tick(double now) {
     if (now - m.last_heard > o_.peer_timeout) silent.push_back(k);
   }
   for (const std::string& k : silent) lose(k, "silent", now);
+  enforce_deadlines(now);
   advance(now);
 }
 
@@ -322,6 +374,11 @@ void SwarmSchedule::advance(double now) {
       event({{"event", "swarm_start"}, {"peers", members_.size()}, {"step", step_}});
     } else {
       event({{"event", "swarm_resumed"}, {"step", step_}});
+      // Nothing could finish while a stage had no replica: the hold deadlines start again.
+      for (auto& [k, m] : members_) {
+        for (auto& [j, given] : m.holding) given = now;
+        m.progress_at = now;
+      }
     }
     phase_ = SwarmPhase::kTraining;
     waiting_for_.clear();
@@ -329,8 +386,9 @@ void SwarmSchedule::advance(double now) {
 }
 
 void SwarmSchedule::start_sync(double now) {
-  (void)now;
   phase_ = SwarmPhase::kSyncing;
+  sync_started_ = now;
+  round_delays_.clear();
   for (int64_t s = 0; s < o_.stages; ++s) {
     auto& expected = expected_[static_cast<size_t>(s)];
     expected.clear();
@@ -352,6 +410,10 @@ bool SwarmSchedule::rounds_complete() const {
 }
 
 void SwarmSchedule::finish_step(double now) {
+  if (!round_delays_.empty()) {
+    past_round_delays_.push_back(lower_median(round_delays_));
+    if (past_round_delays_.size() > kDeadlineWindow) past_round_delays_.pop_front();
+  }
   for (size_t s = 0; s < completed_.size(); ++s) {
     completed_[s].assign(contributions_[s].begin(), contributions_[s].end());
     contributions_[s].clear();
@@ -504,6 +566,8 @@ nlohmann::json SwarmSchedule::summary(double now) const {
           {"lost", lost_},
           {"moves", moves_},
           {"diverged", diverged_},
+          {"strikes", strikes_},
+          {"banned", bans_},
           {"restarts", restarts_},
           {"waiting_seconds", waiting_seconds_},
           {"members", members_.size()},

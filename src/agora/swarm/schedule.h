@@ -34,19 +34,37 @@
 // A hello from a known key is a restart: the old incarnation is lost first.
 //
 // Hashes. Every ready replica reports its stage's parameter hash at its version. The stage's
-// hash at the step is the one most of its replicas report (ties: the smaller hash); a replica
-// whose hash is outvoted is diverged: no longer ready, it fetches the stage again.
+// hash at the step is the one a strict majority of its ready replicas report; a replica whose
+// hash is outvoted is diverged: no longer ready, it fetches the stage again. Without a strict
+// majority (a stage of two that disagrees: a tie) the stage has no hash at the step: nobody is
+// outvoted, nobody refetches, and a joiner is named no source, so no single member decides
+// what the others hold (docs/security.md, "The swarm").
+//
+// Deadlines and strikes (no member stalls the step). A stage-0 replica that holds a
+// micro-batch longer than the hold deadline loses what it holds past it (back to the pool, for
+// the others), and earns a strike when it finished no micro-batch in that time; a replica expected in a round that has not sent its
+// contribution by the round deadline leaves the round and earns a strike; a contribution that
+// check_contribution refuses (not a well-formed DeMo payload of its stage and step) earns one.
+// Both deadlines are max(min_deadline, deadline_factor x a measured time): for micro-batches,
+// the lower median over stage-0 replicas of each one's median time from hand-out to done (its
+// last 8), for rounds, the median over the last 8 rounds of each round's lower median time from
+// the round's start to a contribution, so one member's slowness is one vote and never the
+// measure (before anything is measured, min_deadline x deadline_factor). max_strikes strikes ban
+// the key for the rest of the run (take_banned(); a banned key's hello is refused).
 //
 // Rebalancing (rebalance_seconds > 0): at the end of a step, once that long since the last
 // move, balance.h's plan_move over the ready replicas' measured seconds per sample and the
 // stages' costs; the moved peer stops serving its stage and fetches the new one.
 //
 // Bounds: members by max_members; micro-batches held per stage-0 replica by max_hold; a
-// contribution per ready replica per round; a reported done counts only for a micro-batch that
-// replica holds. What a peer reports can only move its own standing.
+// contribution per ready replica per round, of the size check_contribution allows; the round in
+// one answer per member a second at most; banned keys kept, 4 x max_members at most; a reported
+// done counts only for a micro-batch that replica holds. What a peer reports can only move its own standing.
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -82,6 +100,13 @@ struct SwarmScheduleOptions {
   double min_gain = 0.05;        // balance.h plan_move
   int64_t max_members = 64;
   int64_t max_hold = 16;  // micro-batches one stage-0 replica holds at once
+  double min_deadline = 10;     // seconds: the least hold and round deadline
+  double deadline_factor = 8;   // times the measured time (see "Deadlines and strikes")
+  int64_t max_strikes = 3;      // strikes that ban a key
+  // Empty when `payload` is a contribution stage `stage` may send at `step`, else why not (the
+  // server decodes it against the stage's DeMo layout). Unset: every payload is taken.
+  std::function<std::string(int64_t stage, uint64_t step, const std::string& payload)>
+      check_contribution;
 };
 
 // What a peer reports in a poll (SwarmPoll).
@@ -108,6 +133,7 @@ struct SwarmAnswer {
   SwarmPhase phase = SwarmPhase::kWaiting;
   int64_t stage = 0;
   std::vector<SwarmPeerRef> next, prev;  // next: serving the next stage (serves())
+  std::vector<SwarmPeerRef> peers;       // the other members of its stage (who may fetch it)
   std::vector<uint32_t> micro_batches;
   uint64_t round_step = 0;
   std::vector<std::pair<std::string, std::string>> round;  // (key, contribution), by key
@@ -135,6 +161,12 @@ class SwarmSchedule {
   uint64_t step() const { return step_; }
   uint64_t epoch() const { return epoch_; }
   bool knows(const std::string& key) const { return members_.count(key) != 0; }
+  bool banned(const std::string& key) const { return banned_.count(key) != 0; }
+  // The keys banned since the last call (the server bans them in its member table too).
+  std::vector<std::string> take_banned();
+  // The deadlines in force now (seconds; see "Deadlines and strikes").
+  double hold_deadline() const;
+  double round_deadline() const;
   // The events since the last call (JSON objects with "event"), for the events file.
   std::vector<nlohmann::json> take_events();
   // The run for /api/swarm: phase, step, stages with their replicas, throughput so far.
@@ -178,7 +210,12 @@ class SwarmSchedule {
     double seconds_per_sample = 0;
     double last_heard = 0;
     double hello_at = 0;         // its last hello: another within peer_timeout is no restart
-    std::set<uint32_t> holding;  // stage 0: micro-batches given, not done
+    std::map<uint32_t, double> holding;  // stage 0: micro-batches given, not done: when given
+    std::deque<double> latencies;        // stage 0: hand-out to done, its last 8
+    double progress_at = 0;              // stage 0: its last done, or its first hand-out after none
+    int64_t strikes = 0;
+    uint64_t round_sent_for = 0;  // 1 + the step of the round last put in its answer
+    double round_sent_at = 0;
     int64_t micro_batches = 0;   // done, over the run (stage 0)
     uint64_t id = 0;             // order of joining, for balance.h
   };
@@ -187,6 +224,11 @@ class SwarmSchedule {
   bool serves(const Member& m, int64_t stage) const;
   bool gets_round(const Member& m) const;
   void lose(const std::string& key, const char* why, double now);
+  void strike(const std::string& key, const std::string& why, double now);
+  void enforce_deadlines(double now);
+  // The lower median: of two, the smaller, so one of two members cannot raise it.
+  static double lower_median(std::vector<double> v);
+  static constexpr size_t kDeadlineWindow = 8;  // latencies per member, rounds remembered
   void advance(double now);
   void start_sync(double now);
   bool rounds_complete() const;
@@ -224,6 +266,16 @@ class SwarmSchedule {
   std::vector<double> step_losses_;
   std::vector<nlohmann::json> events_;
   std::vector<Contribution> arrived_;  // contributions not yet taken by the server
+  // Deadlines: when the round started, each contribution's delay in it, the last rounds' lower
+  // medians of those.
+  double sync_started_ = 0;
+  std::vector<double> round_delays_;
+  std::deque<double> past_round_delays_;
+  // Banned keys, oldest first (at most 4 x max_members kept), and those not yet taken.
+  std::deque<std::string> banned_order_;
+  std::set<std::string> banned_;
+  std::vector<std::string> newly_banned_;
+  int64_t strikes_ = 0, bans_ = 0;
   int64_t restarts_ = 0;
 };
 

@@ -35,8 +35,11 @@ SwarmSchedule::Durable SwarmSchedule::durable(double now) const {
                        {"endpoint", m.endpoint},
                        {"stage", m.stage},
                        {"id", m.id},
-                       {"micro_batches", m.micro_batches}});
+                       {"micro_batches", m.micro_batches},
+                       {"strikes", m.strikes}});
   }
+  nlohmann::json banned = nlohmann::json::array();
+  for (const std::string& key : banned_order_) banned.push_back(hex_encode(key));
   // Measured paces change with every poll: saved with the clock, not a reason to save.
   nlohmann::json paces = nlohmann::json::object();
   for (const auto& [key, m] : members_) paces[hex_encode(key)] = m.seconds_per_sample;
@@ -68,7 +71,10 @@ SwarmSchedule::Durable SwarmSchedule::durable(double now) const {
              {"moves", moves_},
              {"lost", lost_},
              {"diverged", diverged_},
-             {"restarts", restarts_}};
+             {"restarts", restarts_},
+             {"strikes", strikes_},
+             {"bans", bans_},
+             {"banned", banned}};
   // Times on the server's clock, which a restarted server continues from `now` (plus the time
   // it was down): -1 stays "not yet".
   d.clock = {{"now", now},
@@ -126,6 +132,7 @@ void SwarmSchedule::restore(const Durable& saved, const std::vector<Contribution
       if (m.stage < 0 || m.stage >= o_.stages) fail("a saved member serves stage {}", m.stage);
       m.id = j.at("id").get<uint64_t>();
       m.micro_batches = j.at("micro_batches").get<int64_t>();
+      m.strikes = j.value("strikes", int64_t{0});
       const std::string hex = j.at("key").get<std::string>();
       const nlohmann::json& pace = c.at("paces").value(hex, nlohmann::json(0.0));
       m.seconds_per_sample = pace.is_number() ? pace.get<double>() : 0.0;
@@ -166,6 +173,16 @@ void SwarmSchedule::restore(const Durable& saved, const std::vector<Contribution
     lost_ = s.at("lost").get<int64_t>();
     diverged_ = s.at("diverged").get<int64_t>();
     restarts_ = s.at("restarts").get<int64_t>() + 1;
+    strikes_ = s.value("strikes", int64_t{0});
+    bans_ = s.value("bans", int64_t{0});
+    banned_.clear();
+    banned_order_.clear();
+    for (const nlohmann::json& k : s.value("banned", nlohmann::json::array())) {
+      const std::string key = hex_decode(k.get<std::string>());
+      if (banned_.insert(key).second) banned_order_.push_back(key);
+    }
+    // The server's member table starts empty after a restart: it bans these again.
+    newly_banned_.assign(banned_order_.begin(), banned_order_.end());
     const auto at = [&](const char* name) { return c.at(name).get<double>(); };
     started_ = at("started");
     step_started_ = at("step_started");
@@ -193,6 +210,8 @@ void SwarmSchedule::restore(const Durable& saved, const std::vector<Contribution
     }
   }
   for (auto& round : completed_) std::sort(round.begin(), round.end());  // by key, as finished
+  sync_started_ = now;  // the round deadline starts again with the new process
+  round_delays_.clear();
   arrived_.clear();
   event({{"event", "swarm_restored"},
          {"step", step_},

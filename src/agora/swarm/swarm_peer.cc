@@ -39,7 +39,7 @@ SwarmPeer::SwarmPeer(const RunConfig& config, const net::Identity& identity,
       data_(Sampler::from_directory(config.data.dir, "train",
                                     static_cast<uint32_t>(config.data.seq_len), config.seed)),
       fingerprint_(stage_run_fingerprint(config)),
-      server_(context_, identity, o.listen, limits(), /*reply_queue=*/4096),
+      server_(context_, identity, o.listen, server_limits(config), /*reply_queue=*/4096),
       coordinator_(context_, identity, o.coordinator, o.coordinator_key, limits()) {
   if (config.pipeline.codec == "subspace") {
     subspace_ = std::make_unique<SubspaceBasis>(config.model, config.pipeline.subspace_rank,
@@ -92,6 +92,19 @@ net::DecodeLimits SwarmPeer::limits() {
   net::DecodeLimits l;
   l.max_control = 64 << 10;
   l.max_data = size_t{256} << 20;
+  return l;
+}
+
+// What this replica's server receives: hops (a micro-batch's activations or their gradient, at
+// most float32 [m, T, hidden] and its tokens) and GetTensor. So a frame is bounded by that,
+// not by the 256 MiB a view or a tensor may need: a stranger, who completes the handshake, cannot
+// make it receive more than one hop's worth per frame (issue 38, finding 8).
+net::DecodeLimits SwarmPeer::server_limits(const RunConfig& config) {
+  net::DecodeLimits l = limits();
+  const auto hop = static_cast<size_t>(config.train.micro_batch_size) *
+                   static_cast<size_t>(config.data.seq_len) *
+                   static_cast<size_t>(config.model.hidden_size + 1) * 4;
+  l.max_data = std::min(l.max_data, 2 * hop + (size_t{1} << 20));
   return l;
 }
 
@@ -254,9 +267,9 @@ void SwarmPeer::on_view(const wire::SwarmView& v) {
   }
   members(v);
   for (uint32_t j : v.micro_batches()) {
-    if (j < static_cast<uint32_t>(M_)) assigned_.push_back(j);
+    if (j < static_cast<uint32_t>(M_) && o_.behave != "hold") assigned_.push_back(j);
   }
-  if (phase_ == "syncing" && version_ == step_ && !payload_) contribute();
+  if (phase_ == "syncing" && version_ == step_ && !payload_ && o_.behave != "mute") contribute();
 }
 
 void SwarmPeer::members(const wire::SwarmView& v) {
@@ -300,6 +313,16 @@ void SwarmPeer::members(const wire::SwarmView& v) {
 }
 
 void SwarmPeer::admit(const wire::SwarmView& v) {
+  stage_curves_.clear();
+  for (const wire::SwarmMember& m : v.peers()) {
+    try {
+      if (m.stage() == static_cast<uint32_t>(stage_)) stage_curves_.insert(net::curve_public_of(m.key()));
+    } catch (const Error&) {
+    }
+  }
+  for (auto it = tensor_rates_.begin(); it != tensor_rates_.end();) {
+    it = stage_curves_.count(it->first) != 0 ? std::next(it) : tensor_rates_.erase(it);
+  }
   prev_curves_.clear();
   for (const wire::SwarmMember& m : v.prev()) {
     try {

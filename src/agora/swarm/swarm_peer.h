@@ -73,6 +73,11 @@ struct SwarmPeerOptions {
   std::filesystem::path state_dir;  // the stage after every step, to bring it back
   bool progress = true;
   const std::atomic<bool>* stop = nullptr;
+  // Tests only: play a hostile replica (tests/integration/swarm_attack_test.py). "hold" (stage
+  // 0) asks for all the micro-batches it may hold and never works on them; "mute" never sends
+  // its round contribution; "liar" answers every forward at once with garbage backwards that
+  // claim 1e-30 s of compute, for its attempt and the next three, and drops the forward.
+  std::string behave;
 };
 
 struct SwarmPeerSummary {

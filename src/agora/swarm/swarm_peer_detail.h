@@ -56,6 +56,7 @@ class SwarmPeer {
   // ---- set-up, the stage, the coordinator --------------------------------------------------
 
   static net::DecodeLimits limits();
+  static net::DecodeLimits server_limits(const RunConfig& config);
   static double seconds_since(Clock::time_point t);
   double now() const { return seconds_since(born_); }
 
@@ -124,6 +125,9 @@ class SwarmPeer {
   // two round trips (at least a second: it went through the lost one), or after timeout_seconds.
   // Only the replica that left is skipped by the router: a loss may be any later stage's.
   bool resend_due();
+  // Middle stages: a forward sent on and not answered within timeout_seconds is given up, and
+  // the replica it went to is failed (skipped) by the router.
+  void expire_held();
 
   void arrived(const wire::SwarmHop& hop);
   void forward(const std::string& route, const wire::SwarmHop& hop);
@@ -147,9 +151,11 @@ class SwarmPeer {
     uint32_t attempt = 0;  // the sender's
     torch::Tensor input, output;
     double forward_seconds = 0;
+    std::string replica;        // sent on to ("" while unsent)
+    Clock::time_point sent_at;  // when
   };
   struct Unsent {
-    uint32_t micro_batch = 0, attempt = 0;
+    uint32_t micro_batch = 0, attempt = 0;  // attempt: this replica's, the key in held_
     std::string bytes;
   };
   struct Fetch {
@@ -215,7 +221,11 @@ class SwarmPeer {
   int64_t round_trips_ = 0;
   int64_t retried_ = 0;
   uint64_t ignored_ = 0;
-  TokenBucket tensor_rate_;
+  // GetTensor: the other members of this stage (curve keys, from the last view), each with its
+  // own budget of requests; one shared budget for everyone else's (answered not_found).
+  std::set<std::string> stage_curves_;
+  std::map<std::string, TokenBucket> tensor_rates_;
+  TokenBucket stranger_tensor_rate_;
   SwarmPeerSummary summary_;
 };
 

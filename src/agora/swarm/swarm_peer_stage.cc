@@ -125,11 +125,22 @@ void SwarmPeer::become_ready(uint64_t step, const std::string& hash, const char*
          {"seconds", seconds}});
 }
 
+// Only the other members of this stage (a joiner the coordinator named this replica to) read its
+// parameters: a stranger or a member of another stage gets not_found (a joiner this replica has
+// not heard of yet asks again after its next view). Each member may ask for four whole copies at
+// once and one a second after (a joiner asks again whenever the step moves on under its fetch),
+// so none can crowd out the others or fill the reply queue with tensors (issue 38, finding 5).
 void SwarmPeer::answer_tensor(const net::Incoming& in) {
-  if (!tensor_rate_.take(2000, 4000, now())) return;
   const wire::GetTensor& g = in.message.get_tensor();
+  const double tensors = model_ ? static_cast<double>(model_->hf_parameters().size()) : 1.0;
+  const bool member = stage_curves_.count(in.curve_key) != 0;
+  if (member ? !tensor_rates_[in.curve_key].take(tensors, 4 * tensors, now())
+             : !stranger_tensor_rate_.take(20, 40, now())) {
+    ++ignored_;
+    return;
+  }
   wire::Envelope e;
-  if (ready_ && g.applied_steps() == version_) {
+  if (member && ready_ && g.applied_steps() == version_) {
     for (const NamedParameter& p : model_->hf_parameters()) {
       if (p.name != g.name()) continue;
       auto* t = e.mutable_tensor_data();

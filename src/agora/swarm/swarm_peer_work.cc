@@ -22,6 +22,14 @@ void SwarmPeer::serve(const net::Incoming& in) {
     report_now_ = true;
     return;
   }
+  if (o_.behave == "liar") {
+    for (uint32_t k = 0; k < 4; ++k) {
+      wire::SwarmHop hop = in.message.swarm_hop();
+      hop.set_attempt(hop.attempt() + k);
+      reply(in.route, hop, "liar", 0.0f, 1e-30);
+    }
+    return;
+  }
   waiting_.push_back({in.route, in.message.swarm_hop()});
 }
 
@@ -118,11 +126,20 @@ bool SwarmPeer::compute() {
     const Unsent u = std::move(unsent_.front());
     unsent_.pop_front();
     std::string replica;
-    if (send_on(version_, u.micro_batch, u.attempt, u.bytes, &replica)) return true;
+    if (send_on(version_, u.micro_batch, u.attempt, u.bytes, &replica)) {
+      if (const auto h = held_.find({u.micro_batch, u.attempt}); h != held_.end()) {
+        h->second.replica = replica;
+        h->second.sent_at = Clock::now();
+      }
+      return true;
+    }
     unsent_.push_front(u);  // every replica there is being skipped: wait
     return false;
   }
-  if (stage_ != 0) return false;
+  if (stage_ != 0) {
+    expire_held();
+    return false;
+  }
   if (resend_due()) return true;
   if (!assigned_.empty() && static_cast<int64_t>(origin_.size()) < o_.in_flight) {
     const uint32_t j = assigned_.front();
@@ -192,8 +209,11 @@ bool SwarmPeer::resend_due() {
   for (auto& [j, f] : origin_) {
     const bool gone = f.sent && next_.count(f.replica) == 0;
     const bool lost = f.suspect && seconds_since(f.suspect_at) >= grace;
-    if (f.sent && !gone && !lost && seconds_since(f.sent_at) < o_.timeout_seconds) continue;
-    if (gone) router_.failed(router_id(f.replica), now());
+    const bool timed_out = f.sent && seconds_since(f.sent_at) >= o_.timeout_seconds;
+    if (f.sent && !gone && !lost && !timed_out) continue;
+    // The replica it went to left, or kept it past the timeout (it dropped it, or lies about its
+    // pace): skipped for a while. A loss elsewhere on the path (lost) is not its fault.
+    if (gone || (timed_out && !lost)) router_.failed(router_id(f.replica), now());
     f.attempt = next_attempt_++;
     f.suspect = false;
     const bool was_sent = f.sent;
@@ -244,9 +264,12 @@ void SwarmPeer::forward(const std::string& route, const wire::SwarmHop& hop) {
   const std::string bytes = coder_->encode_forward(position(version_, j, stage_), h.output, tokens);
   h.forward_seconds = pace(started, 1.0 / 3);
   const uint32_t mine = next_attempt_++;
-  std::string replica;
   // No replica of the next stage serving yet: sent as soon as one is.
-  if (!send_on(version_, j, mine, bytes, &replica)) unsent_.push_back({j, mine, bytes});
+  if (send_on(version_, j, mine, bytes, &h.replica)) {
+    h.sent_at = Clock::now();
+  } else {
+    unsent_.push_back({j, mine, bytes});
+  }
   if (held_.size() >= 4 * static_cast<size_t>(M_) + kMaxWaiting) held_.erase(held_.begin());
   held_[{j, mine}] = std::move(h);
 }
@@ -265,13 +288,20 @@ void SwarmPeer::reply(const std::string& route, const wire::SwarmHop& hop, const
   server_.send(route, e);
 }
 
+// Only an answer to an attempt this replica has out to `from`, and that decodes, counts for the
+// router, with the compute time it reports bounded by the round trip measured here: unsolicited
+// or garbled answers with a tiny time cannot make a replica the router's choice (issue 38,
+// finding 3).
 void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
   const uint32_t j = hop.micro_batch();
-  router_.answered(router_id(from), m_, hop.seconds());
   const auto started = Clock::now();
+  const int64_t crossed = S_ - 1 - stage_;  // the stages after this one
   if (stage_ == 0) {
     const auto it = origin_.find(j);
-    if (it == origin_.end() || it->second.attempt != hop.attempt()) return;  // an old attempt
+    if (it == origin_.end() || it->second.attempt != hop.attempt() || !it->second.sent ||
+        it->second.replica != from) {
+      return;  // an old attempt, or not one sent to `from`
+    }
     Origin& f = it->second;
     try {
       f.output.backward(coder_->decode_backward(hop.boundary(), position(version_, j, 1),
@@ -280,6 +310,8 @@ void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
       event({{"event", "refused_hop"}, {"micro_batch", j}, {"why", e.what()}});
       return;
     }
+    router_.answered(router_id(from), m_,
+                     counted_seconds(hop.seconds(), seconds_since(f.sent_at), crossed));
     measured(f.forward_seconds + pace(started, 2.0 / 3));
     ++summary_.backwards;
     done_.emplace_back(j, hop.loss());
@@ -287,7 +319,7 @@ void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
     return;
   }
   const auto it = held_.find({j, hop.attempt()});
-  if (it == held_.end()) return;
+  if (it == held_.end() || it->second.replica != from) return;
   Held& h = it->second;
   try {
     h.output.backward(coder_->decode_backward(hop.boundary(), position(version_, j, stage_ + 1),
@@ -297,6 +329,8 @@ void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
     held_.erase(it);
     return;
   }
+  router_.answered(router_id(from), m_,
+                   counted_seconds(hop.seconds(), seconds_since(h.sent_at), crossed));
   const std::string bytes =
       coder_->encode_backward(position(version_, j, stage_), h.input.grad(), h.input);
   const double seconds = h.forward_seconds + pace(started, 2.0 / 3);
@@ -306,6 +340,18 @@ void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
   back.set_attempt(h.attempt);
   reply(h.route, back, bytes, hop.loss(), seconds);
   held_.erase(it);
+}
+
+void SwarmPeer::expire_held() {
+  for (auto it = held_.begin(); it != held_.end();) {
+    const Held& h = it->second;
+    if (h.replica.empty() || seconds_since(h.sent_at) < o_.timeout_seconds) {
+      ++it;
+      continue;
+    }
+    if (next_.count(h.replica) != 0) router_.failed(router_id(h.replica), now());
+    it = held_.erase(it);
+  }
 }
 
 }  // namespace agora::swarm_detail
