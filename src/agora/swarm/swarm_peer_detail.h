@@ -143,6 +143,9 @@ class SwarmPeer {
     bool sent = false;
     bool suspect = false;  // out when a member was lost
     Clock::time_point suspect_at;
+    // Attempts sent before the current one, still out: attempt -> replica. An answer to one
+    // frees the replica's share in the router (its work is not counted twice).
+    std::map<uint32_t, std::string> earlier;
     double forward_seconds = 0;
     Clock::time_point sent_at;
   };

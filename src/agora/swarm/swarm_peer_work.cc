@@ -213,7 +213,11 @@ bool SwarmPeer::resend_due() {
     if (f.sent && !gone && !lost && !timed_out) continue;
     // The replica it went to left, or kept it past the timeout (it dropped it, or lies about its
     // pace): skipped for a while. A loss elsewhere on the path (lost) is not its fault.
-    if (gone || (timed_out && !lost)) router_.failed(router_id(f.replica), now());
+    if (gone || (timed_out && !lost)) {
+      router_.failed(router_id(f.replica), now());
+    } else if (f.sent && f.earlier.size() < 16) {
+      f.earlier[f.attempt] = f.replica;  // it may still answer
+    }
     f.attempt = next_attempt_++;
     f.suspect = false;
     const bool was_sent = f.sent;
@@ -298,9 +302,16 @@ void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
   const int64_t crossed = S_ - 1 - stage_;  // the stages after this one
   if (stage_ == 0) {
     const auto it = origin_.find(j);
-    if (it == origin_.end() || it->second.attempt != hop.attempt() || !it->second.sent ||
-        it->second.replica != from) {
-      return;  // an old attempt, or not one sent to `from`
+    if (it == origin_.end()) return;
+    if (it->second.attempt != hop.attempt() || !it->second.sent || it->second.replica != from) {
+      // An earlier attempt sent to `from`: the micro-batch went again, but the replica did the
+      // work, so its share in the router is freed (no measurement: the gradient is not used).
+      const auto earlier = it->second.earlier.find(hop.attempt());
+      if (earlier != it->second.earlier.end() && earlier->second == from) {
+        router_.answered(router_id(from), m_, 0.0);
+        it->second.earlier.erase(earlier);
+      }
+      return;
     }
     Origin& f = it->second;
     try {
