@@ -4,12 +4,12 @@
 
 #include <filesystem>
 
+#include "admission_options.h"
 #include "agora/async/async_worker.h"
 #include "agora/async/outer_server.h"
 #include "agora/core/error.h"
 #include "agora/net/identity.h"
 #include "agora/obs/progress.h"
-#include "admission_options.h"
 #include "commands.h"
 #include "signals.h"
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "admission_options.h"
 #include "agora/core/error.h"
 #include "agora/data/data_meta.h"
 #include "agora/net/envelope.h"
@@ -15,7 +16,6 @@
 #include "agora/swarm/contribution_check.h"
 #include "agora/swarm/coordinator_server.h"
 #include "agora/swarm/swarm_peer.h"
-#include "admission_options.h"
 #include "commands.h"
 #include "signals.h"
 
@@ -83,8 +83,9 @@ void add_swarm_serve(CLI::App& swarm) {
   cmd->add_option("--deadline-factor", s.deadline_factor,
                   "Deadlines are this many times the measured time (at least --min-deadline)")
       ->capture_default_str();
-  cmd->add_option("--max-strikes", s.max_strikes, "Strikes (missed deadlines, refused "
-                                                  "contributions) that ban a replica")
+  cmd->add_option("--max-strikes", s.max_strikes,
+                  "Strikes (missed deadlines, refused "
+                  "contributions) that ban a replica")
       ->capture_default_str();
   cmd->add_option("--costs", args->costs,
                   "Each stage's relative compute, for rebalancing (default: from the cut)")

@@ -273,7 +273,8 @@ std::vector<nlohmann::json> events_of(const fs::path& out) {
 TEST(AsyncServer, ASyncRoundClosesAtItsDeadlineWithoutHoldersAndAbsentees) {
   const fs::path data = fs::path(AGORA_DATA_DIR) / "tokens" / "sp8k";
   if (!fs::exists(data / "meta.json")) GTEST_SKIP() << "no " << data << " (run make data)";
-  const fs::path root = fs::temp_directory_path() / ("agora_async_sync_" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("agora_async_sync_" + std::to_string(getpid()));
   fs::remove_all(root);
   const RunConfig config =
       RunConfig::load(fs::path(AGORA_SOURCE_DIR) / "bench" / "async" / "async.toml",

@@ -212,8 +212,8 @@ TEST(StageParameterShapes, AreTheStageModelsOwnInOrder) {
     int64_t count = 0;
     for (size_t i = 0; i < real.size(); ++i) {
       EXPECT_EQ(shapes[i].name, real[i].name) << "stage " << span.stage;
-      EXPECT_EQ(shapes[i].shape, std::vector<int64_t>(real[i].tensor.sizes().begin(),
-                                                       real[i].tensor.sizes().end()))
+      EXPECT_EQ(shapes[i].shape,
+                std::vector<int64_t>(real[i].tensor.sizes().begin(), real[i].tensor.sizes().end()))
           << shapes[i].name;
       count += real[i].tensor.numel();
     }

@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cfloat>
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <random>
 
@@ -104,7 +104,8 @@ TEST(Influence, AllZeroEntriesDoNotPullTheBoundToZero) {
   for (int honest_count : {1, 2, 3}) {
     std::vector<Payload> payloads = honest(honest_count, 40 + honest_count);
     const std::vector<Payload> before = payloads;
-    for (int a = 0; a < honest_count; ++a) payloads.push_back(payload_of(std::vector<float>(16, 0.0f)));
+    for (int a = 0; a < honest_count; ++a)
+      payloads.push_back(payload_of(std::vector<float>(16, 0.0f)));
     bound_influence(payloads, 1e9);  // a ratio no honest spread reaches: nothing may be scaled
     for (size_t j = 0; j < before.size(); ++j) {
       EXPECT_EQ(payloads[j], before[j]) << "honest " << j << " of " << honest_count;

@@ -1,6 +1,4 @@
 // swarm/router.h: SWARM's routing by measured throughput, on a hand-driven clock.
-#include "agora/swarm/router.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +6,7 @@
 #include <vector>
 
 #include "agora/core/error.h"
+#include "agora/swarm/router.h"
 
 namespace agora {
 namespace {

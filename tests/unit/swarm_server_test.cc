@@ -10,11 +10,11 @@
 #include <optional>
 #include <thread>
 
+#include "agora/config/run_config.h"
 #include "agora/net/curve_socket.h"
 #include "agora/net/identity.h"
-#include "agora/serve/members.h"
-#include "agora/config/run_config.h"
 #include "agora/optim/payload.h"
+#include "agora/serve/members.h"
 #include "agora/swarm/contribution_check.h"
 #include "agora/swarm/coordinator_server.h"
 

@@ -127,7 +127,7 @@ class Server {
   // sync: the round's accepted pseudo-gradients, summed, and how many.
   std::vector<torch::Tensor> round_sum_;
   int64_t round_accepted_ = 0, round_resolved_ = 0, round_handed_ = 0;
-  double round_started_ = -1;  // the round's first hand-out (this process's clock), -1: none
+  double round_started_ = -1;   // the round's first hand-out (this process's clock), -1: none
   bool round_overdue_ = false;  // past its deadline: it closes with what was handed out
   std::vector<Snapshot> snapshots_;
   std::unique_ptr<OuterStore> store_;

@@ -181,13 +181,17 @@ void Server::enforce_round_deadline() {
     }
   }
   for (Worker* w : late) {
-    log({{"event", "async_worker"}, {"worker", w->name}, {"state", "late"},
+    log({{"event", "async_worker"},
+         {"worker", w->name},
+         {"state", "late"},
          {"deadline", round_deadline()}});
     lapse(*w);
     strike(*w, "held its work past the round's deadline");
   }
   for (Worker* w : absent) {
-    log({{"event", "async_worker"}, {"worker", w->name}, {"state", "absent"},
+    log({{"event", "async_worker"},
+         {"worker", w->name},
+         {"state", "absent"},
          {"deadline", round_deadline()}});
     strike(*w, "took no work within the round's deadline");
   }

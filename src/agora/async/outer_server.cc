@@ -71,10 +71,10 @@ Server::Server(const RunConfig& config, const net::Identity& identity, const Out
       key_hex_(net::key_to_hex(identity.public_key())),
       context_(o.admission),
       server_(context_, identity, o.listen, server_limits(live_, o.int8), /*reply_queue=*/1024),
-      feed_(serve::ParamFeed::Limits{o.max_param_bytes_in_flight, o.max_param_bytes_in_flight,
-                                     kDeltasKept},
-            [this] { return published_.whole(); }, published_.version(),
-            published_.state_hash()),
+      feed_(
+          serve::ParamFeed::Limits{o.max_param_bytes_in_flight, o.max_param_bytes_in_flight,
+                                   kDeltasKept},
+          [this] { return published_.whole(); }, published_.version(), published_.state_hash()),
       workers_(worker_limits(o)),
       guard_(o.norm_guard) {
   live_->eval();

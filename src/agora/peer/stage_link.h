@@ -24,8 +24,8 @@
 // are dropped unread (ignored() counts them): they cannot stop the stage, fill its queue or take
 // over the route its gradients go back on. Once the previous stage's key is known (at once with
 // `prev_key`), the CURVE handshake admits that key only (refused_handshakes() counts the others),
-// so an outsider cannot even make the stage receive a frame. The next stage is the one whose key the CURVE
-// handshake proved.
+// so an outsider cannot even make the stage receive a frame. The next stage is the one whose key
+// the CURVE handshake proved.
 //
 // Failure: a neighbour silent for `timeout_seconds` while this stage waits on it
 // (`start_timeout_seconds` during the start), a message that

@@ -89,7 +89,8 @@ std::string describe(const std::vector<StageSpan>& spans) {
   return out;
 }
 
-std::vector<ParameterShape> stage_parameter_shapes(const ModelConfig& model, const StageSpan& span) {
+std::vector<ParameterShape> stage_parameter_shapes(const ModelConfig& model,
+                                                   const StageSpan& span) {
   std::vector<ParameterShape> out;
   for (ParameterShape& p : parameter_shapes(model)) {
     bool holds = false;

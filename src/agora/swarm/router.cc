@@ -28,9 +28,13 @@ double counted_seconds(double reported, double round_trip, int64_t stages) {
   return std::clamp(reported, floor, round_trip);
 }
 
-void SwarmRouter::add(uint64_t replica) { replicas_.try_emplace(replica, Replica{}); }
+void SwarmRouter::add(uint64_t replica) {
+  replicas_.try_emplace(replica, Replica{});
+}
 
-void SwarmRouter::remove(uint64_t replica) { replicas_.erase(replica); }
+void SwarmRouter::remove(uint64_t replica) {
+  replicas_.erase(replica);
+}
 
 double SwarmRouter::prior() const {
   double sum = 0;
@@ -111,8 +115,8 @@ void SwarmRouter::answered(uint64_t replica, int64_t samples, double seconds) {
   Replica& r = it->second;
   r.outstanding = std::max<int64_t>(0, r.outstanding - samples);
   if (!(seconds > 0) || !std::isfinite(seconds)) return;
-  r.average = (1.0 - options_.alpha) * r.average +
-              options_.alpha * seconds / static_cast<double>(samples);
+  r.average =
+      (1.0 - options_.alpha) * r.average + options_.alpha * seconds / static_cast<double>(samples);
   ++r.measured;
 }
 

@@ -33,9 +33,9 @@
 // What a replica reports can only move its own share, and only within what its sender measured:
 // the sender counts an answer only for an attempt it has out to that replica, and counts the
 // reported compute time within counted_seconds()'s bounds from its own round trip (a replica
-// cannot claim to be faster than its answer came back); a send that times out is failed(). The set of replicas comes from
-// the coordinator's membership, never from what a replica sends, so it is bounded by the run's
-// members. Deterministic: the same calls give the same picks.
+// cannot claim to be faster than its answer came back); a send that times out is failed(). The set
+// of replicas comes from the coordinator's membership, never from what a replica sends, so it is
+// bounded by the run's members. Deterministic: the same calls give the same picks.
 #pragma once
 
 #include <cstdint>
@@ -46,12 +46,12 @@
 namespace agora {
 
 struct SwarmRouterOptions {
-  double alpha = 0.1;                    // weight of the newest measurement
-  double skip_seconds = 10;              // how long a failed replica is skipped
-  double prior_seconds_per_sample = 1;   // before anything is measured
-  bool uniform = false;                  // uniform random routing (the baseline)
-  bool backlog = true;                   // raise the keys of replicas behind (off: an ablation)
-  uint64_t seed = 1;                     // for uniform
+  double alpha = 0.1;                   // weight of the newest measurement
+  double skip_seconds = 10;             // how long a failed replica is skipped
+  double prior_seconds_per_sample = 1;  // before anything is measured
+  bool uniform = false;                 // uniform random routing (the baseline)
+  bool backlog = true;                  // raise the keys of replicas behind (off: an ablation)
+  uint64_t seed = 1;                    // for uniform
 };
 
 // The compute time a sender counts for an answer: what the replica reported, but at most the
@@ -89,12 +89,12 @@ class SwarmRouter {
 
  private:
   struct Replica {
-    double key = 0;          // expected busy time from this sender's work
-    double average = 0;      // EMA of seconds per sample, before bias correction
-    int64_t measured = 0;    // measurements so far
-    double skip_until = -1;  // skipped while now < skip_until
-    bool entering = true;    // takes the minimum key at its next pick
-    int64_t outstanding = 0; // samples sent and not answered yet
+    double key = 0;           // expected busy time from this sender's work
+    double average = 0;       // EMA of seconds per sample, before bias correction
+    int64_t measured = 0;     // measurements so far
+    double skip_until = -1;   // skipped while now < skip_until
+    bool entering = true;     // takes the minimum key at its next pick
+    int64_t outstanding = 0;  // samples sent and not answered yet
   };
 
   double estimate(const Replica& r) const;

@@ -34,10 +34,14 @@ std::vector<double> swarm_stage_costs(const ModelConfig& model, int64_t stages) 
 
 const char* phase_name(SwarmPhase phase) {
   switch (phase) {
-    case SwarmPhase::kWaiting: return "waiting";
-    case SwarmPhase::kTraining: return "training";
-    case SwarmPhase::kSyncing: return "syncing";
-    case SwarmPhase::kFinished: return "finished";
+    case SwarmPhase::kWaiting:
+      return "waiting";
+    case SwarmPhase::kTraining:
+      return "training";
+    case SwarmPhase::kSyncing:
+      return "syncing";
+    case SwarmPhase::kFinished:
+      return "finished";
   }
   return "?";
 }

@@ -42,15 +42,15 @@
 //
 // Deadlines and strikes (no member stalls the step). A stage-0 replica that holds a
 // micro-batch longer than the hold deadline loses what it holds past it (back to the pool, for
-// the others), and earns a strike when it finished no micro-batch in that time; a replica expected in a round that has not sent its
-// contribution by the round deadline leaves the round and earns a strike; a contribution that
-// check_contribution refuses (not a well-formed DeMo payload of its stage and step) earns one.
-// Both deadlines are max(min_deadline, deadline_factor x a measured time): for micro-batches,
-// the lower median over stage-0 replicas of each one's median time from hand-out to done (its
-// last 8), for rounds, the median over the last 8 rounds of each round's lower median time from
-// the round's start to a contribution, so one member's slowness is one vote and never the
-// measure (before anything is measured, min_deadline x deadline_factor). max_strikes strikes ban
-// the key for the rest of the run (take_banned(); a banned key's hello is refused).
+// the others), and earns a strike when it finished no micro-batch in that time; a replica expected
+// in a round that has not sent its contribution by the round deadline leaves the round and earns a
+// strike; a contribution that check_contribution refuses (not a well-formed DeMo payload of its
+// stage and step) earns one. Both deadlines are max(min_deadline, deadline_factor x a measured
+// time): for micro-batches, the lower median over stage-0 replicas of each one's median time from
+// hand-out to done (its last 8), for rounds, the median over the last 8 rounds of each round's
+// lower median time from the round's start to a contribution, so one member's slowness is one vote
+// and never the measure (before anything is measured, min_deadline x deadline_factor). max_strikes
+// strikes ban the key for the rest of the run (take_banned(); a banned key's hello is refused).
 //
 // Rebalancing (rebalance_seconds > 0): at the end of a step, once that long since the last
 // move, balance.h's plan_move over the ready replicas' measured seconds per sample and the
@@ -59,7 +59,8 @@
 // Bounds: members by max_members; micro-batches held per stage-0 replica by max_hold; a
 // contribution per ready replica per round, of the size check_contribution allows; the round in
 // one answer per member a second at most; banned keys kept, 4 x max_members at most; a reported
-// done counts only for a micro-batch that replica holds. What a peer reports can only move its own standing.
+// done counts only for a micro-batch that replica holds. What a peer reports can only move its own
+// standing.
 #pragma once
 
 #include <cstdint>
@@ -99,10 +100,10 @@ struct SwarmScheduleOptions {
   double rebalance_seconds = 0;  // 0 = never
   double min_gain = 0.05;        // balance.h plan_move
   int64_t max_members = 64;
-  int64_t max_hold = 16;  // micro-batches one stage-0 replica holds at once
-  double min_deadline = 10;     // seconds: the least hold and round deadline
-  double deadline_factor = 8;   // times the measured time (see "Deadlines and strikes")
-  int64_t max_strikes = 3;      // strikes that ban a key
+  int64_t max_hold = 16;       // micro-batches one stage-0 replica holds at once
+  double min_deadline = 10;    // seconds: the least hold and round deadline
+  double deadline_factor = 8;  // times the measured time (see "Deadlines and strikes")
+  int64_t max_strikes = 3;     // strikes that ban a key
   // Empty when `payload` is a contribution stage `stage` may send at `step`, else why not (the
   // server decodes it against the stage's DeMo layout). Unset: every payload is taken.
   std::function<std::string(int64_t stage, uint64_t step, const std::string& payload)>
@@ -192,10 +193,10 @@ class SwarmSchedule {
   std::vector<Contribution> take_contributions();
   // Resumes from a save made `down_seconds` ago (counted as waiting) with the contributions of
   // its step and of the completed round. The clock goes on from the save's: `now` must be the
-  // save's clock["now"] + down_seconds (the server's clock restarts there). The members come back as they were saved, not ready
-  // until they report again, with `now` as the last time heard from; the micro-batches they
-  // held go back to the pool (their reports may have been lost with the old process). Throws
-  // Error naming what does not fit this schedule's options.
+  // save's clock["now"] + down_seconds (the server's clock restarts there). The members come back
+  // as they were saved, not ready until they report again, with `now` as the last time heard from;
+  // the micro-batches they held go back to the pool (their reports may have been lost with the old
+  // process). Throws Error naming what does not fit this schedule's options.
   void restore(const Durable& saved, const std::vector<Contribution>& rounds, double now,
                double down_seconds);
   std::vector<std::string> member_keys() const;
@@ -209,15 +210,15 @@ class SwarmSchedule {
     std::string hash;
     double seconds_per_sample = 0;
     double last_heard = 0;
-    double hello_at = 0;         // its last hello: another within peer_timeout is no restart
+    double hello_at = 0;  // its last hello: another within peer_timeout is no restart
     std::map<uint32_t, double> holding;  // stage 0: micro-batches given, not done: when given
     std::deque<double> latencies;        // stage 0: hand-out to done, its last 8
     double progress_at = 0;              // stage 0: its last done, or its first hand-out after none
     int64_t strikes = 0;
     uint64_t round_sent_for = 0;  // 1 + the step of the round last put in its answer
     double round_sent_at = 0;
-    int64_t micro_batches = 0;   // done, over the run (stage 0)
-    uint64_t id = 0;             // order of joining, for balance.h
+    int64_t micro_batches = 0;  // done, over the run (stage 0)
+    uint64_t id = 0;            // order of joining, for balance.h
   };
 
   bool ready_at(const Member& m, uint64_t version) const;

@@ -20,7 +20,8 @@ double SwarmSchedule::lower_median(std::vector<double> v) {
 double SwarmSchedule::hold_deadline() const {
   std::vector<double> medians;
   for (const auto& [k, m] : members_) {
-    if (!m.latencies.empty()) medians.push_back(lower_median({m.latencies.begin(), m.latencies.end()}));
+    if (!m.latencies.empty())
+      medians.push_back(lower_median({m.latencies.begin(), m.latencies.end()}));
   }
   if (medians.empty()) return o_.min_deadline * o_.deadline_factor;
   return std::max(o_.min_deadline, o_.deadline_factor * lower_median(medians));
@@ -98,7 +99,10 @@ void SwarmSchedule::strike(const std::string& key, const std::string& why, doubl
     banned_.erase(banned_order_.front());
     banned_order_.pop_front();
   }
-  event({{"event", "swarm_banned"}, {"peer", hex_encode(key).substr(0, 8)}, {"step", step_}, {"why", why}});
+  event({{"event", "swarm_banned"},
+         {"peer", hex_encode(key).substr(0, 8)},
+         {"step", step_},
+         {"why", why}});
 }
 
 std::vector<std::string> SwarmSchedule::take_banned() {

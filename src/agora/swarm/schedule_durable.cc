@@ -150,7 +150,8 @@ void SwarmSchedule::restore(const Durable& saved, const std::vector<Contribution
       if (done_.count(j) == 0) pool_.push_back(j);
     }
     const nlohmann::json& expected = s.at("expected");
-    if (expected.size() != stages) fail("the saved swarm awaits rounds of {} stages", expected.size());
+    if (expected.size() != stages)
+      fail("the saved swarm awaits rounds of {} stages", expected.size());
     for (size_t i = 0; i < stages; ++i) {
       expected_[i].clear();
       for (const nlohmann::json& k : expected[i]) {

@@ -316,7 +316,8 @@ void SwarmPeer::admit(const wire::SwarmView& v) {
   stage_curves_.clear();
   for (const wire::SwarmMember& m : v.peers()) {
     try {
-      if (m.stage() == static_cast<uint32_t>(stage_)) stage_curves_.insert(net::curve_public_of(m.key()));
+      if (m.stage() == static_cast<uint32_t>(stage_))
+        stage_curves_.insert(net::curve_public_of(m.key()));
     } catch (const Error&) {
     }
   }

@@ -34,11 +34,15 @@
 // Faults. A stage-0 replica sends a micro-batch again (kept encoded, no recompute) when the
 // replica it went to has left the next stage, when it was out as the coordinator lost a member
 // and has not returned within two round trips (at least a second: a replica on its path died,
-// and what it held is gone), or after `timeout_seconds`. A replica that dies costs the micro-batches in flight through it; one
-// sent again may add its gradient twice on the stages its first attempt reached past the death
-// (a few per death; the replicas stay identical).
-// Messages from keys that are not the previous stage's members are dropped unread; what waits
-// to be computed is bounded; anything kept for a step is dropped when the step is over.
+// and what it held is gone), or after `timeout_seconds`. A replica that dies costs the
+// micro-batches in flight through it; one sent again may add its gradient twice on the stages its
+// first attempt reached past the death (a few per death; the replicas stay identical). Messages
+// from keys that are not the previous stage's members are dropped unread, and its stage's
+// parameters go only to the other members of its stage (the view's `peers`), each within its own
+// budget; a frame larger than a hop is not received; what waits to be computed is bounded;
+// anything kept for a step is dropped when the step is over. A sender counts an answer for its
+// router only for an attempt it has out to that replica, with the reported time bounded by its
+// own round trip (router.h's counted_seconds), and skips a replica that let a send time out.
 //
 // `pace_unit` > 0 plays a slower machine: a micro-batch's forward takes at least
 // pace_unit * cost / speed * m / 3 seconds and its backward twice that (cost: the stage's compute
@@ -58,13 +62,13 @@ namespace agora {
 struct SwarmPeerOptions {
   std::string coordinator;  // tcp://HOST:PORT
   net::PublicKey coordinator_key;
-  std::string listen;         // where replicas of the previous stage connect
-  std::string advertise;      // the endpoint others dial ("" = listen's, 0.0.0.0 -> 127.0.0.1)
-  int64_t stage = -1;         // asked for; -1 = the coordinator chooses
-  double speed = 1;           // with pace_unit: this machine's speed (1 = reference)
-  double pace_unit = 0;       // seconds per sample (forward + backward) at speed 1; 0 = none
-  std::vector<double> costs;  // per stage, for the pace; empty = swarm_stage_costs
-  int64_t in_flight = 4;      // stage 0: micro-batches in flight at once
+  std::string listen;            // where replicas of the previous stage connect
+  std::string advertise;         // the endpoint others dial ("" = listen's, 0.0.0.0 -> 127.0.0.1)
+  int64_t stage = -1;            // asked for; -1 = the coordinator chooses
+  double speed = 1;              // with pace_unit: this machine's speed (1 = reference)
+  double pace_unit = 0;          // seconds per sample (forward + backward) at speed 1; 0 = none
+  std::vector<double> costs;     // per stage, for the pace; empty = swarm_stage_costs
+  int64_t in_flight = 4;         // stage 0: micro-batches in flight at once
   bool uniform_routing = false;  // uniform random routing (the baseline), not by throughput
   double poll_seconds = 0.02;
   double timeout_seconds = 30;      // coordinator silence; a micro-batch's round trip
