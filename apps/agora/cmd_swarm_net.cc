@@ -84,8 +84,7 @@ void add_swarm_serve(CLI::App& swarm) {
                   "Deadlines are this many times the measured time (at least --min-deadline)")
       ->capture_default_str();
   cmd->add_option("--max-strikes", s.max_strikes,
-                  "Strikes (missed deadlines, refused "
-                  "contributions) that ban a replica")
+                  "Strikes (missed deadlines, refused contributions) that ban a replica")
       ->capture_default_str();
   cmd->add_option("--costs", args->costs,
                   "Each stage's relative compute, for rebalancing (default: from the cut)")

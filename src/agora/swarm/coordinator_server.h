@@ -17,8 +17,10 @@
 //
 // Output: OUT/events.jsonl (swarm_serve with the endpoint, key and whether it resumed, then
 // schedule.h's events: swarm_join, swarm_lost, swarm_waiting, swarm_resumed, swarm_step,
-// swarm_move, swarm_diverged, swarm_restored, swarm_summary). With --http: GET /api/swarm (the run, each stage's replicas and state, "no
-// replica" when a stage has none), / (a page that shows it live) and /metrics (agora_swarm_*,
+// swarm_move, swarm_diverged, swarm_struck, swarm_banned, swarm_restored, swarm_summary). A
+// banned key's every message is answered with the ban (schedule.h, "Deadlines and strikes").
+// With --http: GET /api/swarm (the run, each stage's replicas and state, "no replica" when a
+// stage has none), / (a page that shows it live) and /metrics (agora_swarm_*,
 // obs/metrics_catalogue.h).
 #pragma once
 
