@@ -97,6 +97,39 @@ std::string filled_payload(Llama& model, uint64_t work_id, float value) {
   return encode_payload(p);
 }
 
+// The events the server wrote so far.
+std::vector<nlohmann::json> events_of(const fs::path& out) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream events(out / "events.jsonl");
+  std::string line;
+  while (std::getline(events, line)) {
+    auto row = nlohmann::json::parse(line, nullptr, false);
+    if (row.is_object()) rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// The endpoint the server announces (async_start), waiting up to 30 s; "" (with the failure
+// reported) when it ended or failed first.
+std::string await_endpoint(std::future<OuterServerSummary>& server, const fs::path& out) {
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (const nlohmann::json& row : events_of(out)) {
+      if (row.value("event", "") == "async_start") return row.at("listen");
+    }
+    if (server.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      try {
+        server.get();
+        ADD_FAILURE() << "the server ended before it listened";
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "the server failed: " << e.what();
+      }
+      return "";
+    }
+  }
+  return "";
+}
+
 TEST(AsyncServer, RefusesEveryLieAndAppliesAnHonestDelivery) {
   const fs::path data = fs::path(AGORA_DATA_DIR) / "tokens" / "sp8k";
   if (!fs::exists(data / "meta.json")) GTEST_SKIP() << "no " << data << " (run make data)";
@@ -126,16 +159,7 @@ TEST(AsyncServer, RefusesEveryLieAndAppliesAnHonestDelivery) {
     std::atomic<bool>& stop;
     ~StopOnExit() { stop = true; }
   } stop_on_exit{stop};
-  std::string endpoint;
-  for (int i = 0; i < 600 && endpoint.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::ifstream events(o.out / "events.jsonl");
-    std::string line;
-    while (std::getline(events, line)) {
-      const auto row = nlohmann::json::parse(line, nullptr, false);
-      if (row.is_object() && row.value("event", "") == "async_start") endpoint = row.at("listen");
-    }
-  }
+  const std::string endpoint = await_endpoint(server, o.out);
   ASSERT_FALSE(endpoint.empty());
 
   RunConfig inner = config;
@@ -255,18 +279,6 @@ TEST(AsyncServer, RefusesEveryLieAndAppliesAnHonestDelivery) {
   fs::remove_all(root);
 }
 
-// The events the server wrote so far.
-std::vector<nlohmann::json> events_of(const fs::path& out) {
-  std::vector<nlohmann::json> rows;
-  std::ifstream events(out / "events.jsonl");
-  std::string line;
-  while (std::getline(events, line)) {
-    auto row = nlohmann::json::parse(line, nullptr, false);
-    if (row.is_object()) rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
 // Under sync a round waited for every serving worker's piece: a worker that held its work and
 // never delivered, or never asked for work, held the run at its round for good. Past the
 // round's deadline the held piece lapses, the round closes with what came, and both are struck.
@@ -300,21 +312,7 @@ TEST(AsyncServer, ASyncRoundClosesAtItsDeadlineWithoutHoldersAndAbsentees) {
     std::atomic<bool>& stop;
     ~StopOnExit() { stop = true; }
   } stop_on_exit{stop};
-  std::string endpoint;
-  for (int i = 0; i < 600 && endpoint.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    for (const nlohmann::json& row : events_of(o.out)) {
-      if (row.value("event", "") == "async_start") endpoint = row.at("listen");
-    }
-    if (server.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-      try {
-        server.get();
-        FAIL() << "the server ended before it listened";
-      } catch (const std::exception& e) {
-        FAIL() << "the server failed: " << e.what();
-      }
-    }
-  }
+  const std::string endpoint = await_endpoint(server, o.out);
   ASSERT_FALSE(endpoint.empty());
   RunConfig inner = config;
   inner.optimizer.name = "adamw";
