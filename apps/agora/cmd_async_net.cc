@@ -111,7 +111,8 @@ void add_async_work(CLI::App& async) {
                   "Give up after this many seconds without an answer")
       ->capture_default_str();
   cmd->add_option("--behave", o.behaviour,
-                  "honest, or a misbehaviour the server must hold: scaled, replay, tiny, claim")
+                  "honest, or (tests and benchmarks) a misbehaviour the server must hold: "
+                  "scaled, replay, tiny, claim, sign_flip, zero, noise")
       ->capture_default_str();
   cmd->add_option("--log", args->log, "Write JSON lines of what happened here");
   cmd->callback([args] {

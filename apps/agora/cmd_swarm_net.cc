@@ -171,8 +171,9 @@ void add_swarm_peer(CLI::App& swarm) {
                   "Seconds before a silent coordinator or an unanswered micro-batch counts as lost")
       ->capture_default_str();
   cmd->add_option("--behave", o.behave,
-                  "Tests only: a misbehaviour the swarm must hold: hold, mute or liar")
-      ->check(CLI::IsMember({"", "hold", "mute", "liar"}));
+                  "Tests and benchmarks only: a misbehaviour the swarm must hold: hold, mute, "
+                  "liar, sign_flip, scale, zero or garbage")
+      ->check(CLI::IsMember({"", "hold", "mute", "liar", "sign_flip", "scale", "zero", "garbage"}));
   cmd->add_option("--events", args->events, "Write JSON lines of what happened here");
   cmd->add_option("--out", args->out, "Write the stage file here at the end (merge-stages)");
   cmd->add_option("--state-dir", args->state_dir,

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "agora/async/rules.h"
@@ -187,11 +189,16 @@ void Worker::train_and_deliver(const wire::AsyncWork& work) {
   Payload payload;
   payload.kind = PayloadKind::kPseudoGradient;
   payload.step = work.work_id();
-  const double scale = o_.behaviour == "scaled" ? 1000.0 : 1.0;
+  const double scale = o_.behaviour == "scaled"      ? 1000.0
+                       : o_.behaviour == "sign_flip" ? -1.0
+                       : o_.behaviour == "zero"      ? 0.0
+                                                     : 1.0;
   for (size_t i = 0; i < pulled.size(); ++i) {
-    const torch::Tensor d = o_.behaviour == "tiny"
-                                ? torch::full_like(pulled[i], 1e-6)
-                                : (pulled[i] - learner_.params[i].detach()) * scale;
+    torch::Tensor d = o_.behaviour == "tiny" ? torch::full_like(pulled[i], 1e-6)
+                                             : (pulled[i] - learner_.params[i].detach()) * scale;
+    if (o_.behaviour == "noise") {  // as large as the honest D, pointing nowhere
+      d = torch::randn_like(d) * (d.norm() / std::sqrt(static_cast<double>(d.numel())));
+    }
     payload.tensors.push_back(run_.int8() ? int8_rows_payload(d)
                                           : dense_payload(d, ValueType::kF32));
   }
@@ -287,10 +294,11 @@ AsyncWorkerSummary Worker::run() {
 
 AsyncWorkerSummary run_async_worker(const RunConfig& config, const net::Identity& identity,
                                     const AsyncWorkerOptions& options) {
-  if (options.behaviour != "honest" && options.behaviour != "scaled" &&
-      options.behaviour != "replay" && options.behaviour != "tiny" &&
-      options.behaviour != "claim") {
-    fail("--behave {} is not known (allowed: honest, scaled, replay, tiny, claim)",
+  static const std::set<std::string> kBehaviours = {"honest", "scaled", "replay", "tiny",
+                                                     "claim", "sign_flip", "zero", "noise"};
+  if (kBehaviours.count(options.behaviour) == 0) {
+    fail("--behave {} is not known (allowed: honest, scaled, replay, tiny, claim, sign_flip, "
+         "zero, noise)",
          options.behaviour);
   }
   if (!(options.step_seconds >= 0)) {

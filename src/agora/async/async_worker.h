@@ -15,7 +15,9 @@
 // a slower machine on a fast one. `behaviour` makes it misbehave, for the server's tests:
 // `scaled` multiplies D by 1000, `replay` sends every delivery twice, `tiny` trains nothing and
 // delivers a D of 1e-6 everywhere at once (as often as it gets work: issue 38's attack on the
-// server's median), `claim` never fetches parameters and says it holds the newest.
+// server's median), `claim` never fetches parameters and says it holds the newest. For
+// bench/poisoning, three that train honestly and deliver something else: `sign_flip` sends -D,
+// `zero` an all-zero D, `noise` Gaussian values as large as D's (per tensor).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +34,7 @@ struct AsyncWorkerOptions {
   std::string server;  // "tcp://host:port"
   net::PublicKey server_key;
   double step_seconds = 0;           // 0: as fast as this machine trains
-  std::string behaviour = "honest";  // honest | scaled | replay | tiny | claim
+  std::string behaviour = "honest";  // honest | scaled | replay | tiny | claim | sign_flip | ...
   double idle_timeout_seconds = 60;
   std::filesystem::path log;  // JSON lines; empty: none
   bool progress = true;

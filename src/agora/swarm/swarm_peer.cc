@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "agora/optim/payload.h"
 #include "agora/swarm/swarm_peer_detail.h"
 
 namespace agora::swarm_detail {
@@ -352,6 +353,14 @@ void SwarmPeer::contribute() {
   }
   StepContext context{static_cast<int64_t>(version_), config_.learning_rate(version_), 1};
   payload_ = demo_->contribute(context).bytes;
+  if (o_.behave == "sign_flip" || o_.behave == "scale" || o_.behave == "zero") {
+    Payload p = decode_payload(*payload_);  // bench/poisoning: a contribution rewritten
+    const float by = o_.behave == "sign_flip" ? -1.0f : o_.behave == "scale" ? 1e6f : 0.0f;
+    for (TensorPayload& t : p.tensors) {
+      for (float& v : t.values) v *= by;
+    }
+    payload_ = encode_payload(p);
+  }
   round_seen_ = false;
   waiting_.clear();
   unsent_.clear();

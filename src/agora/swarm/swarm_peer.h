@@ -81,6 +81,9 @@ struct SwarmPeerOptions {
   // 0) asks for all the micro-batches it may hold and never works on them; "mute" never sends
   // its round contribution; "liar" answers every forward at once with garbage backwards that
   // claim 1e-30 s of compute, for its attempt and the next three, and drops the forward.
+  // Poisoning (bench/poisoning/bench_poisoning_network.py): "sign_flip", "scale" (x 1e6) and
+  // "zero" rewrite its round contribution's values; "garbage" sends every backward it answers
+  // as the honest gradient negated and scaled by 100 (routed work nobody checks).
   std::string behave;
 };
 

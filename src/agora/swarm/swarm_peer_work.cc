@@ -8,6 +8,16 @@
 
 namespace agora::swarm_detail {
 
+namespace {
+
+// The gradient a replica sends back for its input; a "garbage" replica (bench/poisoning) sends
+// it negated and 100 times as large: nothing downstream can tell routed work from honest work.
+torch::Tensor sent_gradient(const torch::Tensor& honest, const std::string& behave) {
+  return behave == "garbage" ? honest.neg() * 100 : honest;
+}
+
+}  // namespace
+
 void SwarmPeer::serve(const net::Incoming& in) {
   if (in.message.has_get_tensor()) return answer_tensor(in);
   if (!in.message.has_swarm_hop() || in.message.swarm_hop().backward()) return;
@@ -253,7 +263,8 @@ void SwarmPeer::forward(const std::string& route, const wire::SwarmHop& hop) {
     const double forward_seconds = pace(started, 1.0 / 3);
     const auto back = Clock::now();
     loss.backward();
-    const std::string bytes = coder_->encode_backward(position(version_, j, stage_), in.grad(), in);
+    const std::string bytes = coder_->encode_backward(position(version_, j, stage_),
+                                                      sent_gradient(in.grad(), o_.behave), in);
     const double seconds = forward_seconds + pace(back, 2.0 / 3);
     measured(seconds);
     ++summary_.backwards;
@@ -343,7 +354,7 @@ void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
   router_.answered(router_id(from), m_,
                    counted_seconds(hop.seconds(), seconds_since(h.sent_at), crossed));
   const std::string bytes =
-      coder_->encode_backward(position(version_, j, stage_), h.input.grad(), h.input);
+      coder_->encode_backward(position(version_, j, stage_), sent_gradient(h.input.grad(), o_.behave), h.input);
   const double seconds = h.forward_seconds + pace(started, 2.0 / 3);
   measured(seconds);
   ++summary_.backwards;
