@@ -20,6 +20,9 @@ the structured output only:
     parameter update they took matched the server's state hash;
   - the tiny worker is not struck either (its updates are what they are: tiny), and the claiming
     worker is never handed work beyond version 0 (the base, which every worker holds);
+  - under dylu, the tiny worker is also a pace liar (it delivers at once, so the server measures
+    it as the fastest by far; issue 38, finding 9): the fast honest worker's last piece of work
+    still has more than one inner step (it had H_w = 1 when the liar set DyLU's reference);
   - the final checkpoint holds theta: agora eval gives the server's last validation loss;
   - /api/async and /metrics showed the run: its state, version and verdicts as the summary has
     them, both hostile workers banned, agora_async_* metrics with a series per verdict.
@@ -160,6 +163,10 @@ def main():
         for name in LIARS:
             done = [e for e in events(f"{out}/{name}.jsonl") if e["event"] == "async_worker_done"]
             assert done and not done[0]["refused"], (name, done)
+    if method == "dylu":
+        fast_work = [e["steps"] for e in events(f"{out}/honest_fast.jsonl")
+                     if e["event"] == "async_worker_delivered"]
+        assert fast_work and fast_work[-1] > 1, f"the fast worker's inner steps: {fast_work}"
     pace = {w["worker"]: w["seconds_per_step"] for w in status["workers"]}
     fast, slow = pace[keys["honest_fast"]], pace[keys["honest_slow"]]
     if method != "sync":

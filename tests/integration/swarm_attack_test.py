@@ -4,21 +4,24 @@
 
     swarm_attack_test.py AGORA AGORA_PROBE DATA_DIR OUT
 
-A coordinator and five replicas of a 2-stage model, as processes on loopback:
-  stage 0: a0 (honest), hold (asks for every micro-batch it may hold, never works on one)
+A coordinator and six replicas of a 2-stage model, as processes on loopback:
+  stage 0: a0, a1 (honest), hold (asks for every micro-batch it may hold, never works on one)
   stage 1: b0 (honest), mute (never sends its round contribution),
            liar (answers every forward at once with garbage backwards claiming 1e-30 s of
            compute, and drops the forward)
 Before the deadlines, the holder and the silent replica each held a step open for good, and the
-liar became the honest sender's choice for every micro-batch, which it dropped; and any stranger
-could read a replica's stage (finding 5). Checked, from the structured output only:
+liar became the honest sender's choice for every micro-batch, which it dropped, and was never
+struck for it; and any stranger could read a replica's stage (finding 5). Checked, from the
+structured output only:
   - the coordinator finishes every step, within a bound derived from the deadlines it was given;
-  - the holder and the silent replica are struck and banned (swarm_struck, swarm_banned), and
-    nobody else is ever struck;
-  - the honest replicas and the liar finish at the last step, and the replicas of stage 1 that
-    finished (b0, liar) hold the same parameters;
+  - the holder and the silent replica are struck and banned (swarm_struck, swarm_banned), the
+    liar is struck for dropped micro-batches (both honest senders named it), and nobody else is
+    ever struck;
+  - the honest replicas finish at the last step, and the replicas of stage 1 that finished hold
+    the same parameters;
   - the loss went down;
-  - a stranger asking a0 for its embedding at every step gets nothing but not_found.
+  - a stranger asking a0 for its embedding at every step gets nothing: a0 admits only the
+    members of its own and the previous stage at the CURVE handshake (refused_handshakes).
 """
 import json
 import os
@@ -57,8 +60,8 @@ def main():
             "--set", "pipeline.stages=2"]
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    roles = {"a0": (0, ""), "hold": (0, "hold"), "b0": (1, ""), "mute": (1, "mute"),
-             "liar": (1, "liar")}
+    roles = {"a0": (0, ""), "a1": (0, ""), "hold": (0, "hold"), "b0": (1, ""),
+             "mute": (1, "mute"), "liar": (1, "liar")}
     hostile = {"hold", "mute"}  # the ones the coordinator can see misbehave
     keys = {n: run([agora, "keygen", "--out", f"{out}/{n}.key"]).strip().split()[-1]
             for n in ["coordinator", *roles]}
@@ -106,16 +109,16 @@ def main():
         stranger = json.loads(run([probe, "--endpoint", a0["endpoint"], "--server-key", keys["a0"],
                                    "--get-tensor", "model.embed_tokens.weight",
                                    "--up-to-step", str(STEPS), "--seconds", "2"]))["get_tensor"]
-        assert stranger["tensor_data"] == 0 and stranger["not_found"] > 0, stranger
+        assert stranger["tensor_data"] == 0, stranger  # refused at the handshake (below)
         try:
             assert coordinator.wait(timeout=max(1, bound - (time.time() - started))) == 0, \
                 "the coordinator failed"
         except subprocess.TimeoutExpired:
             sys.exit(f"FAILED: the run did not finish within {bound} s: "
                      f"{[e for e in events(log) if e['event'] != 'swarm_status'][-8:]}")
-        for name in ("a0", "b0", "liar"):
+        for name in ("a0", "a1", "b0"):
             assert peers[name].wait(timeout=60) == 0, f"{name} failed: see {out}/{name}.out"
-        for name in hostile:  # refused for good once banned: they exit with the reason
+        for name in (*hostile, "liar"):  # refused for good once banned: they exit with the reason
             try:
                 peers[name].wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -132,19 +135,25 @@ def main():
     assert summary["last_loss"] < summary["first_loss"], summary
     struck = [e for e in log_events if e["event"] == "swarm_struck"]
     banned = {e["peer"] for e in log_events if e["event"] == "swarm_banned"}
-    honest = {short[n] for n in roles if n not in hostile}
+    honest = {short[n] for n in roles if n not in hostile and n != "liar"}
     assert not [e for e in struck if e["peer"] in honest], ("an honest replica was struck", struck)
     assert {short[n] for n in hostile} <= banned, (banned, struck)
     holder = [e for e in struck if e["peer"] == short["hold"]]
     assert holder and all("micro-batches past" in e["why"] for e in holder), holder
     silent = [e for e in struck if e["peer"] == short["mute"]]
     assert silent and all("no contribution" in e["why"] for e in silent), silent
+    liar = [e for e in struck if e["peer"] == short["liar"]]
+    assert liar and all("dropped micro-batches" in e["why"] for e in liar), liar
 
+    finished = ["a0", "a1", "b0"] + ([] if short["liar"] in banned else ["liar"])
     finish = {n: [e for e in events(f"{out}/{n}.jsonl") if e["event"] == "finish"][-1]
-              for n in ("a0", "b0", "liar")}
+              for n in finished}
     for name, f in finish.items():
         assert f["finished"] and f["ready"] and f["version"] == STEPS, (name, f)
-    assert finish["b0"]["parameter_hash"] == finish["liar"]["parameter_hash"], finish
+    assert finish["a0"]["parameter_hash"] == finish["a1"]["parameter_hash"], finish
+    assert finish["a0"]["refused_handshakes"] >= 1, finish["a0"]  # the stranger
+    if "liar" in finish:
+        assert finish["b0"]["parameter_hash"] == finish["liar"]["parameter_hash"], finish
     print(f"ok: {STEPS} steps in {elapsed:.1f} s (bound {bound} s), struck "
           f"{sorted({e['peer'] for e in struck})}, banned {sorted(banned)}, loss "
           f"{summary['first_loss']:.3f} -> {summary['last_loss']:.3f}")

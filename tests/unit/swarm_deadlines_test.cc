@@ -213,5 +213,70 @@ TEST(SwarmSchedule, TheFirstReplicaAtAStepDoesNotDecideItsHash) {
   EXPECT_EQ(s.summary(2.1)["diverged"], 0);
 }
 
+// Issue 38: a replica that dropped the micro-batches routed to it was skipped by its senders'
+// routers but never struck, since only a sender sees a send time out. Now senders name it, and a
+// strict majority of the previous stage (two at least) strikes it at the step's end; one sender
+// alone, or a replica lost during the step, strikes nobody.
+TEST(SwarmSchedule, AReplicaThatAMajorityOfItsSendersNameForDropsIsStruck) {
+  SwarmScheduleOptions o = options();
+  o.max_strikes = 5;
+  SwarmSchedule s(o);
+  const std::vector<int64_t> stages = {0, 0, 0, 1, 1, 1};
+  start(s, stages);
+  const auto name = [&](int sender, std::vector<std::string> dropped) {
+    SwarmReport r = ready(0, 0);
+    r.dropped = std::move(dropped);
+    s.poll(key(sender), r, 0.5);
+  };
+  name(0, {key(4), key(3)});
+  name(1, {key(4)});
+  name(1, {key(4)});            // twice from one sender counts once
+  name(2, {key(5), key(0)});    // key(0) is not of the next stage: ignored
+  name(2, {key(3) + "x"});      // not a member: ignored
+  train_step(s, 0, 0, 1);
+  contribute_all(s, stages, 2);
+  ASSERT_EQ(s.step(), 1u);
+  std::vector<nlohmann::json> struck;
+  for (const nlohmann::json& e : s.take_events()) {
+    if (e["event"] == "swarm_struck") struck.push_back(e);
+  }
+  ASSERT_EQ(struck.size(), 1u) << nlohmann::json(struck).dump();
+  EXPECT_EQ(struck[0]["peer"], hex_encode(key(4)).substr(0, 8));
+  EXPECT_EQ(struck[0]["step"], 0);
+  EXPECT_NE(struck[0]["why"].get<std::string>().find("2 of the 3 replicas of stage 0"),
+            std::string::npos);
+}
+
+TEST(SwarmSchedule, OneSenderOrALostReplicaIsNeverStruckForDrops) {
+  {
+    SwarmSchedule s(options());  // a stage 0 of one: its sender alone decides nothing
+    start(s, {0, 1});
+    SwarmReport r = ready(0, 0);
+    r.dropped = {key(1)};
+    s.poll(key(0), r, 0.5);
+    train_step(s, 0, 0, 1);
+    contribute_all(s, {0, 1}, 2);
+    ASSERT_EQ(s.step(), 1u);
+    EXPECT_EQ(count_events(s.take_events(), "swarm_struck"), 0);
+  }
+  SwarmSchedule s(options());  // two of two name it, but it was lost: its work went with it
+  start(s, {0, 0, 1});
+  for (int sender : {0, 1}) {
+    SwarmReport r = ready(0, 0);
+    r.dropped = {key(2)};
+    s.poll(key(sender), r, 0.5);
+  }
+  for (int sender : {0, 1}) s.poll(key(sender), ready(0, 0), 5.5);
+  s.tick(5.6);  // key(2) silent for the peer timeout
+  ASSERT_FALSE(s.knows(key(2)));
+  ASSERT_TRUE(s.hello(key(2), endpoint(2), 1, 5.7).refused.empty());
+  s.poll(key(2), ready(1, 0), 5.7);
+  s.tick(5.7);
+  train_step(s, 0, 0, 6);
+  contribute_all(s, {0, 0, 1}, 6.5);
+  ASSERT_EQ(s.step(), 1u);
+  EXPECT_EQ(count_events(s.take_events(), "swarm_struck"), 0);
+}
+
 }  // namespace
 }  // namespace agora

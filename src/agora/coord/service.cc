@@ -440,10 +440,9 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
     return fs::path(p).is_absolute() ? fs::path(p) : options_.base_dir / p;
   };
   const fs::path allowlist_path = n.allowlist.empty() ? fs::path{} : resolve(n.allowlist);
-  const net::Admission admission =
-      net::admission_for(allowlist_path, n.open, {"network.allowlist", "network.open"});
   std::set<net::PublicKey> allowlist;
-  if (!admission.open) allowlist = net::read_allowlist(allowlist_path);
+  const net::Admission admission = net::admission_for(
+      allowlist_path, n.open, {"network.allowlist", "network.open"}, &allowlist);
 
   store_ = std::make_unique<Store>(Store::open(resolve(n.state_db)));
   const std::string toml = config_.to_toml();

@@ -39,7 +39,8 @@ Admission admission_of(const std::set<PublicKey>& keys) {
   return admission;
 }
 
-Admission admission_for(const std::filesystem::path& allowlist, bool open, AdmissionNames names) {
+Admission admission_for(const std::filesystem::path& allowlist, bool open, AdmissionNames names,
+                        std::set<PublicKey>* keys) {
   if (open && !allowlist.empty()) {
     fail("both {} ({}) and {} are set; choose one: {} admits the keys the file lists, {} any key",
          names.allowlist, allowlist.string(), names.open, names.allowlist, names.open);
@@ -50,7 +51,11 @@ Admission admission_for(const std::filesystem::path& allowlist, bool open, Admis
         "key per line, as agora keygen prints them), or {} to admit any key",
         names.allowlist, names.open);
   }
-  return open ? Admission{} : admission_of(read_allowlist(allowlist));
+  if (open) return Admission{};
+  std::set<PublicKey> read = read_allowlist(allowlist);
+  Admission admission = admission_of(read);
+  if (keys) *keys = std::move(read);
+  return admission;
 }
 
 std::string describe(const Admission& admission) {

@@ -28,8 +28,10 @@ struct AdmissionNames {
 
 // Who a serving role admits, said explicitly: the keys of the `allowlist` file, or anyone when
 // `open`. Throws Error naming both settings when neither or both are given, so that no server is
-// open to the internet because its operator forgot a flag.
-Admission admission_for(const std::filesystem::path& allowlist, bool open, AdmissionNames names);
+// open to the internet because its operator forgot a flag. `keys`, when given, receives the
+// keys read (the file is read once: a role that also needs the keys sees what it admits).
+Admission admission_for(const std::filesystem::path& allowlist, bool open, AdmissionNames names,
+                        std::set<PublicKey>* keys = nullptr);
 
 // "open to any key" or "N allowed keys": what a server logs when it starts, so that an open
 // server is never open by accident unnoticed.

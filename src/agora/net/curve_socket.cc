@@ -97,7 +97,7 @@ Server::Server(Context& context, const Identity& identity, const std::string& en
   socket_.set(zmq::sockopt::linger, 0);
   // A reconnecting client takes over its routing id; frames above the limit drop the connection.
   socket_.set(zmq::sockopt::router_handover, 1);
-  socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(largest_frame(limits)));
+  socket_.set(zmq::sockopt::maxmsgsize, largest_frame(limits));
   try {
     socket_.bind(endpoint);
   } catch (const zmq::error_t& e) {
@@ -200,7 +200,7 @@ Client::Client(Context& context, const Identity& identity, const std::string& en
   socket_.set(zmq::sockopt::curve_publickey, zmq::buffer(identity.curve_public()));
   socket_.set(zmq::sockopt::curve_secretkey, zmq::buffer(identity.curve_secret()));
   socket_.set(zmq::sockopt::linger, 0);
-  socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(largest_frame(limits)));
+  socket_.set(zmq::sockopt::maxmsgsize, largest_frame(limits));
   socket_.set(zmq::sockopt::reconnect_ivl, 200);
   socket_.set(zmq::sockopt::reconnect_ivl_max, 2000);
   try {

@@ -174,6 +174,9 @@ class Server {
     for (int i = 0; i < p.done_size() && i < o_.schedule.micro_batches; ++i) {
       r.done.emplace_back(p.done(i).micro_batch(), p.done(i).loss());
     }
+    for (int i = 0; i < p.dropped_size() && i < o_.schedule.max_members; ++i) {
+      r.dropped.push_back(p.dropped(i));
+    }
     if (!p.payload().empty()) r.payload = p.payload();
     answer(in.route, schedule_.poll(admitted.member->key, r, now()));
     ban_struck_out();

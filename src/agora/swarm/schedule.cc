@@ -187,6 +187,15 @@ SwarmAnswer SwarmSchedule::poll(const std::string& key, const SwarmReport& repor
   m.ready = holds && report.ready && m.hash.size() == 32;
   if (m.ready) refresh_hash(m.stage);
 
+  if ((phase_ == SwarmPhase::kTraining || phase_ == SwarmPhase::kSyncing) &&
+      report.version == step_ && ready_at(m, step_)) {
+    for (const std::string& k : report.dropped) {
+      const auto named = members_.find(k);
+      if (named != members_.end() && named->second.stage == m.stage + 1) {
+        dropped_by_[k].insert(key);
+      }
+    }
+  }
   if (phase_ == SwarmPhase::kTraining && m.stage == 0 && ready_at(m, step_)) {
     for (const auto& [j, loss] : report.done) {
       const auto held = m.holding.find(j);
@@ -322,6 +331,7 @@ void SwarmSchedule::lose(const std::string& key, const char* why, double now) {
     pool_.insert(std::lower_bound(pool_.begin(), pool_.end(), j), j);
   }
   for (auto& expected : expected_) expected.erase(key);
+  dropped_by_.erase(key);  // a crash or a restart loses work without dropping it
   event({{"event", "swarm_lost"},
          {"peer", short_hex(key)},
          {"stage", m.stage},
@@ -414,6 +424,7 @@ bool SwarmSchedule::rounds_complete() const {
 }
 
 void SwarmSchedule::finish_step(double now) {
+  judge_drops(now);
   if (!round_delays_.empty()) {
     past_round_delays_.push_back(lower_median(round_delays_));
     if (past_round_delays_.size() > kDeadlineWindow) past_round_delays_.pop_front();

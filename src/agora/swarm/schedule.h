@@ -51,6 +51,12 @@
 // lower median time from the round's start to a contribution, so one member's slowness is one vote
 // and never the measure (before anything is measured, min_deadline x deadline_factor). max_strikes
 // strikes ban the key for the rest of the run (take_banned(); a banned key's hello is refused).
+// Work dropped: only a sender sees a micro-batch it routed time out, so senders report the
+// replica (SwarmReport::dropped; a replica whose own next stage let it down says so upstream and
+// is not named, swarm_peer.h). At the end of a step, a replica that at least two and a strict
+// majority of the previous stage's replicas ready at the step named earns a strike: no single
+// sender can strike anyone, and in a previous stage of one nobody is struck for drops. A replica
+// lost during the step (crashed, stopped, restarted) is not judged.
 //
 // Rebalancing (rebalance_seconds > 0): at the end of a step, once that long since the last
 // move, balance.h's plan_move over the ready replicas' measured seconds per sample and the
@@ -121,6 +127,7 @@ struct SwarmReport {
   std::vector<std::pair<uint32_t, float>> done;  // (micro-batch, loss)
   std::optional<std::string> payload;
   int64_t retried = 0;
+  std::vector<std::string> dropped;  // next-stage replicas that let its sends time out
 };
 
 struct SwarmPeerRef {
@@ -227,6 +234,8 @@ class SwarmSchedule {
   void lose(const std::string& key, const char* why, double now);
   void strike(const std::string& key, const std::string& why, double now);
   void enforce_deadlines(double now);
+  // At a step's end: strikes the replicas enough of their senders named (see "Work dropped").
+  void judge_drops(double now);
   // The lower median: of two, the smaller, so one of two members cannot raise it.
   static double lower_median(std::vector<double> v);
   static constexpr size_t kDeadlineWindow = 8;  // latencies per member, rounds remembered
@@ -251,6 +260,9 @@ class SwarmSchedule {
   // Syncing: per stage, the replicas whose contribution the round waits for, and what came.
   std::vector<std::set<std::string>> expected_;
   std::vector<std::map<std::string, std::string>> contributions_;
+  // This step: replica -> the replicas of the stage before it that reported it dropped work.
+  // Members only, both ways, so at most max_members x max_members entries.
+  std::map<std::string, std::set<std::string>> dropped_by_;
   // The last complete round, per stage, for replicas still to apply it.
   uint64_t completed_step_ = 0;
   bool have_completed_ = false;

@@ -77,6 +77,28 @@ void SwarmSchedule::enforce_deadlines(double now) {
   for (const auto& [k, why] : struck) strike(k, why, now);
 }
 
+void SwarmSchedule::judge_drops(double now) {
+  std::vector<std::pair<std::string, std::string>> struck;  // (key, why)
+  for (const auto& [key, accusers] : dropped_by_) {
+    const auto it = members_.find(key);
+    if (it == members_.end()) continue;
+    const int64_t stage = it->second.stage - 1;
+    int64_t senders = 0, naming = 0;
+    for (const auto& [k, m] : members_) {
+      if (m.stage != stage || !ready_at(m, step_)) continue;
+      ++senders;
+      if (accusers.count(k) != 0) ++naming;
+    }
+    if (naming >= 2 && 2 * naming > senders) {
+      struck.emplace_back(key, fmt::format("dropped micro-batches: {} of the {} replicas of stage "
+                                           "{} saw what they sent it time out",
+                                           naming, senders, stage));
+    }
+  }
+  dropped_by_.clear();
+  for (const auto& [key, why] : struck) strike(key, why, now);
+}
+
 void SwarmSchedule::strike(const std::string& key, const std::string& why, double now) {
   const auto it = members_.find(key);
   if (it == members_.end()) return;

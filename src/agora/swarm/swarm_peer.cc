@@ -81,6 +81,7 @@ SwarmPeerSummary SwarmPeer::run() {
          {"backwards", s.backwards},
          {"fetches", s.fetches},
          {"moves", s.moves},
+         {"refused_handshakes", context_.refused()},
          {"seconds", s.seconds}});
   return s;
 }
@@ -189,7 +190,8 @@ void SwarmPeer::forget_work(bool keep_forwards) {
 }
 
 bool SwarmPeer::poll_if_due() {
-  const bool urgent = !done_.empty() || (payload_ && !round_seen_) || report_now_;
+  name_drops();
+  const bool urgent = !done_.empty() || (payload_ && !round_seen_) || report_now_ || !dropped_.empty();
   report_now_ = false;
   if (seconds_since(last_poll_) < (urgent ? 0.005 : o_.poll_seconds)) return false;
   if (polls_in_flight_ > 2 && seconds_since(last_poll_) < 1.0) return false;
@@ -215,6 +217,9 @@ bool SwarmPeer::poll_if_due() {
   done_.clear();
   p->set_retried(static_cast<uint32_t>(retried_));
   retried_ = 0;
+  for (const std::string& k : dropped_) p->add_dropped(k);
+  if (!dropped_.empty()) event({{"event", "named_drops"}, {"version", version_}, {"replicas", dropped_.size()}});
+  dropped_.clear();
   if (payload_ && !round_seen_) p->set_payload(*payload_);
   coordinator_.send(e);
   ++polls_in_flight_;
@@ -331,6 +336,15 @@ void SwarmPeer::admit(const wire::SwarmView& v) {
       prev_curves_.insert(net::curve_public_of(m.key()));
     } catch (const Error&) {
     }
+  }
+  // Strangers cannot even complete a handshake (issue 38, finding 8): what they could send is
+  // never buffered. A member a view has not named yet is refused too, and its socket connects
+  // again (ZeroMQ retries within 2 s) until this replica's next view names it.
+  std::set<std::string> admitted = stage_curves_;
+  admitted.insert(prev_curves_.begin(), prev_curves_.end());
+  if (admitted != admitted_) {
+    admitted_ = admitted;
+    context_.set_admission(net::Admission{false, std::move(admitted)});
   }
   for (auto& [curve, forward] : strangers_) {
     if (prev_curves_.count(curve) != 0) {

@@ -43,6 +43,9 @@
 // anything kept for a step is dropped when the step is over. A sender counts an answer for its
 // router only for an attempt it has out to that replica, with the reported time bounded by its
 // own round trip (router.h's counted_seconds), and skips a replica that let a send time out.
+// It names that replica to the coordinator (schedule.h, "Work dropped"), unless the replica
+// answers `lost` first: a middle stage whose own send timed out gives the micro-batch up, tells
+// its sender so, and names its next replica instead.
 //
 // `pace_unit` > 0 plays a slower machine: a micro-batch's forward takes at least
 // pace_unit * cost / speed * m / 3 seconds and its backward twice that (cost: the stage's compute

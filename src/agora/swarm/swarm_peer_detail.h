@@ -128,6 +128,15 @@ class SwarmPeer {
   // Middle stages: a forward sent on and not answered within timeout_seconds is given up, and
   // the replica it went to is failed (skipped) by the router.
   void expire_held();
+  // A send to `replica` timed out: it is named to the coordinator as having dropped the work
+  // once stages after it had the time to say the loss was theirs (a `lost` answer), at once
+  // when it is the last stage (schedule.h, "Work dropped").
+  void send_timed_out(uint32_t j, uint32_t attempt, const std::string& replica);
+  // A `lost` answer from `from`: the micro-batch went missing past it. Stage 0 sends it again
+  // at once; a middle stage gives it up and tells its own sender the same.
+  void lost_past(const std::string& from, const wire::SwarmHop& hop);
+  // Moves the timed-out sends now due into the next poll's `dropped`.
+  void name_drops();
 
   void arrived(const wire::SwarmHop& hop);
   void forward(const std::string& route, const wire::SwarmHop& hop);
@@ -157,6 +166,11 @@ class SwarmPeer {
     std::string replica;        // sent on to ("" while unsent)
     Clock::time_point sent_at;  // when
   };
+  struct PendingDrop {
+    std::string replica;
+    uint64_t version = 0;
+    Clock::time_point due;
+  };
   struct Unsent {
     uint32_t micro_batch = 0, attempt = 0;  // attempt: this replica's, the key in held_
     std::string bytes;
@@ -177,7 +191,10 @@ class SwarmPeer {
   Sampler data_;
   std::string fingerprint_;
   Clock::time_point born_ = Clock::now();
-  net::Context context_;
+  // Its server admits, at the CURVE handshake, only the previous stage's members and its own
+  // stage's (admit(), from each view); nobody before the first view. Its clients dial out.
+  net::Context context_{net::Admission{false, {}}};
+  std::set<std::string> admitted_;
   net::Server server_;
   net::Client coordinator_;
   std::unique_ptr<SubspaceBasis> subspace_;
@@ -213,6 +230,11 @@ class SwarmPeer {
   std::deque<std::pair<std::string, std::pair<std::string, wire::SwarmHop>>> strangers_;
   std::map<std::pair<uint32_t, uint32_t>, Held> held_;  // (micro-batch, attempt sent on)
   std::map<uint32_t, Origin> origin_;
+  // Sends that timed out, by (micro-batch, attempt), until named or answered `lost`; and the
+  // replicas to name in the next poll, for version dropped_version_.
+  std::map<std::pair<uint32_t, uint32_t>, PendingDrop> pending_drops_;
+  std::set<std::string> dropped_;
+  uint64_t dropped_version_ = 0;
   std::deque<Unsent> unsent_;  // middle stages: forwards waiting for a next replica
   std::deque<uint32_t> assigned_;
   std::vector<std::pair<uint32_t, float>> done_;

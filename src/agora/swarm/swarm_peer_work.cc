@@ -86,7 +86,7 @@ bool SwarmPeer::pump() {
 // Stage 0: a micro-batch's round trip, from its send to its gradient's arrival (not counting the
 // time it then waits for this replica's own compute).
 void SwarmPeer::arrived(const wire::SwarmHop& hop) {
-  if (stage_ != 0) return;
+  if (stage_ != 0 || hop.lost()) return;
   const auto it = origin_.find(hop.micro_batch());
   if (it == origin_.end() || it->second.attempt != hop.attempt() || !it->second.sent) return;
   const double trip = seconds_since(it->second.sent_at);
@@ -225,6 +225,7 @@ bool SwarmPeer::resend_due() {
     // pace): skipped for a while. A loss elsewhere on the path (lost) is not its fault.
     if (gone || (timed_out && !lost)) {
       router_.failed(router_id(f.replica), now());
+      if (!gone) send_timed_out(j, f.attempt, f.replica);
     } else if (f.sent && f.earlier.size() < 16) {
       f.earlier[f.attempt] = f.replica;  // it may still answer
     }
@@ -308,6 +309,7 @@ void SwarmPeer::reply(const std::string& route, const wire::SwarmHop& hop, const
 // or garbled answers with a tiny time cannot make a replica the router's choice (issue 38,
 // finding 3).
 void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
+  if (hop.lost()) return lost_past(from, hop);
   const uint32_t j = hop.micro_batch();
   const auto started = Clock::now();
   const int64_t crossed = S_ - 1 - stage_;  // the stages after this one
@@ -371,8 +373,77 @@ void SwarmPeer::expire_held() {
       ++it;
       continue;
     }
-    if (next_.count(h.replica) != 0) router_.failed(router_id(h.replica), now());
+    if (next_.count(h.replica) != 0) {
+      router_.failed(router_id(h.replica), now());
+      send_timed_out(it->first.first, it->first.second, h.replica);
+    }
+    wire::SwarmHop back;  // not this replica's fault: its sender must not blame it
+    back.set_step(version_);
+    back.set_micro_batch(it->first.first);
+    back.set_attempt(h.attempt);
+    back.set_lost(true);
+    reply(h.route, back, "", 0.0f, 0.0);
     it = held_.erase(it);
+  }
+}
+
+void SwarmPeer::send_timed_out(uint32_t j, uint32_t attempt, const std::string& replica) {
+  // Each stage past `replica` times out its own send a little after this one did; half a
+  // timeout each is room for its compute and the answer's way back.
+  const auto after = static_cast<double>(std::max<int64_t>(0, S_ - 2 - stage_));
+  const auto due = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(after * 0.5 * o_.timeout_seconds));
+  if (pending_drops_.size() >= 4 * static_cast<size_t>(M_) + kMaxWaiting) {
+    pending_drops_.erase(pending_drops_.begin());
+  }
+  pending_drops_[{j, attempt}] = {replica, version_, due};
+}
+
+void SwarmPeer::lost_past(const std::string& from, const wire::SwarmHop& hop) {
+  const uint32_t j = hop.micro_batch();
+  const auto pending = pending_drops_.find({j, hop.attempt()});
+  if (pending != pending_drops_.end() && pending->second.replica == from) {
+    pending_drops_.erase(pending);
+  }
+  if (stage_ == 0) {
+    const auto it = origin_.find(j);
+    if (it == origin_.end()) return;
+    Origin& f = it->second;
+    if (f.sent && f.attempt == hop.attempt() && f.replica == from) {
+      router_.answered(router_id(from), m_, 0.0);  // its share is free; no measurement
+      f.sent = false;                              // resend_due() sends it again now
+      ++retried_;
+    } else if (const auto e = f.earlier.find(hop.attempt());
+               e != f.earlier.end() && e->second == from) {
+      router_.answered(router_id(from), m_, 0.0);
+      f.earlier.erase(e);
+    }
+    return;
+  }
+  const auto it = held_.find({j, hop.attempt()});
+  if (it == held_.end() || it->second.replica != from) return;
+  router_.answered(router_id(from), m_, 0.0);
+  wire::SwarmHop back = hop;
+  back.set_attempt(it->second.attempt);
+  reply(it->second.route, back, "", 0.0f, 0.0);
+  held_.erase(it);
+}
+
+void SwarmPeer::name_drops() {
+  if (dropped_version_ != version_) {
+    dropped_.clear();
+    dropped_version_ = version_;
+  }
+  const auto now = Clock::now();
+  for (auto it = pending_drops_.begin(); it != pending_drops_.end();) {
+    if (it->second.version != version_) {
+      it = pending_drops_.erase(it);
+    } else if (now >= it->second.due) {
+      dropped_.insert(it->second.replica);
+      it = pending_drops_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 
