@@ -51,8 +51,8 @@
 // lower median time from the round's start to a contribution, so one member's slowness is one vote
 // and never the measure (before anything is measured, min_deadline x deadline_factor). max_strikes
 // strikes ban the key for the rest of the run (take_banned(); a banned key's hello is refused).
-// Work dropped: only a sender sees a micro-batch it routed time out, so senders report the
-// replica (SwarmReport::dropped; a replica whose own next stage let it down says so upstream and
+// Work dropped: only a sender sees a micro-batch it routed time out or come back as bytes that
+// do not decode, so senders report the replica (SwarmReport::dropped; a replica whose own next stage let it down says so upstream and
 // is not named, swarm_peer.h). At the end of a step, a replica that at least two and a strict
 // majority of the previous stage's replicas ready at the step named earns a strike: no single
 // sender can strike anyone, and in a previous stage of one nobody is struck for drops. A replica

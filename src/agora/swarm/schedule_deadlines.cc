@@ -91,7 +91,8 @@ void SwarmSchedule::judge_drops(double now) {
     }
     if (naming >= 2 && 2 * naming > senders) {
       struck.emplace_back(key, fmt::format("dropped micro-batches: {} of the {} replicas of stage "
-                                           "{} saw what they sent it time out",
+                                           "{} named it for work it lost (a send that timed out or an answer "
+                                           "that did not decode)",
                                            naming, senders, stage));
     }
   }

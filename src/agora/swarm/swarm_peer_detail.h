@@ -132,6 +132,9 @@ class SwarmPeer {
   // once stages after it had the time to say the loss was theirs (a `lost` answer), at once
   // when it is the last stage (schedule.h, "Work dropped").
   void send_timed_out(uint32_t j, uint32_t attempt, const std::string& replica);
+  // An answer from `from` to attempt `attempt` of micro-batch `j` did not decode: `from` is
+  // skipped by the router and named at once as having dropped the work.
+  void garbled(const std::string& from, uint32_t j, uint32_t attempt);
   // A `lost` answer from `from`: the micro-batch went missing past it. Stage 0 sends it again
   // at once; a middle stage gives it up and tells its own sender the same.
   void lost_past(const std::string& from, const wire::SwarmHop& hop);

@@ -332,6 +332,8 @@ void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
                                                 f.output.size(0), f.output.size(1), torch::kCPU));
     } catch (const Error& e) {
       event({{"event", "refused_hop"}, {"micro_batch", j}, {"why", e.what()}});
+      garbled(from, j, f.attempt);
+      f.sent = false;  // resend_due() sends it again now, to another replica
       return;
     }
     router_.answered(router_id(from), m_,
@@ -350,6 +352,13 @@ void SwarmPeer::backward(const std::string& from, const wire::SwarmHop& hop) {
                                               h.output.size(0), h.output.size(1), torch::kCPU));
   } catch (const Error& e) {
     event({{"event", "refused_hop"}, {"micro_batch", j}, {"why", e.what()}});
+    garbled(from, j, hop.attempt());
+    wire::SwarmHop back;  // not this replica's fault: its sender sends it again
+    back.set_step(version_);
+    back.set_micro_batch(j);
+    back.set_attempt(h.attempt);
+    back.set_lost(true);
+    reply(h.route, back, "", 0.0f, 0.0);
     held_.erase(it);
     return;
   }
@@ -399,12 +408,24 @@ void SwarmPeer::send_timed_out(uint32_t j, uint32_t attempt, const std::string& 
   pending_drops_[{j, attempt}] = {replica, version_, due};
 }
 
+void SwarmPeer::garbled(const std::string& from, uint32_t j, uint32_t attempt) {
+  router_.failed(router_id(from), now());
+  // The answer came over `from`'s own authenticated connection and does not decode: the work
+  // is lost by `from` itself, with no stage after it to share the blame. Named at the next poll.
+  if (pending_drops_.size() >= 4 * static_cast<size_t>(M_) + kMaxWaiting) {
+    pending_drops_.erase(pending_drops_.begin());
+  }
+  pending_drops_[{j, attempt}] = {from, version_, Clock::now()};
+}
+
 void SwarmPeer::lost_past(const std::string& from, const wire::SwarmHop& hop) {
   const uint32_t j = hop.micro_batch();
   const auto pending = pending_drops_.find({j, hop.attempt()});
   if (pending != pending_drops_.end() && pending->second.replica == from) {
     pending_drops_.erase(pending);
   }
+  // The last stage sends nothing on: a `lost` from it is its own loss, however it is worded.
+  if (stage_ + 2 == S_) garbled(from, j, hop.attempt());
   if (stage_ == 0) {
     const auto it = origin_.find(j);
     if (it == origin_.end()) return;
