@@ -42,6 +42,9 @@ StageLink::StageLink(const net::Identity& identity, const StageLinkOptions& opti
       start_timeout_(options.start_timeout_seconds),
       max_waiting_(options.max_waiting) {
   net::DecodeLimits limits;
+  if (options.max_boundary_bytes > 0) {
+    limits.max_data = std::min(limits.max_data, options.max_boundary_bytes);
+  }
   if (stage_ > 0) server_.emplace(context_, identity, options.listen, limits);
   if (options.prev_key) {
     prev_curve_ = net::curve_public_of(*options.prev_key);

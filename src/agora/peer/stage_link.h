@@ -67,6 +67,8 @@ struct StageLinkOptions {
   // started by hand, minutes apart.
   double start_timeout_seconds = 600;
   int64_t max_waiting = 64;  // boundary messages that may wait for their turn
+  // The largest boundary message a neighbour may send, in bytes; 0: net::DecodeLimits' default.
+  size_t max_boundary_bytes = 0;
 };
 
 class StageLink {

@@ -52,7 +52,7 @@ class StageRunner {
                        : config.pipeline.micro_batches),
         data_(Sampler::from_directory(config.data.dir, "train",
                                       static_cast<uint32_t>(config.data.seq_len), config.seed)),
-        net_(identity, link_options(config, options, 2 * (S_ + 1) * pieces_)),
+        net_(identity, link_options(config, options, pieces_)),
         fingerprint_(stage_run_fingerprint(config)) {
     if (config.pipeline.codec == "subspace") {
       subspace_ = std::make_unique<SubspaceBasis>(config.model, config.pipeline.subspace_rank,
@@ -295,8 +295,14 @@ class StageRunner {
   }
 
   static StageLinkOptions link_options(const RunConfig& config, const StageOptions& options,
-                                       int64_t max_waiting) {
+                                       int64_t pieces) {
     StageLinkOptions o;
+    // A boundary message carries one piece's activations or their gradient (float32 at most,
+    // and its tokens): a neighbour's frame is bounded by that, not by the network's 1 GiB.
+    const auto piece = static_cast<size_t>(config.train.batch_size / pieces) *
+                       static_cast<size_t>(config.data.seq_len) *
+                       static_cast<size_t>(config.model.hidden_size + 1) * 4;
+    o.max_boundary_bytes = 2 * piece + (size_t{1} << 20);
     o.stage = options.stage;
     o.stages = config.pipeline.stages;
     o.listen = options.listen;
@@ -305,7 +311,7 @@ class StageRunner {
     o.prev_key = options.prev_key;
     o.timeout_seconds = options.timeout_seconds;
     o.start_timeout_seconds = std::max(600.0, options.timeout_seconds);
-    o.max_waiting = max_waiting;
+    o.max_waiting = 2 * (o.stages + 1) * pieces;
     return o;
   }
 

@@ -40,8 +40,8 @@ SwarmPeer::SwarmPeer(const RunConfig& config, const net::Identity& identity,
       data_(Sampler::from_directory(config.data.dir, "train",
                                     static_cast<uint32_t>(config.data.seq_len), config.seed)),
       fingerprint_(stage_run_fingerprint(config)),
-      server_(context_, identity, o.listen, server_limits(config), /*reply_queue=*/4096),
-      coordinator_(context_, identity, o.coordinator, o.coordinator_key, limits()) {
+      server_(context_, identity, o.listen, hop_limits(config), /*reply_queue=*/4096),
+      coordinator_(context_, identity, o.coordinator, o.coordinator_key, coordinator_limits()) {
   if (config.pipeline.codec == "subspace") {
     subspace_ = std::make_unique<SubspaceBasis>(config.model, config.pipeline.subspace_rank,
                                                 config.seed, torch::kCPU);
@@ -90,23 +90,37 @@ void SwarmPeer::failed(const std::string& what) {
   event({{"event", "error"}, {"stage", stage_}, {"version", version_}, {"message", what}});
 }
 
-net::DecodeLimits SwarmPeer::limits() {
+// The coordinator's key is pinned and a view carries one round of a stage's contributions, as
+// many as the coordinator admits members: the bound is a generous constant, not a shape.
+net::DecodeLimits SwarmPeer::coordinator_limits() {
   net::DecodeLimits l;
   l.max_control = 64 << 10;
   l.max_data = size_t{256} << 20;
   return l;
 }
 
-// What this replica's server receives: hops (a micro-batch's activations or their gradient, at
-// most float32 [m, T, hidden] and its tokens) and GetTensor. So a frame is bounded by that,
-// not by the 256 MiB a view or a tensor may need: a stranger, who completes the handshake, cannot
-// make it receive more than one hop's worth per frame (issue 38, finding 8).
-net::DecodeLimits SwarmPeer::server_limits(const RunConfig& config) {
-  net::DecodeLimits l = limits();
+// What this replica's server receives, and its answers from the next stage: hops (a
+// micro-batch's activations or their gradient, at most float32 [m, T, hidden] and its tokens)
+// and GetTensor. So a frame is bounded by that, not by the 256 MiB a view may need: a member of
+// a neighbouring stage cannot make it receive more than one hop's worth per frame (issue 38,
+// finding 8).
+net::DecodeLimits SwarmPeer::hop_limits(const RunConfig& config) {
+  net::DecodeLimits l = coordinator_limits();
   const auto hop = static_cast<size_t>(config.train.micro_batch_size) *
                    static_cast<size_t>(config.data.seq_len) *
                    static_cast<size_t>(config.model.hidden_size + 1) * 4;
   l.max_data = std::min(l.max_data, 2 * hop + (size_t{1} << 20));
+  return l;
+}
+
+// A fetch answers one parameter tensor of this replica's stage (float32 at most) per message.
+net::DecodeLimits SwarmPeer::fetch_limits() const {
+  net::DecodeLimits l = coordinator_limits();
+  size_t largest = 0;
+  for (const NamedParameter& p : model_->hf_parameters()) {
+    largest = std::max(largest, static_cast<size_t>(p.tensor.numel()) * 4);
+  }
+  l.max_data = std::min(l.max_data, largest + (size_t{1} << 20));
   return l;
 }
 
@@ -286,7 +300,7 @@ void SwarmPeer::members(const wire::SwarmView& v) {
     if (next_.count(m.key()) == 0 || next_[m.key()] != m.endpoint()) {
       try {
         clients_[m.key()] = std::make_unique<net::Client>(context_, identity_, m.endpoint(),
-                                                          m.key(), limits(), 1024);
+                                                          m.key(), hop_limits(config_), 1024);
       } catch (const Error&) {
         continue;  // a key that is not a point: that member cannot be dialled
       }

@@ -55,8 +55,11 @@ class SwarmPeer {
  private:
   // ---- set-up, the stage, the coordinator --------------------------------------------------
 
-  static net::DecodeLimits limits();
-  static net::DecodeLimits server_limits(const RunConfig& config);
+  // What each connection may receive: from the coordinator (views with a stage's DeMo round),
+  // over the micro-batch links (one hop), from a replica it fetches its stage from (one tensor).
+  static net::DecodeLimits coordinator_limits();
+  static net::DecodeLimits hop_limits(const RunConfig& config);
+  net::DecodeLimits fetch_limits() const;
   static double seconds_since(Clock::time_point t);
   double now() const { return seconds_since(born_); }
 

@@ -35,7 +35,7 @@ void SwarmPeer::fetch_or_restore(const wire::SwarmView& v) {
   f.started = Clock::now();
   try {
     f.client = std::make_unique<net::Client>(context_, identity_, v.source().endpoint(),
-                                             v.source().key(), limits(), 1024);
+                                             v.source().key(), fetch_limits(), 1024);
   } catch (const Error&) {
     return;
   }
