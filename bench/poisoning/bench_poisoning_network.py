@@ -33,7 +33,8 @@ The server validates theta at the end (the run's final loss).
 
 The clean run goes --clean-runs times, so the table shows how far two clean runs land apart on
 this machine (routing and the wall clock are not deterministic): an attack is "held" when its
-final loss is within 2% of the clean runs' mean. Per row: final validation loss, its distance to
+final loss is at most the clean runs' mean plus the tolerance, 2% or the clean runs' own spread
+(largest minus smallest, over the mean) where that is wider, and no honest member was struck. Per row: final validation loss, its distance to
 the clean mean, who was struck or banned (the hostile member only, if the roles work), the
 steps or updates done. Writes OUT/bench_poisoning_network.json.
 """
@@ -161,7 +162,8 @@ def async_run(args, name, attack):
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     config = os.path.join(ROOT, "bench", "async", "async.toml")
-    sets = ["--set", f"data.dir={args.data}", "--set", f"diloco.inner_steps={args.inner_steps}"]
+    sets = ["--set", f"data.dir={args.data}", "--set", f"diloco.inner_steps={args.inner_steps}",
+            "--set", f"diloco.outer_lr={args.async_outer_lr}"]
     names = [f"w{i}" for i in range(8)]
     hostile = names[-1] if attack else None
     server_pub = keygen(args.agora, f"{out}/server.key")
@@ -218,6 +220,9 @@ def main():
     ap.add_argument("--async-seconds", type=float, default=60)
     ap.add_argument("--async-method", default="lookahead",
                     help="async: the server's --method (async, dylu, lookahead, ...)")
+    ap.add_argument("--async-outer-lr", type=float, default=0.35,
+                    help="async: the outer learning rate (bench/async's 0.7 is for four workers; "
+                    "eight deliver twice as often)")
     ap.add_argument("--unit", type=float, default=0.3, help="async: seconds per inner step")
     ap.add_argument("--inner-steps", type=int, default=10, help="async: H")
     ap.add_argument("--eval-windows", type=int, default=32)
@@ -239,13 +244,18 @@ def main():
         print(f"{role}: {args.clean_runs} clean runs and {len(attacks)} attacks", flush=True)
         clean = [one(args, f"clean{i}", None) for i in range(args.clean_runs)]
         rows = [one(args, a, a) for a in attacks if a]
-        mean = statistics.mean(r["val_loss"] for r in clean)
+        losses = [r["val_loss"] for r in clean]
+        mean = statistics.mean(losses)
+        tolerance = max(HELD_WITHIN, (max(losses) - min(losses)) / mean)
         for r in clean + rows:
             r["vs_clean_percent"] = 100 * (r["val_loss"] - mean) / mean
             honest_struck = [n for n in r["struck"] + r["banned"] if n != r["hostile"]]
             r["honest_struck"] = sorted(set(honest_struck))
-            r["held"] = abs(r["vs_clean_percent"]) <= 100 * HELD_WITHIN and not honest_struck
-        results[role] = {"clean_mean_val_loss": mean, "clean": clean, "attacks": rows}
+            r["held"] = r["vs_clean_percent"] <= 100 * tolerance and not honest_struck
+        results[role] = {"clean_mean_val_loss": mean, "tolerance_percent": 100 * tolerance,
+                         "clean": clean, "attacks": rows}
+        print(f"{role}: held within +{100 * tolerance:.2f}% of the clean mean {mean:.4f}",
+              flush=True)
 
     print()
     print("| role | attack | final val loss | vs clean mean | hostile struck / banned "
@@ -264,7 +274,7 @@ def main():
     path = os.path.join(args.out, "bench_poisoning_network.json")
     with open(path, "w") as f:
         json.dump({"swarm_steps": args.swarm_steps, "async_seconds": args.async_seconds,
-                   "async_method": args.async_method,
+                   "async_method": args.async_method, "async_outer_lr": args.async_outer_lr,
                    "unit": args.unit, "inner_steps": args.inner_steps,
                    "eval_windows": args.eval_windows, "held_within": HELD_WITHIN,
                    "results": results}, f, indent=2)

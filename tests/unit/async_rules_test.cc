@@ -29,6 +29,7 @@ TEST(Verdicts, OnlyAcceptedAndStaleAreFree) {
   EXPECT_TRUE(strikes(kBadSignature));
   EXPECT_TRUE(strikes(kMalformed));
   EXPECT_TRUE(strikes(kOutlier));
+  EXPECT_TRUE(strikes(kTooSoon));
 }
 
 TEST(NormGuard, RefusesWhatIsLargerThanTheta) {
@@ -71,10 +72,14 @@ TEST(NormGuard, AnAllZeroDeliveryIsRefused) {
 // filled with its own, so every honest delivery became an outlier, struck and banned.
 TEST(NormGuard, AWorkerCountsOnceHoweverOftenItDelivers) {
   NormGuard guard;
+  int refused = 0;
   for (int round = 0; round < 20; ++round) {
     for (int i = 0; i < 4; ++i) {
-      ASSERT_FALSE(guard.check(1e-12, 1000, 1));
-      guard.accept("liar", 1e-12, 1);
+      if (guard.check(1e-12, 1000, 1)) {
+        ++refused;  // too small once the median holds (below)
+      } else {
+        guard.accept("liar", 1e-12, 1);
+      }
     }
     for (const char* honest : {"h1", "h2", "h3"}) {
       const double norm = 1.0 + 0.1 * round;  // honest norms drift
@@ -83,8 +88,33 @@ TEST(NormGuard, AWorkerCountsOnceHoweverOftenItDelivers) {
     }
   }
   EXPECT_EQ(guard.workers(), 4u);
+  EXPECT_EQ(refused, 19 * 4);  // accepted only while no median held (the first round)
   // Half of the workers lying is where the median falls to them: documented, not defended.
   EXPECT_GT(guard.median(), 1.0);
+}
+
+// Each delivery is an outer step, and under a momentum method each applies the momentum again:
+// negligible deliveries at once would buy outer steps for nothing (the bench's `tiny` attack).
+TEST(NormGuard, ADeliveryTenTimesSmallerThanTheMedianIsRefused) {
+  NormGuard guard;
+  EXPECT_FALSE(guard.check(1e-6, 1000, 1));  // no median yet
+  guard.accept("a", 1.0, 1);
+  guard.accept("b", 1.0, 1);
+  EXPECT_FALSE(guard.check(0.1, 1000, 1));
+  EXPECT_TRUE(guard.check(0.099, 1000, 1));
+  EXPECT_FALSE(guard.check(1.0, 1000, 10));  // per inner step: 0.1 each
+  EXPECT_TRUE(guard.check(0.99, 1000, 10));
+}
+
+TEST(TooSoon, ADeliveryTenTimesFasterThanTheMedianWorkerIsRefused) {
+  EXPECT_FALSE(too_soon(1e-6, {}));     // nobody measured yet
+  EXPECT_FALSE(too_soon(1e-6, {1.0}));  // one other worker decides nothing
+  EXPECT_FALSE(too_soon(0.1, {1.0, 1.0, 5.0}));
+  const auto why = too_soon(0.099, {1.0, 1.0, 5.0});
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("median"), std::string::npos) << *why;
+  EXPECT_FALSE(too_soon(0.7, {1.0, 2.0, 3.0, 100.0}, 4));  // median 2.5, bound 0.625
+  EXPECT_TRUE(too_soon(0.6, {1.0, 2.0, 3.0, 100.0}, 4));
 }
 
 TEST(NormGuard, RemembersBoundedWorkersAndRoundTripsThroughASave) {

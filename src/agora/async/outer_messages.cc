@@ -262,11 +262,19 @@ void Server::on_delivery(const net::Incoming& in, Worker& w) {
   }
   const double norm = std::sqrt(sq);
   row["norm"] = norm;
+  const double pace = (now() - work.handed_at) / static_cast<double>(work.steps);
+  std::vector<double> paces;  // the other workers', each one vote however often it delivers
+  for (const auto& [key, other] : workers_) {
+    if (&other != &w && !other.banned && other.pace.known()) {
+      paces.push_back(other.pace.seconds_per_step());
+    }
+  }
+  if (const auto why = too_soon(pace, std::move(paces))) return refuse(kTooSoon, *why);
   if (const auto why = guard_.check(norm, std::sqrt(theta_sq), work.steps)) {
     return refuse(kOutlier, *why);
   }
   guard_.accept(w.name, norm, work.steps);
-  w.pace.add((now() - work.handed_at) / static_cast<double>(work.steps));
+  w.pace.add(pace);
   summary_.tokens += work.steps * sequences_per_step_ * config_.data.seq_len;
   summary_.bytes_per_delivery = static_cast<double>(d.payload().size());
   staleness_sum_ += static_cast<int64_t>(staleness);

@@ -61,6 +61,12 @@ std::optional<std::string> NormGuard::check(double norm, double theta_norm, int6
           "recent deliveries ({:.4g})",
           per_step, options_.max_ratio, by_worker_.size(), m);
     }
+    if (per_step * options_.max_ratio < m) {
+      return fmt::format(
+          "||D|| per inner step = {:.4g} is less than 1/{:g} of the median over {} workers of "
+          "their recent deliveries ({:.4g}): it trains next to nothing",
+          per_step, options_.max_ratio, by_worker_.size(), m);
+    }
   }
   return std::nullopt;
 }
@@ -112,6 +118,17 @@ void PaceEstimate::add(double seconds_per_step) {
 
 double PaceEstimate::seconds_per_step() const {
   return weight_ > 0 ? average_ / weight_ : 0;
+}
+
+std::optional<std::string> too_soon(double seconds_per_step, std::vector<double> others,
+                                    double max_speedup) {
+  if (others.size() < 2) return std::nullopt;
+  const double median = median_of(std::move(others));
+  if (seconds_per_step * max_speedup >= median) return std::nullopt;
+  return fmt::format(
+      "back after {:.4g} s per inner step, more than {:g} x faster than the median worker's "
+      "{:.4g} s: nothing was trained in that time",
+      seconds_per_step, max_speedup, median);
 }
 
 int64_t dylu_inner_steps(double seconds_per_step, double fastest_seconds_per_step, int64_t H) {

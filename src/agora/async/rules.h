@@ -28,13 +28,17 @@ inline constexpr std::string_view kStale = "stale";            // from parameter
 inline constexpr std::string_view kUnassigned = "unassigned";  // not the work it holds (replay)
 inline constexpr std::string_view kBadSignature = "bad_signature";
 inline constexpr std::string_view kMalformed = "malformed";  // does not decode to the layout
-inline constexpr std::string_view kOutlier = "outlier";      // not finite, or too large
+inline constexpr std::string_view kOutlier = "outlier";  // not finite, too large or too small
+inline constexpr std::string_view kTooSoon = "too_soon";  // back faster than anyone computes
 bool strikes(std::string_view verdict);
 
 // Judges the size of each pseudo-gradient D before it moves the run's parameters theta. From the
 // bytes alone:
-//   - D must not be all zeros: an empty update trains nothing, and counting it would drag the
-//     bound below down to nothing (every honest delivery would then be an outlier);
+//   - D must not be all zeros, nor (once the median M below holds) smaller per inner step than
+//     M / max_ratio: each delivery is an outer step, which under a momentum method applies the
+//     momentum again, so a flood of negligible deliveries would move theta as much as honest
+//     work (measured: one worker delivering 1e-6 everywhere at once made 1566 extra outer steps
+//     of look-ahead and cost 35% in final loss); counted, they would also drag M down;
 //   - ||D|| <= max_relative * ||theta||: no delivery may move theta by more than theta's own
 //     size (a hostile worker's first delivery meets this bound already);
 //   - ||D|| / steps <= max_ratio * M once `min_workers` workers have accepted deliveries, where M
@@ -92,6 +96,14 @@ class PaceEstimate {
   double average_ = 0, weight_ = 0;
   int64_t n_ = 0;
 };
+
+// Why a delivery came back too soon, or nullopt: `seconds_per_step` (from its hand-out to its
+// arrival, over its inner steps) faster than `max_speedup` times the median of `others` (the
+// other workers' measured paces; none is judged with fewer than two). Nobody computes an inner
+// step ten times faster than the median worker in a run (DyLU's reference follows the same
+// bound), so such a delivery trained nothing: it only buys outer steps. (agora's rule.)
+std::optional<std::string> too_soon(double seconds_per_step, std::vector<double> others,
+                                    double max_speedup = 10);
 
 // DyLU's inner steps for a worker: H_w = max(1, floor(v_w / v_ref * H)), v = 1 / seconds per
 // step, v_ref the fastest worker's. Error for a time that is not positive or H < 1.
