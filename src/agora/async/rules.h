@@ -37,8 +37,9 @@ bool strikes(std::string_view verdict);
 //   - D must not be all zeros, nor (once the median M below holds) smaller per inner step than
 //     M / max_ratio: each delivery is an outer step, which under a momentum method applies the
 //     momentum again, so a flood of negligible deliveries would move theta as much as honest
-//     work (measured: one worker delivering 1e-6 everywhere at once made 1566 extra outer steps
-//     of look-ahead and cost 35% in final loss); counted, they would also drag M down;
+//     work (bench_poisoning_network, `tiny`: one worker of eight delivering 1e-6 everywhere at
+//     once made over 1500 extra outer steps of look-ahead in 90 s, +32% in final loss);
+//     counted, they would also drag M down;
 //   - ||D|| <= max_relative * ||theta||: no delivery may move theta by more than theta's own
 //     size (a hostile worker's first delivery meets this bound already);
 //   - ||D|| / steps <= max_ratio * M once `min_workers` workers have accepted deliveries, where M
