@@ -104,6 +104,9 @@ class Server {
   void lapse(Worker& w);
   // sync: the round's deadline (OuterServerOptions::min_deadline), and what passing it does.
   double round_deadline() const;
+  // The measured seconds per inner step of every worker not banned that has one, but `except`:
+  // each worker one value however often it delivers.
+  std::vector<double> paces(const Worker* except = nullptr) const;
   void enforce_round_deadline();
   void strike(Worker& w, const std::string& why);
   void start_http();

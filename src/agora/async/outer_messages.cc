@@ -109,11 +109,7 @@ void Server::on_get_work(const net::Incoming& in, Worker& w) {
     next.first_sequence = next_sequence_;
     next.steps = H_;
     if (o_.method == "dylu" && w.pace.known() && w.pace.seconds_per_step() > 0) {
-      std::vector<double> paces;
-      for (const auto& [curve, other] : workers_) {
-        if (!other.banned && other.pace.known()) paces.push_back(other.pace.seconds_per_step());
-      }
-      const double reference = dylu_reference_seconds(std::move(paces));
+      const double reference = dylu_reference_seconds(paces());
       next.steps = reference > 0 ? dylu_inner_steps(w.pace.seconds_per_step(), reference, H_) : H_;
     }
     next.handed_at = now();
@@ -147,17 +143,22 @@ void Server::strike(Worker& w, const std::string& why) {
   }
 }
 
-double Server::round_deadline() const {
-  std::vector<double> paces;
+std::vector<double> Server::paces(const Worker* except) const {
+  std::vector<double> out;
   for (const auto& [curve, w] : workers_) {
-    if (!w.banned && w.pace.known() && w.pace.seconds_per_step() > 0) {
-      paces.push_back(w.pace.seconds_per_step());
+    if (&w != except && !w.banned && w.pace.known() && w.pace.seconds_per_step() > 0) {
+      out.push_back(w.pace.seconds_per_step());
     }
   }
-  if (paces.empty()) return o_.min_deadline * o_.deadline_factor;
+  return out;
+}
+
+double Server::round_deadline() const {
+  std::vector<double> known = paces();
+  if (known.empty()) return o_.min_deadline * o_.deadline_factor;
   // The lower median: one slow (or lying) worker of two cannot stretch it.
-  const auto mid = paces.begin() + static_cast<std::ptrdiff_t>((paces.size() - 1) / 2);
-  std::nth_element(paces.begin(), mid, paces.end());
+  const auto mid = known.begin() + static_cast<std::ptrdiff_t>((known.size() - 1) / 2);
+  std::nth_element(known.begin(), mid, known.end());
   return std::max(o_.min_deadline, o_.deadline_factor * static_cast<double>(H_) * *mid);
 }
 
@@ -249,13 +250,7 @@ void Server::on_delivery(const net::Incoming& in, Worker& w) {
   // honest delivery stale must not keep the pace median from forming (bench_poisoning_network,
   // tiny: 1665 instant deliveries in 90 s, every honest one stale, none judged).
   const double pace = (now() - work.handed_at) / static_cast<double>(work.steps);
-  std::vector<double> paces;  // the other workers', each one vote however often it delivers
-  for (const auto& [key, other] : workers_) {
-    if (&other != &w && !other.banned && other.pace.known()) {
-      paces.push_back(other.pace.seconds_per_step());
-    }
-  }
-  if (const auto why = too_soon(pace, std::move(paces))) return refuse(kTooSoon, *why);
+  if (const auto why = too_soon(pace, paces(&w))) return refuse(kTooSoon, *why);
   const uint64_t staleness = published_.version() - work.version;
   row["staleness"] = staleness;
   row["steps"] = work.steps;
