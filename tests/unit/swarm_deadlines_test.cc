@@ -230,9 +230,9 @@ TEST(SwarmSchedule, AReplicaThatAMajorityOfItsSendersNameForDropsIsStruck) {
   };
   name(0, {key(4), key(3)});
   name(1, {key(4)});
-  name(1, {key(4)});            // twice from one sender counts once
-  name(2, {key(5), key(0)});    // key(0) is not of the next stage: ignored
-  name(2, {key(3) + "x"});      // not a member: ignored
+  name(1, {key(4)});          // twice from one sender counts once
+  name(2, {key(5), key(0)});  // key(0) is not of the next stage: ignored
+  name(2, {key(3) + "x"});    // not a member: ignored
   train_step(s, 0, 0, 1);
   contribute_all(s, stages, 2);
   ASSERT_EQ(s.step(), 1u);

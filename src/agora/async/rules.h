@@ -28,8 +28,8 @@ inline constexpr std::string_view kStale = "stale";            // from parameter
 inline constexpr std::string_view kUnassigned = "unassigned";  // not the work it holds (replay)
 inline constexpr std::string_view kBadSignature = "bad_signature";
 inline constexpr std::string_view kMalformed = "malformed";  // does not decode to the layout
-inline constexpr std::string_view kOutlier = "outlier";  // not finite, too large or too small
-inline constexpr std::string_view kTooSoon = "too_soon";  // back faster than anyone computes
+inline constexpr std::string_view kOutlier = "outlier";      // not finite, too large or too small
+inline constexpr std::string_view kTooSoon = "too_soon";     // back faster than anyone computes
 bool strikes(std::string_view verdict);
 
 // Judges the size of each pseudo-gradient D before it moves the run's parameters theta. From the

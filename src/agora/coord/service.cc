@@ -441,8 +441,8 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
   };
   const fs::path allowlist_path = n.allowlist.empty() ? fs::path{} : resolve(n.allowlist);
   std::set<net::PublicKey> allowlist;
-  const net::Admission admission = net::admission_for(
-      allowlist_path, n.open, {"network.allowlist", "network.open"}, &allowlist);
+  const net::Admission admission =
+      net::admission_for(allowlist_path, n.open, {"network.allowlist", "network.open"}, &allowlist);
 
   store_ = std::make_unique<Store>(Store::open(resolve(n.state_db)));
   const std::string toml = config_.to_toml();

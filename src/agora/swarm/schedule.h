@@ -52,11 +52,12 @@
 // and never the measure (before anything is measured, min_deadline x deadline_factor). max_strikes
 // strikes ban the key for the rest of the run (take_banned(); a banned key's hello is refused).
 // Work dropped: only a sender sees a micro-batch it routed time out or come back as bytes that
-// do not decode, so senders report the replica (SwarmReport::dropped; a replica whose own next stage let it down says so upstream and
-// is not named, swarm_peer.h). At the end of a step, a replica that at least two and a strict
-// majority of the previous stage's replicas ready at the step named earns a strike: no single
-// sender can strike anyone, and in a previous stage of one nobody is struck for drops. A replica
-// lost during the step (crashed, stopped, restarted) is not judged.
+// do not decode, so senders report the replica (SwarmReport::dropped; a replica whose own next
+// stage let it down says so upstream and is not named, swarm_peer.h). At the end of a step, a
+// replica that at least two and a strict majority of the previous stage's replicas ready at the
+// step named earns a strike: no single sender can strike anyone, and in a previous stage of one
+// nobody is struck for drops. A replica lost during the step (crashed, stopped, restarted) is not
+// judged.
 //
 // Rebalancing (rebalance_seconds > 0): at the end of a step, once that long since the last
 // move, balance.h's plan_move over the ready replicas' measured seconds per sample and the

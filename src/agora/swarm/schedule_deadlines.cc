@@ -90,10 +90,11 @@ void SwarmSchedule::judge_drops(double now) {
       if (accusers.count(k) != 0) ++naming;
     }
     if (naming >= 2 && 2 * naming > senders) {
-      struck.emplace_back(key, fmt::format("dropped micro-batches: {} of the {} replicas of stage "
-                                           "{} named it for work it lost (a send that timed out or an answer "
-                                           "that did not decode)",
-                                           naming, senders, stage));
+      struck.emplace_back(
+          key, fmt::format("dropped micro-batches: {} of the {} replicas of stage "
+                           "{} named it for work it lost (a send that timed out or an answer "
+                           "that did not decode)",
+                           naming, senders, stage));
     }
   }
   dropped_by_.clear();

@@ -205,7 +205,8 @@ void SwarmPeer::forget_work(bool keep_forwards) {
 
 bool SwarmPeer::poll_if_due() {
   name_drops();
-  const bool urgent = !done_.empty() || (payload_ && !round_seen_) || report_now_ || !dropped_.empty();
+  const bool urgent =
+      !done_.empty() || (payload_ && !round_seen_) || report_now_ || !dropped_.empty();
   report_now_ = false;
   if (seconds_since(last_poll_) < (urgent ? 0.005 : o_.poll_seconds)) return false;
   if (polls_in_flight_ > 2 && seconds_since(last_poll_) < 1.0) return false;
@@ -232,7 +233,8 @@ bool SwarmPeer::poll_if_due() {
   p->set_retried(static_cast<uint32_t>(retried_));
   retried_ = 0;
   for (const std::string& k : dropped_) p->add_dropped(k);
-  if (!dropped_.empty()) event({{"event", "named_drops"}, {"version", version_}, {"replicas", dropped_.size()}});
+  if (!dropped_.empty())
+    event({{"event", "named_drops"}, {"version", version_}, {"replicas", dropped_.size()}});
   dropped_.clear();
   if (payload_ && !round_seen_) p->set_payload(*payload_);
   coordinator_.send(e);

@@ -400,8 +400,9 @@ void SwarmPeer::send_timed_out(uint32_t j, uint32_t attempt, const std::string& 
   // Each stage past `replica` times out its own send a little after this one did; half a
   // timeout each is room for its compute and the answer's way back.
   const auto after = static_cast<double>(std::max<int64_t>(0, S_ - 2 - stage_));
-  const auto due = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(after * 0.5 * o_.timeout_seconds));
+  const auto due =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(after * 0.5 * o_.timeout_seconds));
   if (pending_drops_.size() >= 4 * static_cast<size_t>(M_) + kMaxWaiting) {
     pending_drops_.erase(pending_drops_.begin());
   }
