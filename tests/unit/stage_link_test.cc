@@ -192,6 +192,46 @@ TEST_F(HostilePrevious, SilenceIsATimeoutNamingTheStage) {
   EXPECT_EQ(link_->blamed(), 0);
 }
 
+// A neighbour's frame is bounded by the largest boundary the run's shapes allow
+// (max_boundary_bytes), not by the transport's 1 GiB: a larger one is dropped unread, and the
+// boundary that follows it is the one that arrives.
+TEST(StageLinkLimits, AFrameAboveTheLargestBoundaryIsDroppedUnread) {
+  const net::Identity identity = net::Identity::generate();
+  StageLinkOptions o;
+  o.stage = 1;
+  o.stages = 2;
+  o.listen = "tcp://127.0.0.1:*";
+  o.timeout_seconds = o.start_timeout_seconds = 5;
+  o.max_boundary_bytes = 64 << 10;
+  StageLink link(identity, o);
+  net::Context context;
+  net::Client client(context, net::Identity::generate(), link.endpoint(), identity.public_key(),
+                     net::DecodeLimits{});
+  const auto boundary = [](size_t width) {
+    BoundaryHeader h;
+    h.step = 0;
+    h.rows = 1;
+    h.width = static_cast<uint32_t>(width);
+    return encode_boundary(h, std::vector<float>(width, 1.0f), {});
+  };
+  const auto send = [&](const std::string& bytes) {
+    wire::Envelope e;
+    e.mutable_stage_data()->set_stage(0);
+    e.mutable_stage_data()->set_boundary(bytes);
+    client.send(e);
+  };
+  wire::Envelope hello;
+  hello.mutable_stage_data()->set_stage(0);
+  hello.mutable_stage_data()->mutable_hello()->set_fingerprint(kRun);
+  hello.mutable_stage_data()->mutable_hello()->add_steps(0);
+  client.send(hello);
+  ASSERT_EQ(link.start(kRun, {}), 0u);
+  send(boundary(64 << 10));  // 256 KiB of activations: above the bound, below the control limit
+  const std::string small = boundary(16);
+  send(small);
+  EXPECT_EQ(link.await(BoundaryDirection::kForward, 0, 0), small);
+}
+
 // Outsiders who complete the CURVE handshake with stage 1 (they know its endpoint and key).
 wire::Envelope stop_message() {
   wire::Envelope e;
