@@ -5,10 +5,11 @@
     serve_roles_test.py AGORA PROBE DATA_DIR OUT [ROLE ...]
 
 Each role in ROLES (the data-parallel coordinator, the asynchronous outer server, the RL learner,
-the swarm coordinator) is started as a real process, open to any key, and knocked on by
+the swarm coordinator, a data-parallel peer's own server) is started as a real process, open to any key, and knocked on by
 agora_probe (tests/adversary/agora_probe.cc), a stranger. Checked the same way for every role:
-  - a stranger's message (a heartbeat, without a hello) gets the one refusal: the reason
-    serve::kNotAMember with may_rejoin;
+  - a stranger's message (a heartbeat, without a hello) gets the one refusal (serve::refusal):
+    the reason serve::kNotAMember with may_rejoin, or for a peer's server, whose members the
+    coordinator names, peer::kNotAdmitted;
   - a stranger's flood of FLOOD messages gets at most the strangers' budget of refusals back:
     burst + rate x the seconds it lasted, the budget the role logs when it starts (the
     coordinator's is service.h's);
@@ -18,7 +19,7 @@ agora_probe (tests/adversary/agora_probe.cc), a stranger. Checked the same way f
     /api/<role> and agora_<role>_* metrics, and 404 for anything else;
   - SIGINT mid-run ends the process with exit 0, and its final artefact is written (the
     coordinator's database, the asynchronous run's summary and checkpoint, the learner's
-    checkpoint and intake summary, the swarm's summary).
+    checkpoint and intake summary, the swarm's summary, the peer's "left" event).
 """
 import json
 import os
@@ -41,6 +42,9 @@ FLOOD = 5000
 # The coordinator's budget (coord/service.h): 100 messages a second, bursts of 1000, for all keys
 # that never joined together.
 COORDINATOR_RATE, COORDINATOR_BURST = 100.0, 1000.0
+# A peer's server answers strangers at most 20 times a second in all, bursts of 20
+# (peer/peer_server.h, PeerServerLimits::refusal_replies_per_second).
+PEER_REFUSALS = 20.0
 
 
 def events(path):
@@ -158,11 +162,39 @@ def final_swarm(ctx):
     assert summary and summary[-1]["steps"] == 0, summary
 
 
+def start_peer(ctx):
+    """A data-parallel peer's own server (peer/peer_server.h). Its members are the ones the
+    coordinator lists, never a hello: a stranger gets the refusal with the peer's own reason, at
+    most refusal_replies_per_second in all (burst the same)."""
+    coordinator, coordinator_endpoint, _, _, _ = start_coordinator(ctx)
+    ctx["others"] = [coordinator]
+    port = free_port()
+    key_file = f"{ctx['dir']}/peer.key"
+    ctx["server_key"] = run([ctx["agora"], "keygen", "--out", key_file]).strip().split()[-1]
+    log = f"{ctx['dir']}/peer.log"
+    proc = subprocess.Popen(
+        [ctx["agora"], "peer", "--coordinator", coordinator_endpoint, "--coordinator-key",
+         ctx["key"], "--key", key_file, "--data", ctx["data"],
+         "--listen", f"tcp://127.0.0.1:{port}", "--threads", "1", "--log-format", "json",
+         "--checkpoint-dir", f"{ctx['dir']}/ckpt"],
+        stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    # It serves once it joined (network.toml's min_peers = 2 keeps the run waiting for another).
+    wait_for_event(proc, log, "joined")
+    return proc, f"tcp://127.0.0.1:{port}", PEER_REFUSALS, PEER_REFUSALS, None
+
+
+def final_peer(ctx):
+    assert any(e.get("event") == "left" for e in events(f"{ctx['dir']}/peer.log")), \
+        "the peer did not leave the run on SIGINT"
+
+
+# name: (start, final artefact, the refusal's reason)
 ROLES = {
-    "coordinator": (start_coordinator, final_coordinator),
-    "async": (start_async, final_async),
-    "rl": (start_rl, final_rl),
-    "swarm": (start_swarm, final_swarm),
+    "coordinator": (start_coordinator, final_coordinator, NOT_A_MEMBER_PREFIX),
+    "async": (start_async, final_async, NOT_A_MEMBER_PREFIX),
+    "rl": (start_rl, final_rl, NOT_A_MEMBER_PREFIX),
+    "swarm": (start_swarm, final_swarm, NOT_A_MEMBER_PREFIX),
+    "peer": (start_peer, final_peer, "agora: not a current member of the run"),
 }
 
 
@@ -192,18 +224,18 @@ def check_status_server(name, http):
 
 
 def check_role(name, ctx):
-    start, final = ROLES[name]
+    start, final, reason = ROLES[name]
     proc, endpoint, rate, burst, http = start(ctx)
     try:
         if http:
             check_status_server(name, http)
-        probe = json.loads(run([ctx["probe"], "--endpoint", endpoint, "--server-key", ctx["key"],
-                                "--flood", str(FLOOD)]))
+        probe = json.loads(run([ctx["probe"], "--endpoint", endpoint, "--server-key",
+                                ctx.get("server_key", ctx["key"]), "--flood", str(FLOOD)]))
         with open(f"{ctx['dir']}/probe.json", "w") as f:
             json.dump(probe, f, indent=1)
         stranger = probe["stranger"]
         assert stranger["answered"], f"{name}: a stranger's heartbeat got no refusal: {probe}"
-        assert stranger["refusal"]["reason"].startswith(NOT_A_MEMBER_PREFIX), (name, stranger)
+        assert stranger["refusal"]["reason"].startswith(reason), (name, stranger)
         assert stranger["refusal"]["may_rejoin"], (name, stranger)
         flood = probe["flood"]
         # The probe reads answers for 3 s after sending; the budget over that window, with one
@@ -220,9 +252,10 @@ def check_role(name, ctx):
         assert code == 0, f"{name}: exit {code} after SIGINT (see {ctx['dir']})"
         final(ctx)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        for p in [proc, *ctx.get("others", [])]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     print(f"ok {name}: refused a stranger ('{stranger['refusal']['reason'][:40]}...'), "
           f"{flood['refusals']} refusals for {FLOOD} flooded messages (budget {bound:.0f}), "
           f"survived a {over['bytes']} byte frame, clean exit on SIGINT")

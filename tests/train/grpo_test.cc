@@ -4,11 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "agora/core/error.h"
+#include "agora/rl/group_batch.h"
 #include "agora/rl/grpo_trainer.h"
 #include "agora/rl/rescore.h"
 #include "agora/rl/sampling.h"
@@ -111,6 +113,42 @@ TEST(RlSampling, RecordedLogprobsAreWhatTheLearnerRecomputes) {
                                  group[2].tokens.size() + group[3].tokens.size()));
 }
 
+// SAPO's shared text (rl/group_batch.h): a row without recorded log-probabilities, another
+// node's completion, is scored under the receiving model itself, so its ratio is exactly 1; a
+// row with recorded ones uses them. (Treating a missing record as log-probabilities of 0 would
+// give ratios of exp(logp), far below 1.)
+TEST(GrpoUpdate, SharedRowsAreScoredUnderTheReceiversPolicyWithRatioOne) {
+  Llama model = tiny_model(300);
+  const std::vector<TokenId> prompt{5, 17, 33, 8};
+  CompletionSampling s;
+  s.count = 4;
+  s.max_new_tokens = 10;
+  s.temperature = 0.7;
+  s.seed = 5;
+  const auto group = sample_completions(model, 2, prompt, s);
+  GroupBatch shared, recorded;
+  for (size_t i = 0; i < group.size(); ++i) {
+    for (GroupBatch* b : {&shared, &recorded}) {
+      b->prompts.push_back(prompt);
+      b->completions.push_back(group[i].tokens);
+      b->advantages.push_back(i % 2 == 0 ? 1.0f : -1.0f);
+    }
+    shared.old_logprobs.push_back({});
+    // Recorded as sampled, less log 2: each token's ratio is 2 (clipped in the loss, counted
+    // in mean_ratio as it is).
+    std::vector<float> halved = group[i].logprobs;
+    for (float& l : halved) l -= std::log(2.0f);
+    recorded.old_logprobs.push_back(halved);
+  }
+  torch::optim::SGD frozen(model->parameters(), torch::optim::SGDOptions(0.0));
+  const GrpoLoss on_policy = grpo_update(model, frozen, 2, shared, 0.7, 0.0, GrpoOptions{});
+  EXPECT_DOUBLE_EQ(on_policy.mean_ratio, 1.0);
+  EXPECT_EQ(on_policy.clipped_fraction, 0.0);
+  const GrpoLoss off_policy = grpo_update(model, frozen, 2, recorded, 0.7, 0.0, GrpoOptions{});
+  EXPECT_NEAR(off_policy.mean_ratio, 2.0, 1e-3);
+  EXPECT_GT(off_policy.clipped_fraction, 0.0);
+}
+
 // Seeded draws (rl/seeded_draw.h): an honest worker's tokens are the ones its slots' seeds draw,
 // which the learner's re-scoring pass confirms; a slot gives the same tokens sampled alone or in
 // a batch (so a reassigned slot is answered alike); and tokens chosen by the worker, scored
@@ -200,7 +238,7 @@ class EvenLengthTask final : public Task {
 // the weights, saves a loadable checkpoint, and gives the same numbers twice.
 TEST(GrpoTrainer, RunsDeterministicallyAndWritesItsRows) {
   const fs::path tokenizer = fs::path(AGORA_DATA_DIR) / "tokenizer" / "agora-8k.model";
-  if (!fs::exists(tokenizer)) GTEST_SKIP() << "no " << tokenizer << " (run make data)";
+  ASSERT_TRUE(fs::exists(tokenizer)) << tokenizer << " is missing: run 'make data'";
   const fs::path root = fs::temp_directory_path() / ("agora_grpo_test_" + std::to_string(getpid()));
   fs::remove_all(root);
   std::vector<double> losses[2];
@@ -250,7 +288,7 @@ TEST(GrpoTrainer, RunsDeterministicallyAndWritesItsRows) {
 // a worker that keeps the base model is only lying once the policy has moved.
 TEST(GrpoTrainer, CheatingWorkersAreCaughtAndHonestOnesAreNot) {
   const fs::path tokenizer = fs::path(AGORA_DATA_DIR) / "tokenizer" / "agora-8k.model";
-  if (!fs::exists(tokenizer)) GTEST_SKIP() << "no " << tokenizer << " (run make data)";
+  ASSERT_TRUE(fs::exists(tokenizer)) << tokenizer << " is missing: run 'make data'";
   const fs::path root =
       fs::temp_directory_path() / ("agora_grpo_cheat_" + std::to_string(getpid()));
   fs::remove_all(root);

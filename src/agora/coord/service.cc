@@ -18,13 +18,13 @@
 #include "agora/core/crash_point.h"
 #include "agora/core/error.h"
 #include "agora/core/file.h"
-#include "agora/core/token_bucket.h"
 #include "agora/net/allowlist.h"
 #include "agora/net/curve_socket.h"
 #include "agora/obs/log.h"
 #include "agora/obs/progress.h"
 #include "agora/serve/members.h"
 #include "agora/serve/poll.h"
+#include "agora/serve/rate_gate.h"
 
 namespace agora::coord {
 namespace fs = std::filesystem;
@@ -53,11 +53,6 @@ constexpr double kThrottleLogSeconds = 10.0;
 // deadlines fire however fast messages arrive, and a burst costs one save.
 constexpr size_t kMaxBatch = 512;
 constexpr double kBatchSeconds = 0.05;
-
-struct Bucket {
-  TokenBucket tokens;
-  uint64_t throttled = 0;  // dropped since the last log line
-};
 
 // The median of `values` (the mean of the middle two for an even count); NaN for none.
 double median(std::vector<double> values) {
@@ -110,10 +105,9 @@ class Service {
   std::map<net::PublicKey, std::string> route_of_;
   std::map<net::PublicKey, std::deque<wire::Envelope>> undelivered_;
   std::map<uint64_t, StepCommits> commits_;
-  std::map<std::string, Bucket> buckets_;  // members', by curve key; full ones are forgotten
-  Bucket strangers_;                       // every key that has not joined, together
-  std::unique_ptr<Relay> relay_;           // for members nobody can dial (relay.h)
-  uint64_t throttled_total_ = 0;
+  // Members' budgets by curve key; every key that has not joined shares one.
+  serve::RateGate gate_{{kThrottleRate, kThrottleBurst}, {kThrottleRate, kThrottleBurst}};
+  std::unique_ptr<Relay> relay_;  // for members nobody can dial (relay.h)
   double throttle_logged_at_ = 0;
   uint64_t printed_ = 0;
   uint64_t saved_steps_ = 0;  // finalized steps in the database
@@ -242,11 +236,7 @@ void Service::handle(const net::PublicKey& from, const wire::Envelope& m, Action
 bool Service::admit(const net::Incoming& in, double now) {
   // A member's own bucket; every key that never joined shares one (serve/members.h), so a crowd
   // of fresh keys costs what one member may and leaves no entry behind.
-  Bucket& b = key_of_curve_.contains(in.curve_key) ? buckets_[in.curve_key] : strangers_;
-  if (b.tokens.take(kThrottleRate, kThrottleBurst, now)) return true;
-  ++b.throttled;
-  ++throttled_total_;
-  return false;
+  return gate_.take(in.curve_key, key_of_curve_.contains(in.curve_key), now);
 }
 
 void Service::send_relayed(const std::vector<RelayOutgoing>& messages) {
@@ -270,35 +260,28 @@ void Service::sweep(double now) {
   std::erase_if(undelivered_, [&](const auto& item) { return !members.contains(item.first); });
   std::erase_if(totals_, [&](const auto& item) { return !members.contains(item.first); });
   relay_->sweep(machine_->state());
-  if (strangers_.throttled > 0) {
-    obs::log_warn(
-        {machine_->state().finalized_steps(),
-         "",
-         "throttled",
-         {{"messages", strangers_.throttled}, {"rate", kThrottleRate}, {"strangers", true}}},
-        fmt::format("dropped {} messages from keys that never joined over the last {:.0f} "
-                    "s: above {} messages a second (burst {}) for all of them together",
-                    strangers_.throttled, kThrottleLogSeconds, kThrottleRate, kThrottleBurst));
-    strangers_.throttled = 0;
-  }
-  for (auto it = buckets_.begin(); it != buckets_.end();) {
-    Bucket& b = it->second;
-    if (b.throttled > 0) {
-      const auto key = key_of_curve_.find(it->first);
-      const std::string who =
-          key != key_of_curve_.end() ? net::short_key(key->second) : it->first.substr(0, 8);
+  for (const serve::RateGate::Dropped& d : gate_.report(now)) {
+    if (d.key.empty()) {
       obs::log_warn(
           {machine_->state().finalized_steps(),
-           who,
+           "",
            "throttled",
-           {{"messages", b.throttled}, {"rate", kThrottleRate}}},
-          fmt::format("dropped {} messages from {} over the last {:.0f} s: above {} "
-                      "messages a second (burst {})",
-                      b.throttled, who, kThrottleLogSeconds, kThrottleRate, kThrottleBurst));
-      b.throttled = 0;
+           {{"messages", d.messages}, {"rate", kThrottleRate}, {"strangers", true}}},
+          fmt::format("dropped {} messages from keys that never joined over the last {:.0f} "
+                      "s: above {} messages a second (burst {}) for all of them together",
+                      d.messages, kThrottleLogSeconds, kThrottleRate, kThrottleBurst));
+      continue;
     }
-    // A full bucket is the same as none: forget it, so the map holds recent senders only.
-    it = b.tokens.full(kThrottleRate, kThrottleBurst, now) ? buckets_.erase(it) : std::next(it);
+    const auto key = key_of_curve_.find(d.key);
+    const std::string who =
+        key != key_of_curve_.end() ? net::short_key(key->second) : d.key.substr(0, 8);
+    obs::log_warn({machine_->state().finalized_steps(),
+                   who,
+                   "throttled",
+                   {{"messages", d.messages}, {"rate", kThrottleRate}}},
+                  fmt::format("dropped {} messages from {} over the last {:.0f} s: above {} "
+                              "messages a second (burst {})",
+                              d.messages, who, kThrottleLogSeconds, kThrottleRate, kThrottleBurst));
   }
 }
 
@@ -324,7 +307,7 @@ void Service::publish(bool force) {
   view->bytes_sent = server_->bytes_sent();
   view->bytes_received = server_->bytes_received();
   view->drops_by_reason = server_->drops_by_reason();
-  view->messages_throttled = throttled_total_;
+  view->messages_throttled = gate_.dropped_total();
   monitor_->publish(std::move(view));
   published_at_ = now;
   published_phase_ = state.phase;

@@ -346,7 +346,7 @@ void PeerNetwork::on_reply(const std::string& source, wire::Envelope&& reply) {
     return want.asked == source || std::find(want.asked_before.begin(), want.asked_before.end(),
                                              source) != want.asked_before.end();
   };
-  if (reply.has_not_found() && reply.not_found().what() == kNotAdmitted) {
+  if (reply.has_refused()) {
     // That source does not count us as a member (yet): whatever else we asked it is refused too.
     bool any = false;
     for (auto& job : jobs_) {

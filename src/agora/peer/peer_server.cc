@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "agora/core/error.h"
+#include "agora/serve/members.h"
+#include "agora/serve/poll.h"
 
 namespace agora::peer {
 
@@ -21,7 +23,10 @@ PeerServer::PeerServer(net::Context& context, const net::Identity& identity,
     : limits_(limits),
       snapshots_(std::move(snapshots)),
       count_(std::move(count)),
-      server_(context, identity, listen, request_limits(limits), limits.replies_per_connection) {}
+      server_(context, identity, listen, request_limits(limits), limits.replies_per_connection),
+      member_rates_({limits.member_requests_per_second, limits.member_burst}, {}),
+      connection_rates_({limits.connection_requests_per_second, limits.connection_burst}, {},
+                        limits.max_connections_tracked) {}
 
 void PeerServer::end_current(double now) {
   for (auto it = members_.begin(); it != members_.end();) {
@@ -30,13 +35,9 @@ void PeerServer::end_current(double now) {
       a.current = false;
       a.until = now + limits_.grace_seconds;
     }
-    if (a.until < now) {
-      member_rates_.erase(it->first);
-      it = members_.erase(it);
-    } else {
-      ++it;
-    }
+    it = a.until < now ? members_.erase(it) : std::next(it);
   }
+  member_rates_.forget_if([&](const std::string& key) { return !members_.contains(key); });
 }
 
 void PeerServer::admit_key(const std::string& ed25519_key, double now) {
@@ -73,9 +74,10 @@ void PeerServer::refuse(Refusal why, const std::string& route, const std::string
                              now)) {
     return;
   }
-  wire::Envelope e;
-  e.mutable_not_found()->set_what(what);
-  reply(route, std::make_shared<const std::string>(net::encode_envelope(e)), Traffic::kControl);
+  reply(route,
+        std::make_shared<const std::string>(
+            net::encode_envelope(serve::refusal(what, /*may_rejoin=*/true))),
+        Traffic::kControl);
 }
 
 void PeerServer::reply(const std::string& route, std::shared_ptr<const std::string> bytes,
@@ -139,57 +141,51 @@ std::shared_ptr<const std::string> PeerServer::tensor_reply(const wire::GetTenso
 }
 
 size_t PeerServer::serve(const net::BlobStore& blobs, double now) {
-  size_t handled = 0;
-  while (handled < limits_.requests_per_poll) {
-    std::optional<net::Incoming> in = server_.recv();
-    if (!in) break;
-    ++handled;
-    const wire::Envelope& m = in->message;
-    const Traffic kind = m.has_get_blob() ? Traffic::kPayload : Traffic::kState;
-    count_(m.has_get_blob() || m.has_get_tensor() ? kind : Traffic::kControl, false,
-           m.ByteSizeLong());
-    if (!admitted(in->curve_key, now)) {
-      refuse(Refusal::kNotMember, in->route, kNotAdmitted, now);
-      continue;
-    }
-    if (!member_rates_[in->curve_key].take(limits_.member_requests_per_second, limits_.member_burst,
-                                           now)) {
-      refuse(Refusal::kMemberRate, in->route, {}, now);
-      continue;
-    }
-    if (connection_rates_.size() >= limits_.max_connections_tracked &&
-        !connection_rates_.count(in->route)) {
-      connection_rates_.clear();  // routes of closed connections pile up; start over
-    }
-    if (!connection_rates_[in->route].take(limits_.connection_requests_per_second,
-                                           limits_.connection_burst, now)) {
-      refuse(Refusal::kConnectionRate, in->route, {}, now);
-      continue;
-    }
-    if (m.has_get_blob() && m.get_blob().hash().size() == 32) {
-      wire::Envelope e;
-      if (auto bytes = blobs.get(m.get_blob().hash())) {
-        e.mutable_blob()->set_hash(m.get_blob().hash());
-        e.mutable_blob()->set_data(std::move(*bytes));
-      } else {
-        e.mutable_not_found()->set_what(m.get_blob().hash());
-      }
-      reply(in->route, std::make_shared<const std::string>(net::encode_envelope(e)),
-            e.has_blob() ? Traffic::kPayload : Traffic::kControl);
-    } else if (m.has_get_tensor() && m.get_tensor().name().size() <= limits_.max_tensor_name) {
-      if (auto bytes = tensor_reply(m.get_tensor())) {
-        reply(in->route, std::move(bytes), Traffic::kState);
-      } else {
-        wire::Envelope e;
-        e.mutable_not_found()->set_what(m.get_tensor().name());
-        reply(in->route, std::make_shared<const std::string>(net::encode_envelope(e)),
-              Traffic::kControl);
-      }
-    } else {
-      refuse(Refusal::kBadRequest, in->route, {}, now);
-    }
+  return serve::drain(server_, {limits_.requests_per_poll, limits_.seconds_per_poll},
+                      [&](const net::Incoming& in) { answer(in, blobs, now); });
+}
+
+void PeerServer::answer(const net::Incoming& in, const net::BlobStore& blobs, double now) {
+  const wire::Envelope& m = in.message;
+  const Traffic kind = m.has_get_blob() ? Traffic::kPayload : Traffic::kState;
+  count_(m.has_get_blob() || m.has_get_tensor() ? kind : Traffic::kControl, false,
+         m.ByteSizeLong());
+  if (!admitted(in.curve_key, now)) {
+    refuse(Refusal::kNotMember, in.route, kNotAdmitted, now);
+    return;
   }
-  return handled;
+  if (!member_rates_.take(in.curve_key, /*member=*/true, now)) {
+    refuse(Refusal::kMemberRate, in.route, {}, now);
+    return;
+  }
+  // Routes of closed connections pile up; the gate forgets them (at most
+  // max_connections_tracked are kept).
+  if (!connection_rates_.take(in.route, /*member=*/true, now)) {
+    refuse(Refusal::kConnectionRate, in.route, {}, now);
+    return;
+  }
+  if (m.has_get_blob() && m.get_blob().hash().size() == 32) {
+    wire::Envelope e;
+    if (auto bytes = blobs.get(m.get_blob().hash())) {
+      e.mutable_blob()->set_hash(m.get_blob().hash());
+      e.mutable_blob()->set_data(std::move(*bytes));
+    } else {
+      e.mutable_not_found()->set_what(m.get_blob().hash());
+    }
+    reply(in.route, std::make_shared<const std::string>(net::encode_envelope(e)),
+          e.has_blob() ? Traffic::kPayload : Traffic::kControl);
+  } else if (m.has_get_tensor() && m.get_tensor().name().size() <= limits_.max_tensor_name) {
+    if (auto bytes = tensor_reply(m.get_tensor())) {
+      reply(in.route, std::move(bytes), Traffic::kState);
+    } else {
+      wire::Envelope e;
+      e.mutable_not_found()->set_what(m.get_tensor().name());
+      reply(in.route, std::make_shared<const std::string>(net::encode_envelope(e)),
+            Traffic::kControl);
+    }
+  } else {
+    refuse(Refusal::kBadRequest, in.route, {}, now);
+  }
 }
 
 }  // namespace agora::peer

@@ -3,18 +3,21 @@
 // that keep one member (or a stranger) from exhausting the peer:
 //   - admission: a request whose authenticated CURVE key is not among the members the
 //     coordinator listed most recently (RoundStart members and joiners, Collect members, the
-//     holders of a Welcome or Resync), or listed within the last `grace_seconds`, gets a
-//     NotFound naming kNotAdmitted and no data. The ZAP handshake stays open: membership
+//     holders of a Welcome or Resync), or listed within the last `grace_seconds`, gets the
+//     refusal every role gives a key it does not serve (serve::refusal, Refused{kNotAdmitted,
+//     may_rejoin}) and no data. The ZAP handshake stays open: membership
 //     changes every round, and a message-level check also covers connections made before a
 //     member was removed;
 //   - sizes: the socket refuses frames above the largest valid request (ZMQ_MAXMSGSIZE), and
 //     each request is checked for its kind (a 32-byte hash, a bounded name);
-//   - rates: a token bucket per member key and per connection; excess requests are dropped;
+//   - rates: a budget per member key and per connection (serve::RateGate); excess requests are
+//     dropped;
 //   - replies: each snapshot tensor is serialized once and every reply shares those bytes; at
 //     most `replies_per_connection` replies wait per connection and `max_bytes_in_flight` bytes
 //     in all, beyond which requests are refused;
-//   - fairness: serve() reads at most `requests_per_poll` requests per call, so the I/O thread
-//     reaches the coordinator's messages and its heartbeat between batches, whatever the load.
+//   - fairness: serve() reads at most `requests_per_poll` requests (or `seconds_per_poll` of
+//     answering) per call (serve::drain), so the I/O thread reaches the coordinator's messages
+//     and its heartbeat between batches, whatever the load.
 // Every refusal is counted by reason (Refusal, network_counters.h).
 //
 // Owned by the I/O thread (its socket is that thread's); refusals() is thread-safe.
@@ -35,11 +38,12 @@
 #include "agora/net/curve_socket.h"
 #include "agora/peer/network_counters.h"
 #include "agora/peer/peer_link.h"
+#include "agora/serve/rate_gate.h"
 
 namespace agora::peer {
 
-// The NotFound.what of a request refused because its sender is not a current member: the
-// fetcher then knows to ask again later (a joiner is listed from the next RoundStart on).
+// The reason of the refusal of a request whose sender is not a current member: the fetcher then
+// knows to ask again later (a joiner is listed from the next RoundStart on).
 inline constexpr const char* kNotAdmitted = "agora: not a current member of the run";
 
 struct PeerServerLimits {
@@ -58,6 +62,7 @@ struct PeerServerLimits {
   // Serialized tensors kept for further requests.
   int64_t reply_cache_bytes = int64_t{1} << 30;
   size_t requests_per_poll = 64;
+  double seconds_per_poll = 0.05;  // ... or this long, whichever comes first
   double grace_seconds = 60;  // a member dropped from the newest list may still ask this long
   size_t max_connections_tracked = 4096;
 };
@@ -98,6 +103,7 @@ class PeerServer {
   void end_current(double now);
   void admit_key(const std::string& ed25519_key, double now);
   void refuse(Refusal why, const std::string& route, const std::string& what, double now);
+  void answer(const net::Incoming& in, const net::BlobStore& blobs, double now);
   std::shared_ptr<const std::string> tensor_reply(const wire::GetTensor& get);
   void reply(const std::string& route, std::shared_ptr<const std::string> bytes, Traffic kind);
 
@@ -106,7 +112,8 @@ class PeerServer {
   Count count_;
   net::Server server_;
   std::map<std::string, Admission> members_;  // by curve key; bounded by the coordinator's lists
-  std::map<std::string, TokenBucket> member_rates_, connection_rates_;
+  serve::RateGate member_rates_;              // by curve key (strangers are refused before it)
+  serve::RateGate connection_rates_;          // by route
   TokenBucket refusal_replies_;
   struct Cached {
     std::weak_ptr<const Snapshot> snapshot;  // the entry is stale once this snapshot is gone

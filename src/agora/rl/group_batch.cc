@@ -1,11 +1,11 @@
 #include "agora/rl/group_batch.h"
 
-#include <cmath>
-
 #include <algorithm>
+#include <cmath>
 
 #include "agora/rl/held_out.h"
 #include "agora/rl/sampling.h"
+#include "agora/rl/sapo_draw.h"
 
 namespace agora {
 
@@ -24,9 +24,7 @@ std::vector<double> add_group(GroupBatch& batch, const Task& task, const Tokeniz
   }
   batch.reward_sum += sum;
   batch.rewards.push_back(sum / static_cast<double>(group.size()));
-  if (std::any_of(rewards.begin(), rewards.end(), [&](double r) { return r != rewards[0]; })) {
-    ++batch.informative;
-  }
+  if (rewards_differ(rewards)) ++batch.informative;
   const std::vector<double> a = group_advantages(rewards, grpo);
   for (size_t i = 0; i < group.size(); ++i) {
     batch.prompts.push_back(prompt);

@@ -7,6 +7,7 @@
 #include "agora/rl/group_batch.h"
 #include "agora/rl/held_out.h"
 #include "agora/rl/sampling.h"
+#include "agora/rl/sapo_draw.h"
 
 namespace agora {
 namespace {
@@ -19,13 +20,6 @@ struct SharedGroup {
   std::vector<std::vector<TokenId>> completions;
   bool informative = false;
 };
-
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 }  // namespace
 
@@ -89,8 +83,8 @@ SapoSummary run_sapo(const LoadedCheckpoint& base, const Task& task, const SapoO
         sampling.max_new_tokens = o.max_new_tokens;
         sampling.temperature = o.temperature;
         sampling.seed =
-            mix(o.seed ^ mix(static_cast<uint64_t>(round) << 24 ^ static_cast<uint64_t>(n) << 12 ^
-                             static_cast<uint64_t>(j)));
+            sapo_mix(o.seed ^ sapo_mix(static_cast<uint64_t>(round) << 24 ^
+                                       static_cast<uint64_t>(n) << 12 ^ static_cast<uint64_t>(j)));
         std::vector<double> rewards;
         for (Completion& c :
              sample_completions(models[static_cast<size_t>(n)], eot, g.prompt, sampling)) {
@@ -98,30 +92,26 @@ SapoSummary run_sapo(const LoadedCheckpoint& base, const Task& task, const SapoO
           g.completions.push_back(std::move(c.tokens));
         }
         for (double r : rewards) sum += r;
-        g.informative =
-            std::any_of(rewards.begin(), rewards.end(), [&](double r) { return r != rewards[0]; });
+        g.informative = rewards_differ(rewards);
         published.push_back(std::move(g));
       }
       row.reward.push_back(sum / static_cast<double>(o.own * o.group_size));
     }
     // Each node trains on its own groups plus `shared` drawn from the others' informative ones.
     for (int64_t n = 0; n < o.nodes; ++n) {
-      std::vector<const SharedGroup*> mine, theirs;
+      std::vector<const SharedGroup*> chosen, theirs;
+      std::vector<bool> informative;
       for (const SharedGroup& g : published) {
-        if (g.node == n)
-          mine.push_back(&g);
-        else if (g.informative)
+        if (g.node == n) {
+          chosen.push_back(&g);
+        } else {
           theirs.push_back(&g);
+          informative.push_back(g.informative);
+        }
       }
-      std::vector<const SharedGroup*> chosen = mine;
-      uint64_t state =
-          mix(o.seed ^ 0x5A90 ^ static_cast<uint64_t>(round) << 16 ^ static_cast<uint64_t>(n));
-      for (int64_t k = 0; k < o.shared && !theirs.empty(); ++k) {
-        state = mix(state);
-        const size_t pick = state % theirs.size();
-        chosen.push_back(theirs[pick]);
-        theirs.erase(theirs.begin() + static_cast<std::ptrdiff_t>(pick));
-      }
+      const uint64_t state =
+          sapo_mix(o.seed ^ 0x5A90 ^ static_cast<uint64_t>(round) << 16 ^ static_cast<uint64_t>(n));
+      for (size_t i : draw_shared(informative, o.shared, state)) chosen.push_back(theirs[i]);
       GroupBatch batch;
       for (const SharedGroup* g : chosen) {
         std::vector<Sample> samples;

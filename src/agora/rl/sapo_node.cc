@@ -11,13 +11,14 @@
 
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
-#include "agora/core/token_bucket.h"
 #include "agora/net/allowlist.h"
 #include "agora/obs/event_log.h"
 #include "agora/rl/group_batch.h"
 #include "agora/rl/held_out.h"
 #include "agora/rl/sampling.h"
+#include "agora/rl/sapo_draw.h"
 #include "agora/serve/poll.h"
+#include "agora/serve/rate_gate.h"
 
 namespace agora {
 namespace {
@@ -26,13 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 // Rounds whose groups the node keeps to answer peers that are behind.
 constexpr size_t kRoundsKept = 8;
-
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // One group as this node holds it, its own or a peer's.
 struct Group {
@@ -72,7 +66,7 @@ class Node {
   net::Context context_;
   net::Server server_;
   std::vector<std::unique_ptr<net::Client>> peers_;
-  std::map<std::string, TokenBucket> buckets_;  // by curve key: only the peers may connect
+  serve::RateGate peer_rates_;  // by curve key: only the peers may connect
   std::map<int64_t, std::shared_ptr<const std::string>> published_;  // round -> SapoGroups bytes
   int64_t newest_ = 0;
   bool finished_ = false;
@@ -105,6 +99,7 @@ Node::Node(LoadedCheckpoint base, const net::Identity& identity, const SapoNodeO
                  torch::optim::AdamWOptions(o.sapo.lr).betas({0.9, 0.99}).weight_decay(0.0)),
       context_(peers_only(o.peers)),
       server_(context_, identity, o.listen, sapo_limits(), /*reply_queue=*/256),
+      peer_rates_({o.peer_requests_per_second, o.peer_burst}, {}),
       // Nodes draw their problems from different places of the training split.
       cursor_(stable_hash64(identity.public_key()) % (uint64_t{1} << 40)) {
   for (const SapoPeer& p : o_.peers) {
@@ -128,8 +123,8 @@ void Node::serve(int ms) {
   serve::wait_readable(server_.socket(), std::chrono::milliseconds(ms));
   serve::drain(server_, {}, [this](const net::Incoming& in) {
     if (!in.message.has_sapo_get_groups()) return;
-    // Only the peers may connect (the handshake's allowlist), so the map has one bucket each.
-    if (!buckets_[in.curve_key].take(o_.peer_requests_per_second, o_.peer_burst, now())) return;
+    // Only the peers may connect (the handshake's allowlist), so each has a budget of its own.
+    if (!peer_rates_.take(in.curve_key, /*member=*/true, now())) return;
     const auto asked = static_cast<int64_t>(
         std::min<uint64_t>(in.message.sapo_get_groups().round(), static_cast<uint64_t>(INT64_MAX)));
     const auto it = published_.find(asked);
@@ -148,7 +143,7 @@ bool Node::informative(const Group& g) const {
   std::vector<double> rewards;
   for (const auto& c : g.completions)
     rewards.push_back(task_->reward(g.problem, completion_text(*tokenizer_, c)));
-  return std::any_of(rewards.begin(), rewards.end(), [&](double r) { return r != rewards[0]; });
+  return rewards_differ(rewards);
 }
 
 std::vector<Group> Node::sample_own(int64_t round, double& reward) {
@@ -162,8 +157,8 @@ std::vector<Group> Node::sample_own(int64_t round, double& reward) {
     sampling.count = o_.sapo.group_size;
     sampling.max_new_tokens = o_.sapo.max_new_tokens;
     sampling.temperature = o_.sapo.temperature;
-    sampling.seed =
-        mix(o_.sapo.seed ^ mix(static_cast<uint64_t>(round) << 24 ^ static_cast<uint64_t>(j)));
+    sampling.seed = sapo_mix(
+        o_.sapo.seed ^ sapo_mix(static_cast<uint64_t>(round) << 24 ^ static_cast<uint64_t>(j)));
     for (Completion& c : sample_completions(model_, eot_, g.prompt, sampling)) {
       sum += task_->reward(g.problem, completion_text(*tokenizer_, c.tokens));
       g.completions.push_back(std::move(c.tokens));
@@ -301,20 +296,15 @@ SapoNodeSummary Node::run() {
     int64_t received = 0;
     std::vector<Group> theirs;
     if (o_.sapo.shared > 0) theirs = gather(round, received);
-    std::vector<const Group*> pool;
-    for (const Group& g : theirs) {
-      if (g.informative) pool.push_back(&g);
-    }
+    std::vector<bool> informative;
+    for (const Group& g : theirs) informative.push_back(g.informative);
     std::vector<const Group*> chosen;
     for (const Group& g : mine) chosen.push_back(&g);
-    uint64_t state = mix(o_.sapo.seed ^ 0x5A90 ^ static_cast<uint64_t>(round) << 16);
-    int64_t used = 0;
-    for (int64_t k = 0; k < o_.sapo.shared && !pool.empty(); ++k, ++used) {
-      state = mix(state);
-      const size_t pick = state % pool.size();
-      chosen.push_back(pool[pick]);
-      pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(pick));
-    }
+    const std::vector<size_t> drawn =
+        draw_shared(informative, o_.sapo.shared,
+                    sapo_mix(o_.sapo.seed ^ 0x5A90 ^ static_cast<uint64_t>(round) << 16));
+    for (size_t i : drawn) chosen.push_back(&theirs[i]);
+    const auto used = static_cast<int64_t>(drawn.size());
     GroupBatch batch;
     for (const Group* g : chosen) {
       std::vector<Sample> samples;

@@ -150,6 +150,8 @@ void SwarmPeer::take_stage(int64_t stage) {
   stage_ = stage;
   span_ = partition_model(config_.model, S_).at(static_cast<size_t>(stage));
   model_ = StageModel(config_.model, span_, config_.seed, subspace_.get());
+  const auto tensors = static_cast<double>(model_->hf_parameters().size());
+  tensor_rates_.set_member_rate({tensors, 4 * tensors});
   model_->train();
   new_momentum();
   version_ = 0;
@@ -343,9 +345,7 @@ void SwarmPeer::admit(const wire::SwarmView& v) {
     } catch (const Error&) {
     }
   }
-  for (auto it = tensor_rates_.begin(); it != tensor_rates_.end();) {
-    it = stage_curves_.count(it->first) != 0 ? std::next(it) : tensor_rates_.erase(it);
-  }
+  tensor_rates_.forget_if([&](const std::string& key) { return !stage_curves_.contains(key); });
   prev_curves_.clear();
   for (const wire::SwarmMember& m : v.prev()) {
     try {

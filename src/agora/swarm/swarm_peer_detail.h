@@ -18,7 +18,6 @@
 
 #include "agora/core/error.h"
 #include "agora/core/hex.h"
-#include "agora/core/token_bucket.h"
 #include "agora/data/sampler.h"
 #include "agora/net/curve_socket.h"
 #include "agora/obs/event_log.h"
@@ -29,6 +28,7 @@
 #include "agora/pipeline/stage_files.h"
 #include "agora/pipeline/stage_model.h"
 #include "agora/pipeline/subspace.h"
+#include "agora/serve/rate_gate.h"
 #include "agora/swarm/router.h"
 #include "agora/swarm/schedule.h"
 #include "agora/swarm/swarm_peer.h"
@@ -255,8 +255,9 @@ class SwarmPeer {
   // GetTensor: the other members of this stage (curve keys, from the last view), each with its
   // own budget of requests; one shared budget for everyone else's (answered not_found).
   std::set<std::string> stage_curves_;
-  std::map<std::string, TokenBucket> tensor_rates_;
-  TokenBucket stranger_tensor_rate_;
+  // The members' budget follows the stage's tensor count (set_member_rate once the model is
+  // built): four whole copies at once, one a second after.
+  serve::RateGate tensor_rates_{{1, 4}, {20, 40}};
   SwarmPeerSummary summary_;
 };
 

@@ -132,10 +132,8 @@ void SwarmPeer::become_ready(uint64_t step, const std::string& hash, const char*
 // so none can crowd out the others or fill the reply queue with tensors (issue 38, finding 5).
 void SwarmPeer::answer_tensor(const net::Incoming& in) {
   const wire::GetTensor& g = in.message.get_tensor();
-  const double tensors = model_ ? static_cast<double>(model_->hf_parameters().size()) : 1.0;
   const bool member = stage_curves_.count(in.curve_key) != 0;
-  if (member ? !tensor_rates_[in.curve_key].take(tensors, 4 * tensors, now())
-             : !stranger_tensor_rate_.take(20, 40, now())) {
+  if (!tensor_rates_.take(in.curve_key, member, now())) {
     ++ignored_;
     return;
   }
