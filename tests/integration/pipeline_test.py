@@ -219,11 +219,13 @@ def main():
                                          "pipeline.codec=subspace", "pipeline.subspace_rank=16"])
     elif scenario == "stage_killed":
         stage_killed(agora, data)
+    # The resumed runs use the two codecs the scenarios above do not (bfloat16, columns), so
+    # every codec crosses real stage links once, bit-identical to the in-process pipeline.
     elif scenario == "resume_gpipe":
-        resumed(agora, data, ["pipeline.codec=int8"], {1: "stage.after_step:10"}, 8)
+        resumed(agora, data, ["pipeline.codec=bfloat16"], {1: "stage.after_step:10"}, 8)
     elif scenario == "resume_async":
         resumed(agora, data, ["pipeline.schedule=async", "pipeline.optimizer=nadam",
-                              "pipeline.codec=subspace", "pipeline.subspace_rank=16"],
+                              "pipeline.codec=columns", "pipeline.columns_kept=0.25"],
                 {0: "stage.checkpoint.after_state:2"}, 4)
     else:
         sys.exit(f"unknown scenario {scenario}")

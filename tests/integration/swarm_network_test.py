@@ -190,20 +190,33 @@ def main():
     assert len(p5) == 1 and p5[0]["version"] >= restored[0]["version"], p5
     assert any(e["event"] == "rejoin" for e in events(f"{out}/p1.jsonl")), "p1 never rejoined"
 
-    merged = f"{out}/merged-stages"
-    os.makedirs(merged)
-    for name in ("p0", "p2", "p4"):
-        for f in os.listdir(f"{out}/stage-{name}"):
-            shutil.copy(f"{out}/stage-{name}/{f}", merged)
-    run([agora, "merge-stages", "--config", config, *sets, "--stages", merged,
-         "--out", f"{out}/checkpoint"])
-    evaluated = json.loads(run([agora, "eval", "--checkpoint", f"{out}/checkpoint", "--data",
-                                f"{data}/val_000000.bin", "--max-windows", "4", "--json"]))
-    assert evaluated["val_loss"] > 0, evaluated
+    # Each stage's replicas hold the same parameters, so merging either replica of every stage
+    # gives the same model, bit for bit; and that model is the trained one: its validation loss
+    # lies nearer the swarm's last training loss than its first (an untrained, half-merged or
+    # misordered model would not).
+    val_loss = {}
+    for replicas in (("p0", "p2", "p4"), ("p1", "p3", "p5")):
+        merged = f"{out}/merged-{'-'.join(replicas)}"
+        os.makedirs(merged)
+        for name in replicas:
+            for f in os.listdir(f"{out}/stage-{name}"):
+                shutil.copy(f"{out}/stage-{name}/{f}", merged)
+        run([agora, "merge-stages", "--config", config, *sets, "--stages", merged,
+             "--out", f"{merged}/checkpoint"])
+        val_loss[replicas] = json.loads(run(
+            [agora, "eval", "--checkpoint", f"{merged}/checkpoint", "--data",
+             f"{data}/val_000000.bin", "--max-windows", "4", "--json"]))["val_loss"]
+    assert len(set(val_loss.values())) == 1, f"the replicas merge to different models: {val_loss}"
+    val = next(iter(val_loss.values()))
+    first, last = summary["first_loss"], summary["last_loss"]
+    assert last < first and abs(val - last) < abs(val - first), \
+        f"the merged model's validation loss {val:.3f} is not the trained model's " \
+        f"(training loss {first:.3f} -> {last:.3f})"
     print(f"ok: {STEPS} steps, {summary['samples_per_second']:.1f} samples/s "
           f"({100 * summary['efficiency']:.0f}% of ideal), lost {summary['lost']}, waited "
           f"{summary['waiting_seconds']:.1f} s, loss {summary['first_loss']:.3f} -> "
-          f"{summary['last_loss']:.3f}, replicas of each stage identical")
+          f"{summary['last_loss']:.3f}, replicas of each stage identical, merged val loss "
+          f"{val:.3f}")
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ std::string await_endpoint(std::future<OuterServerSummary>& server, const fs::pa
 
 TEST(AsyncServer, RefusesEveryLieAndAppliesAnHonestDelivery) {
   const fs::path data = fs::path(AGORA_DATA_DIR) / "tokens" / "sp8k";
-  if (!fs::exists(data / "meta.json")) GTEST_SKIP() << "no " << data << " (run make data)";
+  ASSERT_TRUE(fs::exists(data / "meta.json")) << data << " is missing: run 'make data'";
   const fs::path root = fs::temp_directory_path() / ("agora_async_" + std::to_string(getpid()));
   fs::remove_all(root);
   const RunConfig config =
@@ -284,7 +284,7 @@ TEST(AsyncServer, RefusesEveryLieAndAppliesAnHonestDelivery) {
 // round's deadline the held piece lapses, the round closes with what came, and both are struck.
 TEST(AsyncServer, ASyncRoundClosesAtItsDeadlineWithoutHoldersAndAbsentees) {
   const fs::path data = fs::path(AGORA_DATA_DIR) / "tokens" / "sp8k";
-  if (!fs::exists(data / "meta.json")) GTEST_SKIP() << "no " << data << " (run make data)";
+  ASSERT_TRUE(fs::exists(data / "meta.json")) << data << " is missing: run 'make data'";
   const fs::path root =
       fs::temp_directory_path() / ("agora_async_sync_" + std::to_string(getpid()));
   fs::remove_all(root);

@@ -152,6 +152,27 @@ TEST(Model, LognScalingIsOneAtTheTrainingLength) {
   EXPECT_FALSE(torch::allclose(a.select(1, 5), b.select(1, 5), 1e-4, 1e-4));
 }
 
+// The factors themselves, against the formula written out: a query at position p (0-based)
+// attends n = p + 1 keys and is scaled by log(n) / log(L), L the training length (YaRN's original
+// length when YaRN stretches the context); a KV cache's later chunk continues the positions.
+TEST(Model, LognScalingFactorsAreLogNOverLogTheTrainingLength) {
+  ModelConfig c = tiny(200, 16);
+  EXPECT_FALSE(logn_attention_scales(c, 0, 4, torch::kCPU).defined());  // off: no factors
+  c.logn_attention_scaling = true;
+  const torch::Tensor f = logn_attention_scales(c, 0, 16, torch::kCPU);
+  ASSERT_EQ(f.numel(), 16);
+  EXPECT_NEAR(f[5].item<double>(), std::log(6.0) / std::log(16.0), 1e-6);
+  EXPECT_NEAR(f[0].item<double>(), 0.0, 1e-7);  // log 1
+  EXPECT_NEAR(f[15].item<double>(), 1.0, 1e-6);
+  const torch::Tensor later = logn_attention_scales(c, 20, 3, torch::kCPU);
+  EXPECT_NEAR(later[1].item<double>(), std::log(22.0) / std::log(16.0), 1e-6);
+  c.yarn_factor = 4.0;
+  c.yarn_original_max_seq_len = 8;
+  c.max_seq_len = 32;
+  EXPECT_NEAR(logn_attention_scales(c, 0, 32, torch::kCPU)[30].item<double>(),
+              std::log(31.0) / std::log(8.0), 1e-6);
+}
+
 TEST(Model, KvCacheMatchesFullForward) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(4);

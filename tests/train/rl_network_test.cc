@@ -132,7 +132,7 @@ struct Hostile {
 
 TEST(RlNetwork, ALearnerTrainsOnAnHonestWorkerAndBansAHostileOne) {
   const fs::path tokenizer = fs::path(AGORA_DATA_DIR) / "tokenizer" / "agora-8k.model";
-  if (!fs::exists(tokenizer)) GTEST_SKIP() << "no " << tokenizer << " (run make data)";
+  ASSERT_TRUE(fs::exists(tokenizer)) << tokenizer << " is missing: run 'make data'";
   const fs::path root = fs::temp_directory_path() / ("agora_rl_net_" + std::to_string(getpid()));
   fs::remove_all(root);
   {

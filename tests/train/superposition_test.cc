@@ -289,11 +289,14 @@ TEST_F(SuperpositionTrainerTest, ValidationReportsBothLossesInPhaseOne) {
   const TrainSummary s =
       train(config("run", 8, "bag = 2\nfraction = 0.5", 0, /*eval_interval=*/2), options);
   ASSERT_EQ(points.size(), 4u);  // after steps 2, 4, 6, 8
+  double seconds_before = 0;
   for (const EvalPoint& p : points) {
     EXPECT_TRUE(std::isfinite(p.val_loss)) << p.step;
     // Steps 2 and 4 saw bags only (the switch is at 4): both losses. Later: next tokens only.
     EXPECT_EQ(std::isfinite(p.bag_val_loss), p.step <= 4) << p.step;
-    EXPECT_GE(p.train_seconds, 0.0);
+    // Training time so far: every two steps add to it (a wall-clock curve is drawn from it).
+    EXPECT_GT(p.train_seconds, seconds_before) << p.step;
+    seconds_before = p.train_seconds;
   }
   EXPECT_EQ(s.bag_val_history.size(), 2u);
   EXPECT_EQ(s.val_history.size(), 4u);
