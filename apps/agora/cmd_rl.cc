@@ -18,7 +18,6 @@
 #include "commands.h"
 
 namespace agora::cli {
-namespace {
 
 void add_task_options(CLI::App* cmd, std::string& task, TaskOptions& options) {
   cmd->add_option("--task", task,
@@ -34,6 +33,8 @@ void add_task_options(CLI::App* cmd, std::string& task, TaskOptions& options) {
   cmd->add_option("--numbers", options.numbers, "countdown: numbers given per problem")
       ->capture_default_str();
 }
+
+namespace {
 
 void add_problems(CLI::App& parent) {
   struct Args {

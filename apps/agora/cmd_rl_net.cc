@@ -41,10 +41,7 @@ void add_rl_serve(CLI::App& rl) {
       ->capture_default_str();
   cmd->add_option("--run-id", o.run_id, "The run's name, in every signature")
       ->capture_default_str();
-  cmd->add_option("--task", o.task_name, "arithmetic, arithmetic-worked or countdown")
-      ->capture_default_str();
-  cmd->add_option("--task-seed", o.task.seed, "The seed problems are generated from")
-      ->capture_default_str();
+  add_task_options(cmd, o.task_name, o.task);
   cmd->add_option("--steps", t.steps, "Updates")->capture_default_str();
   cmd->add_option("--prompts", t.prompts_per_step, "Prompts per update")->capture_default_str();
   cmd->add_option("--group", t.group_size, "Completions per prompt (G)")->capture_default_str();
@@ -161,12 +158,7 @@ void add_rl_sapo_node(CLI::App& rl) {
   cmd->add_option("--peer", args->peers,
                   "Another node, tcp://HOST:PORT@PUBLIC_KEY_HEX (repeat for each)")
       ->required();
-  cmd->add_option("--task", o.task_name, "arithmetic, arithmetic-worked or countdown")
-      ->capture_default_str();
-  cmd->add_option("--task-seed", o.task.seed,
-                  "The seed problems are generated from (same on "
-                  "every node)")
-      ->capture_default_str();
+  add_task_options(cmd, o.task_name, o.task);  // the same on every node
   cmd->add_option("--rounds", o.sapo.rounds, "Rounds (one update each)")->capture_default_str();
   cmd->add_option("--own", o.sapo.own, "I: own groups per round")->capture_default_str();
   cmd->add_option("--shared", o.sapo.shared, "J: groups taken from the other nodes per round")

@@ -5,6 +5,10 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+namespace agora {
+struct TaskOptions;
+}
+
 namespace agora::cli {
 
 void add_tokenize_command(CLI::App& app);
@@ -30,6 +34,9 @@ void add_rl_command(CLI::App& app);
 void add_rl_serve(CLI::App& rl);
 void add_rl_work(CLI::App& rl);
 void add_rl_sapo_node(CLI::App& rl);
+// --task, --task-seed, --held-out, --max-digits, --numbers: the RL task, the same options on every
+// command that makes problems (cmd_rl.cc).
+void add_task_options(CLI::App* cmd, std::string& task, TaskOptions& options);
 
 // "agora 0.1.0 (libtorch 1.13.0, CPU)".
 std::string version_string();

@@ -41,17 +41,20 @@ def run(cmd, **kw):
     return result.stdout
 
 
-def make_base(agora, out):
+def make_base(agora, out, max_digits=3, steps=20):
+    """A small base model trained `steps` steps on problems of operands of up to `max_digits`."""
     base = os.path.join(out, "base")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    run([agora, "rl", "corpus", "--problems", "2000", "--out", f"{base}/problems.txt"])
+    run([agora, "rl", "corpus", "--problems", "2000", "--max-digits", str(max_digits),
+         "--out", f"{base}/problems.txt"])
     run([agora, "tokenizer", "train", "--input", f"{base}/problems.txt", "--vocab-size", "320",
          "--out", f"{base}/tokenizer.model"])
     run([agora, "tokenize", "--lines", "--tokenizer", f"{base}/tokenizer.model", "--input",
          f"{base}/problems.txt", "--out", f"{base}/tokens", "--val-fraction", "0.05", "--force"])
     run([agora, "train", "--config", os.path.join(root, "configs", "rl-base.toml"), "--quiet",
          "--set", f"data.dir={base}/tokens", "--set", f"train.out_dir={base}/run",
-         "--set", "train.steps=20", "--set", "schedule.warmup_steps=2",
+         "--set", f"train.steps={steps}",
+         "--set", f"schedule.warmup_steps={min(10, steps // 10)}",
          "--set", "train.eval_interval=0"])
     return f"{base}/run/latest"
 

@@ -4,7 +4,9 @@ groups they sample as text, two of them hostile.
 
     sapo_network_test.py AGORA OUT
 
-A small base model is made (as rl_network_test.py makes it), then five nodes run on loopback,
+A small base model is made (as rl_network_test.py makes it, on one-digit problems and for
+BASE_STEPS steps, so that its samples are sometimes right: groups whose rewards differ, the only
+ones SAPO shares), then five nodes run on loopback,
 each naming the other four as peers: two honest, one publishing tokens outside the vocabulary
 (--behave garbage), one publishing held-out problems with their correct answers (--behave
 held-out), one publishing each of its valid groups eight times to fill its peers' pools (--behave
@@ -14,7 +16,9 @@ flood; issue 38, finding 11). Checked, from the structured output only:
     the flooding node (the rest of its reply capped, sapo_node_capped), and refused every reply of
     the other hostile ones whole, by the reason that names what was wrong (bad_token, held_out),
     once per round;
-  - the groups it used are among those it received, at most SHARED a round;
+  - SAPO's draw: each round an honest node uses min(SHARED, the informative groups it received)
+    shared groups, never one whose rewards are all alike, and every group it used is in its
+    GRPO update (OWN + used groups); over the run the honest nodes used shared groups;
   - the node's rewards are its own: cumulative_reward is the sum of its rounds' rewards.
 """
 import json
@@ -27,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rl_network_test import events, make_base, run  # noqa: E402
 
 ROUNDS, OWN, SHARED, GROUP = 3, 2, 2, 4
+MAX_DIGITS, BASE_STEPS = 1, 150
 NODES = {"honest0": "honest", "honest1": "honest", "garbage": "garbage", "held_out": "held-out",
          "flood": "flood"}
 COPIES = 8  # the flooding node sends each of its groups this many times (sapo_node.cc)
@@ -36,7 +41,7 @@ def main():
     agora, out = sys.argv[1], sys.argv[2]
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    base = make_base(agora, out)
+    base = make_base(agora, out, max_digits=MAX_DIGITS, steps=BASE_STEPS)
     keys, ports = {}, {}
     for i, name in enumerate(NODES):
         keys[name] = run([agora, "keygen", "--out", f"{out}/{name}.key"]).strip().split()[-1]
@@ -53,6 +58,7 @@ def main():
                  "--listen", f"tcp://127.0.0.1:{ports[name]}", *peers,
                  "--rounds", str(ROUNDS), "--own", str(OWN), "--shared", str(SHARED),
                  "--group", str(GROUP), "--max-new-tokens", "8", "--eval-problems", "8",
+                 "--max-digits", str(MAX_DIGITS),
                  "--share-wait", "60", "--linger", "10", "--behave", behave,
                  "--out", f"{out}/{name}"],
                 stdout=open(f"{out}/{name}.out", "w"), stderr=subprocess.STDOUT)
@@ -63,6 +69,7 @@ def main():
             if p.poll() is None:
                 p.kill()
 
+    used = {}
     for name in NODES:
         log = events(f"{out}/{name}/sapo.jsonl")
         rounds = [e for e in log if e["event"] == "sapo_node_round"]
@@ -70,9 +77,12 @@ def main():
         summary = next(e for e in log if e["event"] == "sapo_node_summary")
         assert abs(summary["cumulative_reward"] - sum(r["reward"] for r in rounds)) < 1e-9
         for r in rounds:
-            assert 0 <= r["shared_used"] <= min(SHARED, r["shared_received"]), (name, r)
+            assert r["shared_informative"] <= r["shared_received"], (name, r)
+            assert r["shared_used"] == min(SHARED, r["shared_informative"]), (name, r)
+            assert r["update_groups"] == OWN + r["shared_used"], (name, r)
         if NODES[name] != "honest":
             continue
+        used[name] = sum(r["shared_used"] for r in rounds)
         assert summary["shared_received"] == 2 * ROUNDS * OWN, (name, summary)
         assert summary["capped"] == ROUNDS * OWN * (COPIES - 1), (name, summary)
         capped = [e for e in log if e["event"] == "sapo_node_capped"]
@@ -83,9 +93,10 @@ def main():
         by_peer = {e["peer"]: e["reason"] for e in refusals}
         assert by_peer == {f"tcp://127.0.0.1:{ports['garbage']}": "bad_token",
                            f"tcp://127.0.0.1:{ports['held_out']}": "held_out"}, by_peer
+    assert sum(used.values()) > 0, f"no shared group reached an update: {used}"
     print(f"ok: {len(NODES)} nodes x {ROUNDS} rounds; the honest nodes took {ROUNDS * OWN} groups "
           "from each other and as many from the flooding node, and refused the garbage and "
-          "held-out nodes' every round")
+          f"held-out nodes' every round; shared groups in their updates: {used}")
 
 
 if __name__ == "__main__":

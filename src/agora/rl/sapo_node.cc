@@ -312,8 +312,8 @@ SapoNodeSummary Node::run() {
       add_group(batch, *task_, *tokenizer_, g->problem, g->prompt, std::move(samples),
                 o_.sapo.grpo);
     }
-    grpo_update(model_, optimizer_, eot_, batch, o_.sapo.temperature, o_.sapo.grad_clip,
-                o_.sapo.grpo);
+    const GrpoLoss update = grpo_update(model_, optimizer_, eot_, batch, o_.sapo.temperature,
+                                        o_.sapo.grad_clip, o_.sapo.grpo);
     summary_.cumulative_reward += reward;
     summary_.shared_received += received;
     summary_.shared_used += used;
@@ -323,7 +323,12 @@ SapoNodeSummary Node::run() {
          {"reward", reward},
          {"cumulative_reward", summary_.cumulative_reward},
          {"shared_received", received},
+         // Received groups whose rewards differ: the only ones a shared slot may take.
+         {"shared_informative", std::count(informative.begin(), informative.end(), true)},
          {"shared_used", used},
+         // Groups in this round's GRPO update (own and shared), and whether it stepped.
+         {"update_groups", batch.rewards.size()},
+         {"update_skipped", update.skipped},
          {"refused", summary_.refused}});
     if (o_.progress) {
       fmt::print(stderr,
