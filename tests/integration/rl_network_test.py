@@ -92,12 +92,21 @@ def main():
             time.sleep(0.1)
         assert started, "the learner never logged its address"
         assert started["key"] == keys["learner"], (started["key"], keys["learner"])
-        for name, behave in (("honest", "honest"), ("cheat", cheat)):
+        # The cheat first, alone until it is banned: started together, the honest worker could
+        # fill every slot before the cheat asked for one (it did once, on a loaded machine), and
+        # the test would check nothing about cheating.
+        for name, behave in (("cheat", cheat), ("honest", "honest")):
             workers[name] = subprocess.Popen(
                 [agora, "rl", "work", "--key", f"{out}/{name}.key", "--learner", started["listen"],
                  "--learner-key", keys["learner"], "--base", base, "--behave", behave,
                  "--slots", "8", "--log", f"{out}/{name}.jsonl", "--idle-timeout", "120"],
                 stdout=open(f"{out}/{name}.out", "w"), stderr=subprocess.STDOUT)
+            if name != "cheat":
+                continue
+            deadline = time.time() + 300
+            while time.time() < deadline and workers[name].poll() is None and not any(
+                    e["event"] == "rl_worker_banned" for e in events(f"{out}/{name}.jsonl")):
+                time.sleep(0.1)
         # The status API while the learner lingers after its last update.
         status = None
         deadline = time.time() + 600
