@@ -42,6 +42,11 @@ void add_async_sim_command(CLI::App& app) {
   cmd->add_option("--outer-lr", args->options.outer_lr, "Default: diloco.outer_lr");
   cmd->add_option("--outer-momentum", args->options.outer_momentum,
                   "Default: diloco.outer_momentum");
+  cmd->add_option("--outer-rule", args->options.outer_rule,
+                  "The asynchronous methods' rule per arrival: nesterov, delayed_nesterov, "
+                  "lookahead, lookahead_discounted (default: the method's as published)");
+  cmd->add_option("--outer-buffer", args->options.outer_buffer,
+                  "Delayed Nesterov: arrivals per momentum update (default: the workers)");
   cmd->callback([args] {
     const RunConfig config = RunConfig::load(args->config, args->overrides);
     const AsyncSimOptions& o = args->options;

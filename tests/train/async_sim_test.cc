@@ -1,6 +1,7 @@
-// Asynchronous data parallelism: the outer rules against hand-computed values
-// (optim/async_outer.h), and the event-clock simulation's bookkeeping (train/async_sim.h):
-// who delivers when, DyLU's inner steps, the sync round, determinism, refused options.
+// Asynchronous data parallelism: the outer rules, delayed Nesterov's included, against
+// hand-computed values (optim/async_outer.h), and the event-clock simulation's bookkeeping
+// (train/async_sim.h): who delivers when, DyLU's inner steps, the sync round, determinism,
+// refused options.
 #include "agora/train/async_sim.h"
 
 #include <fmt/format.h>
@@ -50,6 +51,70 @@ TEST(AsyncOuterTest, LookaheadAndItsDiscountedVariant) {
   discounted.apply(vec(0.1f, -0.2f));
   // m = 0.9 (0.01, -0.02) + (0.01, -0.02) = (0.019, -0.038); update = 0.9 m + 0.1 D
   expect_theta(discounted, 0.9905 - 0.5 * (0.0171 + 0.01), 2.019 + 0.5 * (0.0342 + 0.02));
+}
+
+// Delayed Nesterov (Liu et al. 2024), N = 2, lr 0.5, momentum 0.9, by hand:
+//   D1 = (0.1, -0.2): B = D1; not the N-th: theta -= 0.5 (c g m + D1 / 2), m = 0
+//   D2 = (0, 0.1):    B = (0.1, -0.1); m = B / 2 = (0.05, -0.05); B = 0;
+//                     theta -= 0.5 ((1 - 2c + c) 0.9 m + D2 / 2)
+//   D3 = (0.2, 0):    theta -= 0.5 (c 0.9 m + D3 / 2)
+TEST(AsyncOuterTest, DelayedNesterovMovesTheMomentumOnceEveryNArrivals) {
+  AsyncOuter dn(theta0(), {OuterRule::kDelayedNesterov, 0.5, 0.9, /*buffer=*/2});
+  dn.apply(vec(0.1f, -0.2f));
+  expect_theta(dn, 0.975, 2.05);
+  EXPECT_NEAR(dn.momentum()[0][0].item<double>(), 0.0, 1e-9);  // not moved yet
+  dn.apply(vec(0.0f, 0.1f));
+  expect_theta(dn, 0.975 - 0.5 * 0.045, 2.05 - 0.5 * (-0.045 + 0.05));
+  EXPECT_NEAR(dn.momentum()[0][1].item<double>(), -0.05, 1e-7);
+  EXPECT_NEAR(dn.momentum()[1][0].item<double>(), 0.0, 1e-9);  // the buffer, emptied
+  dn.apply(vec(0.2f, 0.0f));
+  expect_theta(dn, 0.9525 - 0.05, 2.0475);
+
+  // With activation c = 0.25 part of the momentum goes in between; over a whole period the
+  // momentum's share is the same (g m per N arrivals), so theta meets c = 0's after D3.
+  AsyncOuter active(theta0(), {OuterRule::kDelayedNesterov, 0.5, 0.9, 2, /*activation=*/0.25});
+  active.apply(vec(0.1f, -0.2f));
+  active.apply(vec(0.0f, 0.1f));
+  expect_theta(active, 0.975 - 0.5 * 0.03375, 2.05 - 0.5 * 0.01625);
+  active.apply(vec(0.2f, 0.0f));
+  expect_theta(active, 0.9025, 2.0475);
+
+  // N = 1, c = 0 is the per-arrival Nesterov step.
+  AsyncOuter one(theta0(), {OuterRule::kDelayedNesterov, 0.5, 0.9, 1});
+  AsyncOuter nesterov(theta0(), {OuterRule::kNesterov, 0.5, 0.9});
+  for (auto* o : {&one, &nesterov}) {
+    o->apply(vec(0.1f, -0.2f));
+    o->apply(vec(0.0f, 0.1f));
+  }
+  EXPECT_TRUE(torch::equal(one.theta()[0], nesterov.theta()[0]));
+
+  EXPECT_THROW(AsyncOuter(theta0(), {OuterRule::kDelayedNesterov, 0.5, 0.9, 0}), Error);
+  EXPECT_THROW(AsyncOuter(theta0(), {OuterRule::kDelayedNesterov, 0.5, 0.9, 2, 0.6}), Error);
+  EXPECT_EQ(outer_rule_of_method("dylu"), OuterRule::kDelayedNesterov);
+  EXPECT_EQ(outer_rule_of_method("async"), OuterRule::kDelayedNesterov);
+  EXPECT_EQ(outer_rule_of_method("sync"), OuterRule::kNesterov);
+  EXPECT_THROW(outer_rule_of_method("adam"), Error);
+}
+
+// A restart mid-period puts the buffer back: the run goes on as if never stopped.
+TEST(AsyncOuterTest, DelayedNesterovRestoresItsBuffer) {
+  const AsyncOuterOptions o{OuterRule::kDelayedNesterov, 0.5, 0.9, 3};
+  AsyncOuter straight(theta0(), o), first(theta0(), o);
+  for (auto* a : {&straight, &first}) {
+    a->apply(vec(0.1f, -0.2f));
+    a->apply(vec(0.3f, 0.1f));
+  }
+  ASSERT_EQ(first.momentum().size(), 2u);  // the momentum and the buffer
+  AsyncOuter second(theta0(), o);
+  second.restore(first.theta(), first.momentum(), first.updates());
+  for (auto* a : {&straight, &second}) {
+    a->apply(vec(-0.1f, 0.2f));
+    a->apply(vec(0.05f, 0.05f));
+  }
+  EXPECT_TRUE(torch::equal(straight.theta()[0], second.theta()[0]));
+  EXPECT_TRUE(torch::equal(straight.momentum()[0], second.momentum()[0]));
+  AsyncOuter nesterov(theta0(), {});
+  EXPECT_THROW(nesterov.restore(first.theta(), first.momentum(), 2), Error);  // 2 for 1
 }
 
 TEST(AsyncOuterTest, RefusesWhatDoesNotFitAndChangesNothing) {

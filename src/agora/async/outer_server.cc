@@ -61,11 +61,11 @@ Server::Server(const RunConfig& config, const net::Identity& identity, const Out
       live_(fresh_model(config)),
       outer_(parameters_of(live_),
              AsyncOuterOptions{
-                 o.method == "lookahead"              ? OuterRule::kLookahead
-                 : o.method == "lookahead_discounted" ? OuterRule::kLookaheadDiscounted
-                                                      : OuterRule::kNesterov,
+                 o.outer_rule.empty() || o.method == "sync" ? outer_rule_of_method(o.method)
+                                                            : parse_outer_rule(o.outer_rule),
                  o.outer_lr > 0 ? o.outer_lr : config.diloco.outer_lr,
-                 o.outer_momentum >= 0 ? o.outer_momentum : config.diloco.outer_momentum}),
+                 o.outer_momentum >= 0 ? o.outer_momentum : config.diloco.outer_momentum,
+                 /*buffer=*/std::max<int64_t>(1, o.workers)}),
       published_(live_, 0),
       base_hash_(hash_parameters(live_).state_hash),
       key_hex_(net::key_to_hex(identity.public_key())),

@@ -67,6 +67,9 @@ struct OuterServerOptions {
   int64_t inner_steps = 0;     // H; 0 = diloco.inner_steps
   double outer_lr = 0;         // 0 = diloco.outer_lr
   double outer_momentum = -1;  // < 0 = diloco.outer_momentum
+  // The asynchronous methods' rule per arrival: "" = the method's as published
+  // (outer_rule_of_method; delayed Nesterov's N is `workers`), else a parse_outer_rule name.
+  std::string outer_rule;
   bool int8 = true;            // pseudo-gradients as int8_rows, else float32
   double seconds = 300;        // the run's length from its start
   double eval_every = 30;      // seconds between copies of theta validated after the run

@@ -14,15 +14,30 @@ std::string to_string(OuterRule rule) {
       return "lookahead";
     case OuterRule::kLookaheadDiscounted:
       return "lookahead_discounted";
+    case OuterRule::kDelayedNesterov:
+      return "delayed_nesterov";
   }
   return "?";
 }
 
 OuterRule parse_outer_rule(const std::string& text) {
-  if (text == "nesterov") return OuterRule::kNesterov;
-  if (text == "lookahead") return OuterRule::kLookahead;
-  if (text == "lookahead_discounted") return OuterRule::kLookaheadDiscounted;
-  fail("outer rule \"{}\" is not known (allowed: nesterov, lookahead, lookahead_discounted)", text);
+  for (OuterRule r : {OuterRule::kNesterov, OuterRule::kLookahead,
+                      OuterRule::kLookaheadDiscounted, OuterRule::kDelayedNesterov}) {
+    if (text == to_string(r)) return r;
+  }
+  fail(
+      "outer rule \"{}\" is not known (allowed: nesterov, lookahead, lookahead_discounted, "
+      "delayed_nesterov)",
+      text);
+}
+
+OuterRule outer_rule_of_method(const std::string& method) {
+  if (method == "sync") return OuterRule::kNesterov;
+  if (method == "async" || method == "dylu") return OuterRule::kDelayedNesterov;
+  if (method == "lookahead") return OuterRule::kLookahead;
+  if (method == "lookahead_discounted") return OuterRule::kLookaheadDiscounted;
+  fail("method \"{}\" is not known (allowed: sync, async, dylu, lookahead, lookahead_discounted)",
+       method);
 }
 
 AsyncOuter::AsyncOuter(const std::vector<torch::Tensor>& initial, const AsyncOuterOptions& options)
@@ -33,26 +48,40 @@ AsyncOuter::AsyncOuter(const std::vector<torch::Tensor>& initial, const AsyncOut
   if (!(options.momentum >= 0 && options.momentum < 1)) {
     fail("async outer momentum is {}; it must be in [0, 1)", options.momentum);
   }
+  const bool delayed = options.rule == OuterRule::kDelayedNesterov;
+  if (delayed && options.buffer < 1) {
+    fail("delayed Nesterov's buffer is {} arrivals; it must be at least 1", options.buffer);
+  }
+  if (delayed && !(options.activation >= 0 &&
+                   options.activation <= 1.0 / static_cast<double>(options.buffer))) {
+    fail("delayed Nesterov's momentum activation is {}; it must be in [0, 1/N] = [0, {}]",
+         options.activation, 1.0 / static_cast<double>(options.buffer));
+  }
   torch::NoGradGuard no_grad;
   for (const torch::Tensor& t : initial) {
     theta_.push_back(t.detach().to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true));
     momentum_.push_back(torch::zeros_like(theta_.back()));
   }
+  if (delayed) {  // the buffer of arrivals, after the momentum (momentum() says so)
+    for (const torch::Tensor& t : theta_) momentum_.push_back(torch::zeros_like(t));
+  }
 }
 
 void AsyncOuter::restore(const std::vector<torch::Tensor>& theta,
                          const std::vector<torch::Tensor>& momentum, int64_t updates) {
-  if (theta.size() != theta_.size() || momentum.size() != theta_.size()) {
-    fail("async outer state holds {} and {} tensors; the model has {}", theta.size(),
-         momentum.size(), theta_.size());
+  if (theta.size() != theta_.size() || momentum.size() != momentum_.size()) {
+    fail("async outer state holds {} and {} tensors; the model has {} and the rule {} keeps {}",
+         theta.size(), momentum.size(), theta_.size(), to_string(options_.rule),
+         momentum_.size());
   }
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < theta_.size(); ++i) {
-    if (!theta[i].sizes().equals(theta_[i].sizes()) ||
-        !momentum[i].sizes().equals(theta_[i].sizes())) {
+  for (size_t i = 0; i < momentum_.size(); ++i) {
+    const torch::Tensor& like = theta_[i % theta_.size()];
+    if ((i < theta_.size() && !theta[i].sizes().equals(like.sizes())) ||
+        !momentum[i].sizes().equals(like.sizes())) {
       fail("async outer state: tensor {} has another shape than the model's", i);
     }
-    theta_[i].copy_(theta[i]);
+    if (i < theta_.size()) theta_[i].copy_(theta[i]);
     momentum_[i].copy_(momentum[i]);
   }
   updates_ = updates;
@@ -90,6 +119,21 @@ void AsyncOuter::apply(const std::vector<torch::Tensor>& pseudo_gradient) {
         update = momentum_[i] * g;
         update.add_(options_.rule == OuterRule::kLookahead ? d[i] : d[i] * (1 - g));
         break;
+      case OuterRule::kDelayedNesterov: {
+        const auto n = static_cast<double>(options_.buffer);
+        const double c = options_.activation;
+        torch::Tensor& buffer = momentum_[theta_.size() + i];
+        buffer.add_(d[i]);
+        if ((updates_ + 1) % options_.buffer == 0) {
+          momentum_[i].mul_(g).add_(buffer / n);
+          buffer.zero_();
+          update = momentum_[i] * ((1 - c * n + c) * g);
+        } else {
+          update = momentum_[i] * (c * g);
+        }
+        update.add_(d[i] / n);
+        break;
+      }
     }
     theta_[i].sub_(update.mul_(eta));
   }

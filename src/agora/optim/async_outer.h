@@ -12,6 +12,15 @@
 //     m <- g m + (1 - g) D;            theta <- theta - eta (g m + D)
 //   kLookaheadDiscounted (the variant with the stale D discounted by (1 - g)):
 //     m <- g m + (1 - g) D;            theta <- theta - eta (g m + (1 - g) D)
+//   kDelayedNesterov (Liu et al. 2024, "Asynchronous Local-SGD Training for Language Modeling",
+//     arXiv 2401.09135, Algorithm "Delayed Nesterov"; the update of its reference code in
+//     utnslab/halos), buffer N, momentum activation c in [0, 1/N]: the arrivals are summed in a
+//     buffer B, the momentum moves once every N arrivals, plain steps go in between:
+//     B <- B + D; at every N-th arrival:  m <- g m + B / N;  B <- 0;
+//                                        theta <- theta - eta ((1 - cN + c) g m + D / N)
+//     at the others:                      theta <- theta - eta (c g m + D / N)
+//     With N = 1 and c = 0 it is kNesterov. The paper's answer to a full Nesterov step per stale
+//     arrival, which its experiments (and agora's) see diverge.
 // Synchronous DiLoCo is kNesterov applied once per round to the mean of the round's D.
 //
 // One operation at a time, in a fixed order, so that the same arrivals in the same order give the
@@ -25,16 +34,26 @@
 
 namespace agora {
 
-enum class OuterRule { kNesterov, kLookahead, kLookaheadDiscounted };
+enum class OuterRule { kNesterov, kLookahead, kLookaheadDiscounted, kDelayedNesterov };
 
-// "nesterov", "lookahead", "lookahead_discounted"; parse throws Error naming what is allowed.
+// "nesterov", "lookahead", "lookahead_discounted", "delayed_nesterov"; parse throws Error naming
+// what is allowed.
 std::string to_string(OuterRule rule);
 OuterRule parse_outer_rule(const std::string& text);
+
+// The rule each method of asynchronous data parallelism applies per arrival, as published:
+// async and dylu (Liu et al.'s asynchronous DiLoCo and DyLU) kDelayedNesterov, lookahead and
+// lookahead_discounted theirs; sync kNesterov (once per round). Error for another method.
+OuterRule outer_rule_of_method(const std::string& method);
 
 struct AsyncOuterOptions {
   OuterRule rule = OuterRule::kNesterov;
   double lr = 0.7;        // eta
   double momentum = 0.9;  // g (mu for Nesterov), in [0, 1)
+  // kDelayedNesterov only: N, arrivals per momentum update (the paper uses the number of
+  // workers), and c, the momentum's share of the steps in between (the paper's default 0).
+  int64_t buffer = 1;
+  double activation = 0;
 };
 
 class AsyncOuter {
@@ -47,11 +66,13 @@ class AsyncOuter {
   void apply(const std::vector<torch::Tensor>& pseudo_gradient);
 
   // Puts back a state saved from theta(), momentum() and updates() (a server's restart). Throws
-  // Error when the tensors' count or shapes are not theta's.
+  // Error when the tensors' count or shapes are not what theta and the rule hold.
   void restore(const std::vector<torch::Tensor>& theta, const std::vector<torch::Tensor>& momentum,
                int64_t updates);
 
   const std::vector<torch::Tensor>& theta() const { return theta_; }
+  // The rule's state besides theta, what a restart must put back: the momentum, one tensor per
+  // parameter, followed for kDelayedNesterov by its buffer of arrivals, one per parameter.
   const std::vector<torch::Tensor>& momentum() const { return momentum_; }
   int64_t updates() const { return updates_; }
 

@@ -9,8 +9,11 @@
 // counted). Methods:
 //   sync       synchronous DiLoCo: every worker runs H steps from the same theta; the round
 //              ends when the slowest finishes (max_w H t_w), then one Nesterov step on the mean D;
-//   async      asynchronous DiLoCo: each worker's D is applied (Nesterov) the moment it arrives,
-//              and that worker pulls the new theta and goes on; nobody waits;
+//   async      asynchronous DiLoCo as Liu et al. 2024 publish it: each worker's D is applied the
+//              moment it arrives, with the delayed Nesterov rule (optim/async_outer.h; the momentum
+//              moves once every N = W arrivals), and that worker pulls the new theta and goes on;
+//              nobody waits. outer_rule = "nesterov" gives the naive form (a full Nesterov step
+//              per arrival), which the paper shows diverging;
 //   dylu       async with each worker's inner steps scaled to its speed:
 //              H_w = max(1, floor(v_w / v_ref * H)), v = 1 / step time, v_ref the fastest;
 //   lookahead, lookahead_discounted
@@ -42,6 +45,10 @@ struct AsyncSimOptions {
   bool int8 = false;           // pseudo-gradients through the int8_rows codec
   double outer_lr = 0;         // 0 = diloco.outer_lr
   double outer_momentum = -1;  // < 0 = diloco.outer_momentum
+  // The asynchronous methods' rule per arrival: "" = the method's as published
+  // (outer_rule_of_method), else one of parse_outer_rule's names (not for sync).
+  std::string outer_rule;
+  int64_t outer_buffer = 0;  // delayed Nesterov's N; 0 = the number of workers
 };
 
 struct AsyncSimPoint {
