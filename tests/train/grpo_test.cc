@@ -82,14 +82,20 @@ Llama tiny_model(int64_t vocab) {
   return model;
 }
 
+// Four completions of the prompt {5, 17, 33, 8} at temperature 0.7, end of text 2.
+CompletionSampling four_completions(int64_t max_new_tokens, uint64_t seed) {
+  CompletionSampling s;
+  s.count = 4;
+  s.max_new_tokens = max_new_tokens;
+  s.temperature = 0.7;
+  s.seed = seed;
+  return s;
+}
+
 TEST(RlSampling, RecordedLogprobsAreWhatTheLearnerRecomputes) {
   Llama model = tiny_model(300);
   const std::vector<TokenId> prompt{5, 17, 33, 8};
-  CompletionSampling s;
-  s.count = 4;
-  s.max_new_tokens = 12;
-  s.temperature = 0.7;
-  s.seed = 11;
+  const CompletionSampling s = four_completions(12, 11);
   const auto group = sample_completions(model, 2, prompt, s);
   const auto again = sample_completions(model, 2, prompt, s);
   ASSERT_EQ(group.size(), 4u);
@@ -120,12 +126,7 @@ TEST(RlSampling, RecordedLogprobsAreWhatTheLearnerRecomputes) {
 TEST(GrpoUpdate, SharedRowsAreScoredUnderTheReceiversPolicyWithRatioOne) {
   Llama model = tiny_model(300);
   const std::vector<TokenId> prompt{5, 17, 33, 8};
-  CompletionSampling s;
-  s.count = 4;
-  s.max_new_tokens = 10;
-  s.temperature = 0.7;
-  s.seed = 5;
-  const auto group = sample_completions(model, 2, prompt, s);
+  const auto group = sample_completions(model, 2, prompt, four_completions(10, 5));
   GroupBatch shared, recorded;
   for (size_t i = 0; i < group.size(); ++i) {
     for (GroupBatch* b : {&shared, &recorded}) {
