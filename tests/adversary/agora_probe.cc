@@ -8,6 +8,8 @@
 //              bounded by the strangers' budget, not by what was sent
 //   oversized  a fresh key sends one frame of --oversized bytes (a heartbeat padded with an
 //              unknown field): it is dropped, and the server still answers the next stranger
+// "answers" counts every message that came back (a role closed at the handshake sends none);
+// --ask sapo-groups sends a SAPO node's request instead of the heartbeat.
 // With --get-tensor NAME it does only this instead: a fresh key asks for tensor NAME at every
 // applied step from 0 to --up-to-step (a stranger guessing a swarm replica's version) and counts
 // the TensorData and NotFound that come back (tests/integration/swarm_attack_test.py).
@@ -35,9 +37,19 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// What the stranger sends: a heartbeat (a member's message every role knows), or with
+// --ask sapo-groups a SAPO node's request for a round's groups (which an open node would answer).
+bool g_ask_sapo = false;
+// Every message that came back, refusal or not: a role closed at the handshake sends none.
+int g_answers = 0;
+
 wire::Envelope heartbeat() {
   wire::Envelope e;
-  e.mutable_heartbeat();
+  if (g_ask_sapo) {
+    e.mutable_sapo_get_groups()->set_round(1);
+  } else {
+    e.mutable_heartbeat();
+  }
   return e;
 }
 
@@ -48,6 +60,7 @@ int refusals(net::Client& client, double seconds, nlohmann::json& first) {
   while (since(started) < seconds) {
     serve::wait_readable(client.socket(), std::chrono::milliseconds(20));
     while (auto m = client.recv()) {
+      ++g_answers;
       if (!m->has_refused()) continue;
       if (n++ == 0)
         first = {{"reason", m->refused().reason()}, {"may_rejoin", m->refused().may_rejoin()}};
@@ -112,11 +125,15 @@ int run(int argc, char** argv) {
   app.add_option("--seconds", seconds, "How long to wait for each answer");
   app.add_option("--get-tensor", tensor, "Only ask for this tensor at every step (see above)");
   app.add_option("--up-to-step", up_to, "With --get-tensor: the last applied step asked for");
+  std::string ask = "heartbeat";
+  app.add_option("--ask", ask, "What the stranger sends: heartbeat or sapo-groups")
+      ->check(CLI::IsMember({"heartbeat", "sapo-groups"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  g_ask_sapo = ask == "sapo-groups";
   const std::string key = net::key_from_hex(server_key_hex, "--server-key");
   net::Context context;
   nlohmann::json out;
@@ -158,6 +175,7 @@ int run(int argc, char** argv) {
                         {"refusals", answered},
                         {"after", knock(context, endpoint, key, seconds)}};
   }
+  out["answers"] = g_answers;
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -5,11 +5,13 @@
     serve_roles_test.py AGORA PROBE DATA_DIR OUT [ROLE ...]
 
 Each role in ROLES (the data-parallel coordinator, the asynchronous outer server, the RL learner,
-the swarm coordinator, a data-parallel peer's own server) is started as a real process, open to any key, and knocked on by
-agora_probe (tests/adversary/agora_probe.cc), a stranger. Checked the same way for every role:
+the swarm coordinator, a data-parallel peer's own server, a SAPO node) is started as a real
+process, open to any key where it has members who say hello, and knocked on by agora_probe
+(tests/adversary/agora_probe.cc), a stranger. Checked the same way for every role:
   - a stranger's message (a heartbeat, without a hello) gets the one refusal (serve::refusal):
     the reason serve::kNotAMember with may_rejoin, or for a peer's server, whose members the
-    coordinator names, peer::kNotAdmitted;
+    coordinator names, peer::kNotAdmitted; a role that admits only named keys at the CURVE
+    handshake (a SAPO node, its peers) answers a stranger nothing at all;
   - a stranger's flood of FLOOD messages gets at most the strangers' budget of refusals back:
     burst + rate x the seconds it lasted, the budget the role logs when it starts (the
     coordinator's is service.h's);
@@ -19,7 +21,8 @@ agora_probe (tests/adversary/agora_probe.cc), a stranger. Checked the same way f
     /api/<role> and agora_<role>_* metrics, and 404 for anything else;
   - SIGINT mid-run ends the process with exit 0, and its final artefact is written (the
     coordinator's database, the asynchronous run's summary and checkpoint, the learner's
-    checkpoint and intake summary, the swarm's summary, the peer's "left" event).
+    checkpoint and intake summary, the swarm's summary, the peer's "left" event, the SAPO node's
+    summary).
 """
 import json
 import os
@@ -188,13 +191,39 @@ def final_peer(ctx):
         "the peer did not leave the run on SIGINT"
 
 
-# name: (start, final artefact, the refusal's reason)
+def start_sapo(ctx):
+    """A SAPO node: its server admits only its configured peers at the CURVE handshake (one
+    unreachable peer here), so a stranger's connection never completes and nothing it sends is
+    read, let alone answered."""
+    out = f"{ctx['dir']}/sapo"
+    peer = run([ctx["agora"], "keygen", "--out", f"{ctx['dir']}/peer.key"]).strip().split()[-1]
+    port = free_port()
+    proc = subprocess.Popen(
+        [ctx["agora"], "rl", "sapo-node", "--checkpoint", ctx["rl_base"], "--key", ctx["key_file"],
+         "--listen", f"tcp://127.0.0.1:{port}", "--peer", f"tcp://127.0.0.1:{free_port()}@{peer}",
+         # It serves while it waits for its peers' groups: a share wait of 2 s a round.
+         "--rounds", "100000", "--own", "1", "--shared", "1", "--share-wait", "2",
+         "--group", "2", "--max-new-tokens", "4",
+         "--eval-problems", "4", "--linger", "0", "--out", out],
+        stdout=open(f"{ctx['dir']}/stdout.log", "w"), stderr=subprocess.STDOUT)
+    wait_for_event(proc, f"{out}/sapo.jsonl", "sapo_node_start")
+    ctx["ask"] = "sapo-groups"  # what an open node would answer
+    return proc, f"tcp://127.0.0.1:{port}", 0, 0, None
+
+
+def final_sapo(ctx):
+    log = events(f"{ctx['dir']}/sapo/sapo.jsonl")
+    assert any(e["event"] == "sapo_node_summary" for e in log), "no sapo_node_summary"
+
+
+# name: (start, final artefact, the refusal's reason; None for a role closed at the handshake)
 ROLES = {
     "coordinator": (start_coordinator, final_coordinator, NOT_A_MEMBER_PREFIX),
     "async": (start_async, final_async, NOT_A_MEMBER_PREFIX),
     "rl": (start_rl, final_rl, NOT_A_MEMBER_PREFIX),
     "swarm": (start_swarm, final_swarm, NOT_A_MEMBER_PREFIX),
     "peer": (start_peer, final_peer, "agora: not a current member of the run"),
+    "sapo": (start_sapo, final_sapo, None),
 }
 
 
@@ -223,6 +252,20 @@ def check_status_server(name, http):
         assert e.code == 404, (name, e.code)
 
 
+def check_answers(name, reason, rate, burst, stranger, flood, over):
+    """A role that answers strangers: the one refusal, within the strangers' budget."""
+    assert stranger["answered"], f"{name}: a stranger's heartbeat got no refusal: {stranger}"
+    assert stranger["refusal"]["reason"].startswith(reason), (name, stranger)
+    assert stranger["refusal"]["may_rejoin"], (name, stranger)
+    # The probe reads answers for 3 s after sending; the budget over that window, with one
+    # second of slack for the sending itself.
+    bound = burst + rate * (3.0 + 1.0)
+    assert 0 < flood["refusals"] <= bound, f"{name}: {flood} refusals, budget {bound:.0f}"
+    assert flood["refusals"] < FLOOD, f"{name}: the flood was answered in full: {flood}"
+    assert over["refusals"] == 0, f"{name}: the oversized frame was answered: {over}"
+    assert over["after"]["answered"], f"{name}: no answer after the oversized frame: {over}"
+
+
 def check_role(name, ctx):
     start, final, reason = ROLES[name]
     proc, endpoint, rate, burst, http = start(ctx)
@@ -230,22 +273,19 @@ def check_role(name, ctx):
         if http:
             check_status_server(name, http)
         probe = json.loads(run([ctx["probe"], "--endpoint", endpoint, "--server-key",
-                                ctx.get("server_key", ctx["key"]), "--flood", str(FLOOD)]))
+                                ctx.get("server_key", ctx["key"]), "--flood", str(FLOOD),
+                                "--seconds", "10" if reason else "3",
+                                "--ask", ctx.get("ask", "heartbeat")]))
         with open(f"{ctx['dir']}/probe.json", "w") as f:
             json.dump(probe, f, indent=1)
-        stranger = probe["stranger"]
-        assert stranger["answered"], f"{name}: a stranger's heartbeat got no refusal: {probe}"
-        assert stranger["refusal"]["reason"].startswith(reason), (name, stranger)
-        assert stranger["refusal"]["may_rejoin"], (name, stranger)
-        flood = probe["flood"]
-        # The probe reads answers for 3 s after sending; the budget over that window, with one
-        # second of slack for the sending itself.
-        bound = burst + rate * (3.0 + 1.0)
-        assert 0 < flood["refusals"] <= bound, f"{name}: {flood} refusals, budget {bound:.0f}"
-        assert flood["refusals"] < FLOOD, f"{name}: the flood was answered in full: {flood}"
-        over = probe["oversized"]
-        assert over["refusals"] == 0, f"{name}: the oversized frame was answered: {over}"
-        assert over["after"]["answered"], f"{name}: no answer after the oversized frame: {over}"
+        stranger, flood, over = probe["stranger"], probe["flood"], probe["oversized"]
+        if reason is None:
+            # Closed at the handshake: not one answer to anything a stranger sends.
+            assert probe["answers"] == 0, (name, probe)
+            bound = 0
+        else:
+            check_answers(name, reason, rate, burst, stranger, flood, over)
+            bound = burst + rate * (3.0 + 1.0)
         assert proc.poll() is None, f"{name}: exited during the probe ({proc.returncode})"
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=120)
@@ -256,6 +296,10 @@ def check_role(name, ctx):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    if reason is None:
+        print(f"ok {name}: closed to strangers at the handshake (no answer to a heartbeat, "
+              f"{FLOOD} flooded messages or a {over['bytes']} byte frame), clean exit on SIGINT")
+        return
     print(f"ok {name}: refused a stranger ('{stranger['refusal']['reason'][:40]}...'), "
           f"{flood['refusals']} refusals for {FLOOD} flooded messages (budget {bound:.0f}), "
           f"survived a {over['bytes']} byte frame, clean exit on SIGINT")
@@ -269,7 +313,7 @@ def main():
     key_file = f"{out}/server.key"
     key = run([agora, "keygen", "--out", key_file]).strip().split()[-1]
     rl_base = None
-    if "rl" in names:
+    if "rl" in names or "sapo" in names:
         os.makedirs(f"{out}/rl-base")
         rl_base = make_base(agora, f"{out}/rl-base")
     for name in names:
