@@ -217,6 +217,12 @@ TEST(AsyncSimTest, RefusesOptionsItCannotRun) {
   EXPECT_THROW(run_async_sim(config(), o), Error);
   o.step_times = {};
   EXPECT_THROW(run_async_sim(config(), o), Error);
+  o = options("sync");
+  o.outer_rule = "nesterov";  // sync's round has its own step: the option would be ignored
+  EXPECT_THROW(run_async_sim(config(), o), Error);
+  o = options("async");
+  o.outer_rule = "adam";
+  EXPECT_THROW(run_async_sim(config(), o), Error);
 }
 
 }  // namespace

@@ -61,8 +61,8 @@ Server::Server(const RunConfig& config, const net::Identity& identity, const Out
       live_(fresh_model(config)),
       outer_(parameters_of(live_),
              AsyncOuterOptions{
-                 o.outer_rule.empty() || o.method == "sync" ? outer_rule_of_method(o.method)
-                                                            : parse_outer_rule(o.outer_rule),
+                 o.outer_rule.empty() ? outer_rule_of_method(o.method)
+                                      : parse_outer_rule(o.outer_rule),
                  o.outer_lr > 0 ? o.outer_lr : config.diloco.outer_lr,
                  o.outer_momentum >= 0 ? o.outer_momentum : config.diloco.outer_momentum,
                  /*buffer=*/std::max<int64_t>(1, o.workers)}),
@@ -287,6 +287,14 @@ void validate(const OuterServerOptions& o, const RunConfig& config) {
         "async method '{}' is not known (allowed: sync, async, dylu, lookahead, "
         "lookahead_discounted)",
         o.method);
+  }
+  if (!o.outer_rule.empty()) {
+    if (o.method == "sync") {
+      fail("--outer-rule {} was given with --method sync, whose round takes one Nesterov step "
+           "on the mean (allowed: --outer-rule with an asynchronous method only)",
+           o.outer_rule);
+    }
+    parse_outer_rule(o.outer_rule);  // names the rules allowed
   }
   if (o.workers < 1 || config.train.batch_size % o.workers != 0) {
     fail("async workers = {} must be >= 1 and divide train.batch_size = {}", o.workers,

@@ -74,13 +74,16 @@ void AsyncOuter::restore(const std::vector<torch::Tensor>& theta,
          theta.size(), momentum.size(), theta_.size(), to_string(options_.rule),
          momentum_.size());
   }
-  torch::NoGradGuard no_grad;
+  // Every shape first, then the copies: a refused state changes nothing.
   for (size_t i = 0; i < momentum_.size(); ++i) {
     const torch::Tensor& like = theta_[i % theta_.size()];
     if ((i < theta_.size() && !theta[i].sizes().equals(like.sizes())) ||
         !momentum[i].sizes().equals(like.sizes())) {
       fail("async outer state: tensor {} has another shape than the model's", i);
     }
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < momentum_.size(); ++i) {
     if (i < theta_.size()) theta_[i].copy_(theta[i]);
     momentum_[i].copy_(momentum[i]);
   }

@@ -87,8 +87,13 @@ AsyncSimSummary run_async_sim(const RunConfig& base, const AsyncSimOptions& opti
   const int64_t H = options.inner_steps > 0 ? options.inner_steps : config.diloco.inner_steps;
   const bool sync = options.method == "sync";
   AsyncOuterOptions outer_options;
-  outer_options.rule = options.outer_rule.empty() || sync ? outer_rule_of_method(options.method)
-                                                         : parse_outer_rule(options.outer_rule);
+  if (sync && !options.outer_rule.empty()) {
+    fail("--outer-rule {} was given with --method sync, whose round takes one Nesterov step on "
+         "the mean (allowed: --outer-rule with an asynchronous method only)",
+         options.outer_rule);
+  }
+  outer_options.rule = options.outer_rule.empty() ? outer_rule_of_method(options.method)
+                                                  : parse_outer_rule(options.outer_rule);
   outer_options.buffer = options.outer_buffer > 0 ? options.outer_buffer : W;
   outer_options.lr = options.outer_lr > 0 ? options.outer_lr : config.diloco.outer_lr;
   outer_options.momentum =
