@@ -59,13 +59,13 @@ Server::Server(const RunConfig& config, const net::Identity& identity, const Out
       H_(o.inner_steps > 0 ? o.inner_steps : config.diloco.inner_steps),
       sequences_per_step_(config.train.batch_size / o.workers),
       live_(fresh_model(config)),
-      outer_(parameters_of(live_),
-             AsyncOuterOptions{
-                 o.outer_rule.empty() ? outer_rule_of_method(o.method)
-                                      : parse_outer_rule(o.outer_rule),
-                 o.outer_lr > 0 ? o.outer_lr : config.diloco.outer_lr,
-                 o.outer_momentum >= 0 ? o.outer_momentum : config.diloco.outer_momentum,
-                 /*buffer=*/std::max<int64_t>(1, o.workers)}),
+      outer_(
+          parameters_of(live_),
+          AsyncOuterOptions{o.outer_rule.empty() ? outer_rule_of_method(o.method)
+                                                 : parse_outer_rule(o.outer_rule),
+                            o.outer_lr > 0 ? o.outer_lr : config.diloco.outer_lr,
+                            o.outer_momentum >= 0 ? o.outer_momentum : config.diloco.outer_momentum,
+                            /*buffer=*/std::max<int64_t>(1, o.workers)}),
       published_(live_, 0),
       base_hash_(hash_parameters(live_).state_hash),
       key_hex_(net::key_to_hex(identity.public_key())),
@@ -290,9 +290,10 @@ void validate(const OuterServerOptions& o, const RunConfig& config) {
   }
   if (!o.outer_rule.empty()) {
     if (o.method == "sync") {
-      fail("--outer-rule {} was given with --method sync, whose round takes one Nesterov step "
-           "on the mean (allowed: --outer-rule with an asynchronous method only)",
-           o.outer_rule);
+      fail(
+          "--outer-rule {} was given with --method sync, whose round takes one Nesterov step "
+          "on the mean (allowed: --outer-rule with an asynchronous method only)",
+          o.outer_rule);
     }
     parse_outer_rule(o.outer_rule);  // names the rules allowed
   }

@@ -21,8 +21,8 @@ std::string to_string(OuterRule rule) {
 }
 
 OuterRule parse_outer_rule(const std::string& text) {
-  for (OuterRule r : {OuterRule::kNesterov, OuterRule::kLookahead,
-                      OuterRule::kLookaheadDiscounted, OuterRule::kDelayedNesterov}) {
+  for (OuterRule r : {OuterRule::kNesterov, OuterRule::kLookahead, OuterRule::kLookaheadDiscounted,
+                      OuterRule::kDelayedNesterov}) {
     if (text == to_string(r)) return r;
   }
   fail(
@@ -71,8 +71,7 @@ void AsyncOuter::restore(const std::vector<torch::Tensor>& theta,
                          const std::vector<torch::Tensor>& momentum, int64_t updates) {
   if (theta.size() != theta_.size() || momentum.size() != momentum_.size()) {
     fail("async outer state holds {} and {} tensors; the model has {} and the rule {} keeps {}",
-         theta.size(), momentum.size(), theta_.size(), to_string(options_.rule),
-         momentum_.size());
+         theta.size(), momentum.size(), theta_.size(), to_string(options_.rule), momentum_.size());
   }
   // Every shape first, then the copies: a refused state changes nothing.
   for (size_t i = 0; i < momentum_.size(); ++i) {

@@ -88,9 +88,10 @@ AsyncSimSummary run_async_sim(const RunConfig& base, const AsyncSimOptions& opti
   const bool sync = options.method == "sync";
   AsyncOuterOptions outer_options;
   if (sync && !options.outer_rule.empty()) {
-    fail("--outer-rule {} was given with --method sync, whose round takes one Nesterov step on "
-         "the mean (allowed: --outer-rule with an asynchronous method only)",
-         options.outer_rule);
+    fail(
+        "--outer-rule {} was given with --method sync, whose round takes one Nesterov step on "
+        "the mean (allowed: --outer-rule with an asynchronous method only)",
+        options.outer_rule);
   }
   outer_options.rule = options.outer_rule.empty() ? outer_rule_of_method(options.method)
                                                   : parse_outer_rule(options.outer_rule);
