@@ -571,9 +571,12 @@ def scenario_lazy(agora, data, cheat):
     honest_passed = [c for c in passed if c.author in honest]
     if not honest_passed:
         run.fail("no honest contribution was checked and passed: the run tested nothing")
-    if ledger.ended("passed", author=cheater):
-        run.fail(f"a check of the cheater passed:\n"
-                 f"{ledger.ended('passed', author=cheater)[0].describe(run)}")
+    # A check of a round where the cheat changed nothing passes, rightly (seen in CI: a share of 1
+    # in round 1).
+    cheats_passed = [c for c in ledger.ended("passed", author=cheater)
+                     if c.round not in did_honest_work]
+    if cheats_passed:
+        run.fail(f"a check of the cheater passed:\n{cheats_passed[0].describe(run)}")
     # Its payloads stop being final once the rounds it could still commit to are over.
     after = drop["step"] + int(run.cfg("network.overlap")) + 2
     late = [r["step"] for r in run.steps_final()
