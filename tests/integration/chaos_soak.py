@@ -42,7 +42,7 @@ steps, no faults) give the reference loss, and their spread. Every run splits ba
   (2%) of the clean runs' mean.
 
 It prints a table of the faults and figures and writes them as JSON. `make test` runs a short
-soak (ctest chaos_soak, 1.5 minutes of faults); the 30-minute one is `make soak` (docs/results.md
+soak (ctest chaos_soak, one minute of faults); the 30-minute one is `make soak` (docs/results.md
 has its figures).
 """
 import argparse
@@ -212,7 +212,7 @@ def calibrate(agora, data, args, sets):
     """Steps per second of this config on this machine, from a short clean run (its final steps'
     times after a warm-up), so the soak's step count fills --minutes: a run that finished early
     would skip the end of the fault schedule."""
-    steps = 100
+    steps = 60
     run = Soak(agora, data, "soak-probe", args.peers, steps, sets, args.seed)
     run.start_coordinator_env()
     for i in range(args.peers):
