@@ -16,7 +16,9 @@ cd "$root"
 # brings promtool, which lints the metrics in a test; chromium (headless) loads the
 # coordinator's web page in its test.
 # libopenblas0-openmp gives libtorch a fast BLAS (never libopenblas0-pthread,
-# which oversubscribes cores when libtorch's OpenMP threads call into it).
+# which oversubscribes cores when libtorch's OpenMP threads call into it). zlib and libzstd read
+# the gzip- and Zstandard-compressed corpora `agora tokenize` takes; the zstd command makes them
+# in the tests.
 packages=(
   build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
   libtorch-dev libopenblas0-openmp
@@ -25,6 +27,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler libsqlite3-dev
   libcpp-httplib-dev prometheus
+  zlib1g-dev libzstd-dev zstd
   bible-kjv fortunes fortunes-min
   python3-numpy python3-torch gnuplot-nox
   chromium

@@ -16,13 +16,18 @@ void add_tokenize_command(CLI::App& app) {
     int threads = 0;
     bool force = false;
     bool lines = false;
+    std::string field = "text";
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
-      "tokenize", "Tokenize text documents (one file = one document) into llm.c token shards");
+      "tokenize",
+      "Tokenize text into llm.c token shards: a file is one document, a .jsonl file one per line");
   cmd->add_option("--tokenizer", args->tokenizer, "'gpt2' or the path of a SentencePiece .model")
       ->capture_default_str();
-  cmd->add_option("--input", args->inputs, "Text files or folders of them")->required();
+  cmd->add_option("--input", args->inputs,
+                  "Files or folders of them: text, or JSON Lines (.jsonl, .ndjson); any of them "
+                  "may be gzip- or Zstandard-compressed (.gz, .zst)")
+      ->required();
   cmd->add_option("--out", args->out, "Output folder (train_*.bin, val_*.bin, meta.json)")
       ->required();
   cmd->add_option("--val-fraction", args->val_fraction,
@@ -34,6 +39,8 @@ void add_tokenize_command(CLI::App& app) {
   cmd->add_flag("--force", args->force, "Replace the output folder if it exists");
   cmd->add_flag("--lines", args->lines,
                 "Each non-empty line is a document (an end-of-text before each), not each file");
+  cmd->add_option("--field", args->field, "The key of each JSON Lines object that holds the text")
+      ->capture_default_str();
   cmd->callback([args] {
     const auto tokenizer = load_tokenizer(args->tokenizer);
     CorpusTokenizeOptions options;
@@ -45,6 +52,7 @@ void add_tokenize_command(CLI::App& app) {
     options.threads = args->threads;
     options.force = args->force;
     options.line_documents = args->lines;
+    options.field = args->field;
     const auto summary = tokenize_corpus(*tokenizer, options);
     const double mb = (summary.train.bytes + summary.val.bytes) / 1e6;
     fmt::print("tokenized {} documents ({:.1f} MB) with {} in {:.1f} s ({:.1f} MB/s)\n",
@@ -54,6 +62,15 @@ void add_tokenize_command(CLI::App& app) {
                summary.train.tokens, summary.train.shards.size());
     fmt::print("  val:   {} documents, {} tokens, {} shard(s)\n", summary.val.documents,
                summary.val.tokens, summary.val.shards.size());
+    const SkippedLines& skipped = summary.skipped;
+    if (skipped.total() > 0) {
+      fmt::print(
+          "  skipped {} lines that gave no document: {} not JSON, {} not an object, "
+          "{} without \"{}\", {} where it is not a string, {} empty, {} blank, {} too long\n",
+          skipped.total(), skipped.not_json, skipped.not_object, skipped.no_field, args->field,
+          skipped.not_string, skipped.empty, skipped.blank, skipped.too_long);
+      for (const auto& example : skipped.examples) fmt::print("    {}\n", example);
+    }
     fmt::print("  wrote {}\n", args->out);
   });
 }

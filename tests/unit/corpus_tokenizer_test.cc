@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/data/shard.h"
+#include "compress_for_test.h"
 
 namespace agora {
 namespace {
@@ -183,6 +186,140 @@ TEST_F(CorpusTokenizerTest, RejectsBadOptions) {
   bad.inputs = {root_ / "missing"};
   EXPECT_THROW(tokenize_corpus(*tokenizer_, bad), Error);
   EXPECT_FALSE(fs::exists(root_ / "out"));
+}
+
+// The fixture's 40 documents as JSON Lines, in list_documents order, with `field` as the key.
+std::string as_json_lines(const std::vector<fs::path>& documents, const std::string& field) {
+  std::string out;
+  for (const auto& doc : documents) {
+    out += nlohmann::json{{"id", doc.filename().string()}, {field, read_file(doc)}}.dump() + "\n";
+  }
+  return out;
+}
+
+std::map<std::string, std::string> folder_bytes(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename() != "meta.json") {
+      files[entry.path().filename().string()] = read_file(entry.path());
+    }
+  }
+  return files;
+}
+
+TEST_F(CorpusTokenizerTest, JsonLinesGiveTheSameShardsAsTheSameTextsAsFiles) {
+  tokenize_corpus(*tokenizer_, options("files"));
+  const std::string jsonl = as_json_lines(list_documents({root_ / "docs"}), "text");
+  fs::create_directories(root_ / "jsonl");
+  write_file_atomic(root_ / "jsonl" / "corpus.jsonl", jsonl);
+  write_file_atomic(root_ / "jsonl" / "corpus.jsonl.gz", testing_compress::gzip(jsonl));
+  write_file_atomic(root_ / "jsonl" / "corpus.jsonl.zst", testing_compress::zstd(jsonl));
+  const auto expected = folder_bytes(root_ / "files");
+  ASSERT_GE(expected.size(), 3u);
+  for (const char* name : {"corpus.jsonl", "corpus.jsonl.gz", "corpus.jsonl.zst"}) {
+    auto o = options(std::string("out-") + name);
+    o.inputs = {root_ / "jsonl" / name};
+    const auto summary = tokenize_corpus(*tokenizer_, o);
+    EXPECT_EQ(summary.json_lines_documents, 40u) << name;
+    EXPECT_EQ(summary.skipped.total(), 0u) << name;
+    EXPECT_EQ(folder_bytes(root_ / (std::string("out-") + name)), expected) << name;
+    const auto meta = nlohmann::json::parse(read_file(o.out_dir / "meta.json"));
+    EXPECT_EQ(meta["json_lines"]["field"], "text");
+    EXPECT_EQ(meta["json_lines"]["documents"], 40);
+  }
+}
+
+TEST_F(CorpusTokenizerTest, JsonLinesReadTheFieldTheyAreTold) {
+  fs::create_directories(root_ / "jsonl");
+  write_file_atomic(root_ / "jsonl" / "c.ndjson",
+                    as_json_lines(list_documents({root_ / "docs"}), "content"));
+  auto o = options("content");
+  o.inputs = {root_ / "jsonl"};
+  o.field = "content";
+  tokenize_corpus(*tokenizer_, o);
+  tokenize_corpus(*tokenizer_, options("files"));
+  EXPECT_EQ(folder_bytes(root_ / "content"), folder_bytes(root_ / "files"));
+  // Told the default, every line lacks it: no documents, and the error says why.
+  o.field = "text";
+  o.out_dir = root_ / "text";
+  try {
+    tokenize_corpus(*tokenizer_, o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no \"text\" field"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CorpusTokenizerTest, JsonLinesWithoutADocumentAreCountedByReason) {
+  fs::create_directories(root_ / "jsonl");
+  const std::string lines =
+      "{\"text\": \"one\"}\n"
+      "not json\n"
+      "[1, 2]\n"
+      "{\"other\": \"x\"}\n"
+      "{\"text\": 7}\n"
+      "{\"text\": \"\"}\n"
+      "   \n"
+      "{\"text\": \"two\"}\n"
+      "{\"text\": \"unterminated\n"
+      "{\"text\": \"three\"}";  // no final newline: still a line
+  write_file_atomic(root_ / "jsonl" / "mixed.jsonl", lines);
+  auto o = options("mixed");
+  o.inputs = {root_ / "jsonl" / "mixed.jsonl"};
+  const auto summary = tokenize_corpus(*tokenizer_, o);
+  EXPECT_EQ(summary.train.documents + summary.val.documents, 3u);
+  const SkippedLines& skipped = summary.skipped;
+  EXPECT_EQ(skipped.not_json, 2u);
+  EXPECT_EQ(skipped.not_object, 1u);
+  EXPECT_EQ(skipped.no_field, 1u);
+  EXPECT_EQ(skipped.not_string, 1u);
+  EXPECT_EQ(skipped.empty, 1u);
+  EXPECT_EQ(skipped.blank, 1u);
+  EXPECT_EQ(skipped.total(), 7u);
+  ASSERT_EQ(skipped.examples.size(), SkippedLines::kExamples);
+  EXPECT_EQ(skipped.examples[0], (root_ / "jsonl" / "mixed.jsonl").string() + ":2: not JSON");
+  EXPECT_EQ(skipped.examples[3], (root_ / "jsonl" / "mixed.jsonl").string() +
+                                     ":5: \"text\" is not a string");
+  const auto meta = nlohmann::json::parse(read_file(o.out_dir / "meta.json"));
+  EXPECT_EQ(meta["json_lines"]["skipped_lines"]["not_json"], 2);
+  EXPECT_EQ(meta["json_lines"]["skipped_lines"]["blank"], 1);
+}
+
+TEST_F(CorpusTokenizerTest, ADamagedCompressedInputLeavesNoFolder) {
+  fs::create_directories(root_ / "jsonl");
+  const std::string gz =
+      testing_compress::gzip(as_json_lines(list_documents({root_ / "docs"}), "text"));
+  write_file_atomic(root_ / "jsonl" / "cut.jsonl.gz", gz.substr(0, gz.size() - 20));
+  auto o = options("cut");
+  o.inputs = {root_ / "jsonl" / "cut.jsonl.gz"};
+  try {
+    tokenize_corpus(*tokenizer_, o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cut.jsonl.gz"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(root_ / "cut"));
+  EXPECT_FALSE(fs::exists(root_ / "cut.tmp"));
+}
+
+TEST_F(CorpusTokenizerTest, CompressedTextFilesAreDocumentsToo) {
+  fs::create_directories(root_ / "gz");
+  for (const auto& doc : list_documents({root_ / "docs"})) {
+    write_file_atomic(root_ / "gz" / (doc.filename().string() + ".zst"),
+                      testing_compress::zstd(read_file(doc)));
+  }
+  // Sorted by name the same way (the fixture's names differ only before the suffix), except
+  // that the "sub" folder's files now sit beside the others: compare with one list of files.
+  auto files = options("files");
+  files.inputs.clear();
+  for (const auto& doc : list_documents({root_ / "docs"})) files.inputs.push_back(doc);
+  std::sort(files.inputs.begin(), files.inputs.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
+  tokenize_corpus(*tokenizer_, files);
+  auto zst = options("zst");
+  zst.inputs = {root_ / "gz"};
+  tokenize_corpus(*tokenizer_, zst);
+  EXPECT_EQ(folder_bytes(root_ / "zst"), folder_bytes(root_ / "files"));
 }
 
 TEST(ValidationSplit, FollowsTheFractionAndDependsOnContentOnly) {

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
@@ -70,36 +70,6 @@ class SplitWriter {
   uint64_t in_shard_ = 0;
 };
 
-// The documents to tokenize: whole files, read when needed, or the lines of the files, held in
-// memory (a corpus of lines is a corpus of short items).
-class Documents {
- public:
-  Documents(std::vector<fs::path> files, bool lines) : files_(std::move(files)), lines_mode_(lines) {
-    if (!lines_mode_) return;
-    for (const auto& file : files_) {
-      const std::string text = read_file(file);
-      size_t begin = 0;
-      while (begin < text.size()) {
-        size_t end = text.find('\n', begin);
-        if (end == std::string::npos) end = text.size();
-        if (end > begin) lines_.push_back(text.substr(begin, end - begin));
-        begin = end + 1;
-      }
-    }
-  }
-
-  size_t size() const { return lines_mode_ ? lines_.size() : files_.size(); }
-  std::string text(size_t i) const { return lines_mode_ ? lines_[i] : read_file(files_[i]); }
-  uint64_t bytes(size_t i) const {
-    return lines_mode_ ? lines_[i].size() : fs::file_size(files_[i]);
-  }
-
- private:
-  std::vector<fs::path> files_;
-  bool lines_mode_;
-  std::vector<std::string> lines_;
-};
-
 nlohmann::json split_json(const SplitSummary& split) {
   return {{"documents", split.documents},
           {"tokens", split.tokens},
@@ -107,22 +77,41 @@ nlohmann::json split_json(const SplitSummary& split) {
           {"shards", split.shards}};
 }
 
-// Hands documents to worker threads and their tokens back in input order, holding at most
-// `window` finished documents that the writer has not consumed yet (bounded memory).
+// One document's tokens, ready for the writer.
+struct Tokenized {
+  std::vector<TokenId> tokens;
+  uint64_t bytes = 0;
+  bool validation = false;
+};
+
+// Hands documents to worker threads in input order, as the reader gives them, and their tokens
+// back in the same order, holding at most `window` documents the writer has not consumed yet
+// (bounded memory: the slots are a ring of that size).
 class OrderedWork {
  public:
-  OrderedWork(size_t count, size_t window) : slots_(count), window_(window) {}
+  // `count`: the documents the first pass counted; the reader must give exactly these.
+  OrderedWork(DocumentReader& reader, uint64_t count, size_t window)
+      : reader_(reader), count_(count), slots_(window), window_(window) {}
 
-  // The next document index for a worker, or nullopt when all are taken or the work stopped.
-  std::optional<size_t> take() {
-    std::unique_lock lock(mutex_);
-    space_.wait(lock, [&] { return stopped_ || next_take_ < next_write_ + window_; });
-    if (stopped_ || next_take_ == slots_.size()) return std::nullopt;
-    return next_take_++;
-  }
-  void put(size_t index, std::vector<TokenId> tokens) {
+  // The next document and its index, or nullopt when all are taken or the work stopped.
+  std::optional<std::pair<size_t, std::string>> take() {
+    std::lock_guard read(read_mutex_);  // one reader at a time keeps the order
+    {
+      std::unique_lock lock(mutex_);
+      space_.wait(lock, [&] { return stopped_ || next_take_ < next_write_ + window_; });
+      if (stopped_ || next_take_ == count_) return std::nullopt;
+    }
+    std::string text;
+    if (!reader_.next(text)) {
+      fail("the inputs changed while they were tokenized ({} documents, {} counted before)",
+           next_take_, count_);
+    }
     std::lock_guard lock(mutex_);
-    slots_[index] = std::move(tokens);
+    return std::pair{next_take_++, std::move(text)};
+  }
+  void put(size_t index, Tokenized done) {
+    std::lock_guard lock(mutex_);
+    slots_[index % window_] = std::move(done);
     ready_.notify_all();
   }
   void put_error(std::exception_ptr error) {
@@ -133,15 +122,15 @@ class OrderedWork {
     space_.notify_all();
   }
   // Blocks until document `index` (== the next in order) is done; rethrows a worker's error.
-  std::vector<TokenId> get(size_t index) {
+  Tokenized get(size_t index) {
     std::unique_lock lock(mutex_);
-    ready_.wait(lock, [&] { return error_ || slots_[index].has_value(); });
+    ready_.wait(lock, [&] { return error_ || slots_[index % window_].has_value(); });
     if (error_) std::rethrow_exception(error_);
-    std::vector<TokenId> tokens = std::move(*slots_[index]);
-    slots_[index].reset();
+    Tokenized done = std::move(*slots_[index % window_]);
+    slots_[index % window_].reset();
     next_write_ = index + 1;
     space_.notify_all();
-    return tokens;
+    return done;
   }
   void stop() {
     std::lock_guard lock(mutex_);
@@ -150,15 +139,25 @@ class OrderedWork {
   }
 
  private:
+  DocumentReader& reader_;
+  const uint64_t count_;
+  std::mutex read_mutex_;
   std::mutex mutex_;
   std::condition_variable ready_, space_;
-  std::vector<std::optional<std::vector<TokenId>>> slots_;
+  std::vector<std::optional<Tokenized>> slots_;
   const size_t window_;
   size_t next_take_ = 0;
   size_t next_write_ = 0;
   bool stopped_ = false;
   std::exception_ptr error_;
 };
+
+nlohmann::json skipped_json(const SkippedLines& skipped) {
+  return {{"not_json", skipped.not_json}, {"not_object", skipped.not_object},
+          {"no_field", skipped.no_field}, {"not_string", skipped.not_string},
+          {"empty", skipped.empty},       {"blank", skipped.blank},
+          {"too_long", skipped.too_long}};
+}
 
 }  // namespace
 
@@ -206,33 +205,49 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
   if (fs::exists(out) && !options.force) {
     fail("output folder {} already exists; pass --force to replace it", out.string());
   }
-  const Documents documents(list_documents(options.inputs), options.line_documents);
-  if (documents.size() == 0) fail("no documents found in the inputs");
+  const std::vector<fs::path> files = list_documents(options.inputs);
+  const DocumentReaderOptions reading{.lines = options.line_documents, .field = options.field};
 
-  // Pass 1: split assignment by content hash, so it is known before any token is written.
-  const size_t n = documents.size();
-  std::vector<uint64_t> hashes(n);
-  std::vector<bool> is_val(n);
-  uint64_t total_bytes = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const std::string bytes = documents.text(i);
-    hashes[i] = stable_hash64(bytes);
-    is_val[i] = is_validation_document(bytes, options.val_fraction);
-    total_bytes += bytes.size();
+  // Pass 1: count the documents and their bytes, and find the two that keep both splits
+  // non-empty, so every split is known before any token is written; nothing is held.
+  CorpusTokenizeSummary summary;
+  uint64_t n = 0, total_bytes = 0, validation = 0;
+  uint64_t min_hash = UINT64_MAX, max_hash = 0, min_index = 0, max_index = 0;
+  {
+    DocumentReader reader(files, reading);
+    std::string text;
+    while (reader.next(text)) {
+      const uint64_t hash = stable_hash64(text);
+      if (hash < min_hash) min_hash = hash, min_index = n;
+      if (hash >= max_hash) max_hash = hash, max_index = n;
+      validation += is_validation_document(text, options.val_fraction);
+      total_bytes += text.size();
+      ++n;
+    }
+    summary.skipped = reader.skipped();
+    summary.json_lines_documents = reader.documents(DocumentFormat::kJsonLines);
   }
-  const auto count_val = std::count(is_val.begin(), is_val.end(), true);
-  if (options.val_fraction > 0 && n >= 2 && count_val == 0) {
-    is_val[std::min_element(hashes.begin(), hashes.end()) - hashes.begin()] = true;
+  if (n == 0) {
+    fail("no documents found in the inputs{}",
+         summary.skipped.total() > 0
+             ? fmt::format(" ({} JSON Lines lines gave none; the first: {})",
+                           summary.skipped.total(), summary.skipped.examples.front())
+             : "");
   }
-  if (n >= 2 && count_val == static_cast<long>(n)) {
-    is_val[std::max_element(hashes.begin(), hashes.end()) - hashes.begin()] = false;
-  }
+  // The document forced into validation (none drawn) or into training (all drawn), if any.
+  std::optional<uint64_t> force_validation, force_train;
+  if (options.val_fraction > 0 && n >= 2 && validation == 0) force_validation = min_index;
+  if (n >= 2 && validation == n) force_train = max_index;
+  const auto is_val = [&](uint64_t index, std::string_view text) {
+    if (force_validation == index) return true;
+    if (force_train == index) return false;
+    return is_validation_document(text, options.val_fraction);
+  };
 
   const fs::path tmp = out.string() + ".tmp";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
 
-  CorpusTokenizeSummary summary;
   const int version = shard_version_for_vocab(tokenizer.vocab_size());
   SplitWriter train(tmp, "train", version, options.shard_tokens, summary.train);
   SplitWriter val(tmp, "val", version, options.shard_tokens, summary.val);
@@ -242,17 +257,19 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
   const int threads = options.threads > 0
                           ? options.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  OrderedWork work(n, 4 * static_cast<size_t>(threads) + 8);
+  // Pass 2: the same documents again, tokenized on the workers, written in order.
+  DocumentReader reader(files, reading);
+  OrderedWork work(reader, n, 4 * static_cast<size_t>(threads) + 8);
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&] {
       try {
-        while (const auto index = work.take()) {
-          const std::string text = documents.text(*index);
-          std::vector<TokenId> tokens{tokenizer.eot_id()};
-          tokenizer.encode(text, tokens);
+        while (auto next = work.take()) {
+          const auto& [index, text] = *next;
+          Tokenized done{{tokenizer.eot_id()}, text.size(), is_val(index, text)};
+          tokenizer.encode(text, done.tokens);
           if (progress) progress->add(text.size());
-          work.put(*index, std::move(tokens));
+          work.put(index, std::move(done));
         }
       } catch (...) {
         work.put_error(std::current_exception());
@@ -260,34 +277,38 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
     });
   }
   try {
-    for (size_t i = 0; i < n; ++i) {
-      const std::vector<TokenId> tokens = work.get(i);
-      SplitSummary& split = is_val[i] ? summary.val : summary.train;
+    for (uint64_t i = 0; i < n; ++i) {
+      const Tokenized done = work.get(i);
+      SplitSummary& split = done.validation ? summary.val : summary.train;
       ++split.documents;
-      split.bytes += documents.bytes(i);
-      (is_val[i] ? val : train).append(tokens);
+      split.bytes += done.bytes;
+      (done.validation ? val : train).append(done.tokens);
     }
     train.finish();
     val.finish();
+    for (auto& worker : workers) worker.join();
+    workers.clear();
+    std::string extra;
+    if (reader.next(extra)) {
+      fail("the inputs changed while they were tokenized (more than the {} documents counted)", n);
+    }
   } catch (...) {
     work.stop();
     for (auto& worker : workers) worker.join();
     fs::remove_all(tmp);
     throw;
   }
-  for (auto& worker : workers) worker.join();
   if (progress) {
     progress->finish();
     summary.seconds = progress->elapsed_seconds();
   }
-
   // A SentencePiece model travels with its shards, so the folder is self-contained.
   std::string recorded_spec = options.tokenizer_spec;
   if (recorded_spec != "gpt2" && !recorded_spec.empty()) {
     fs::copy_file(recorded_spec, tmp / "tokenizer.model", fs::copy_options::overwrite_existing);
     recorded_spec = "tokenizer.model";
   }
-  const nlohmann::json meta = {
+  nlohmann::json meta = {
       {"format", "llm.c token shards (magic 20240520)"},
       {"tokenizer", tokenizer.name()},
       {"tokenizer_spec", recorded_spec},
@@ -299,6 +320,11 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
       {"train", split_json(summary.train)},
       {"val", split_json(summary.val)},
   };
+  if (summary.json_lines_documents > 0 || summary.skipped.total() > 0) {
+    meta["json_lines"] = {{"field", options.field},
+                          {"documents", summary.json_lines_documents},
+                          {"skipped_lines", skipped_json(summary.skipped)}};
+  }
   write_file_atomic(tmp / "meta.json", meta.dump(2) + "\n");
 
   if (fs::exists(out)) fs::remove_all(out);

@@ -1,12 +1,17 @@
 // Turns a set of text documents into llm.c token shards, split into train and validation.
 //
 // Promises:
-// - Each input file is one document; a folder stands for every file below it (hidden files
-//   skipped), in sorted path order. With `line_documents`, each non-empty line of each file is
-//   one document instead (its newline dropped), so that corpora of short items, one per line,
-//   such as the RL tasks' problems (docs/rl.md), get an end-of-text before each item; the lines
-//   are then held in memory. Each document is written as <end-of-text> followed by its tokens
-//   (llm.c's convention), in input order, so the output is the same on every run.
+// - The inputs are files or folders (a folder stands for every file below it, hidden files
+//   skipped, in sorted path order), read as data/document_reader.h says: a .jsonl (.ndjson)
+//   file gives the string under `field` of each line's object, `line_documents` makes each
+//   non-empty line of the other files one document, and otherwise a file is one document; gzip
+//   and Zstandard files are decompressed. JSON Lines lines that give no document are counted by
+//   reason in the summary and in meta.json, never dropped unseen. Each document is written as
+//   <end-of-text> followed by its tokens (llm.c's convention), in input order, so the output is
+//   the same on every run, and a JSON Lines file gives the same shards as the same texts as
+//   plain files.
+// - Memory does not grow with the corpus: the inputs are streamed twice (once to count and split,
+//   once to tokenize), holding a bounded window of documents in flight.
 // - A document goes to the validation split when the BLAKE2b hash of its bytes, read as a
 //   fraction of 2^64, is below `val_fraction`: the split depends on content alone, not on paths,
 //   order or machine, and duplicate documents land in the same split. With a fraction > 0 and at
@@ -17,7 +22,8 @@
 //   DIR/tokenizer.model and meta.json's tokenizer_spec names it relative to DIR ("gpt2" stays
 //   "gpt2"), so the folder is self-contained.
 // - The folder appears whole or not at all: everything is written to DIR.tmp and renamed. An
-//   existing DIR is an error unless `force` is set, in which case it is replaced.
+//   existing DIR is an error unless `force` is set, in which case it is replaced. An input that
+//   changes between the two passes is an Error.
 // - Documents are tokenized on `threads` threads; a progress line shows MB/s and ETA.
 #pragma once
 
@@ -26,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "agora/data/document_reader.h"
 #include "agora/data/tokenizer.h"
 
 namespace agora {
@@ -38,6 +45,7 @@ struct CorpusTokenizeOptions {
   uint64_t shard_tokens = 100'000'000;
   bool force = false;
   bool line_documents = false;
+  std::string field = "text";  // of JSON Lines objects
   int threads = 0;  // 0: every core
   bool progress = true;
 };
@@ -52,6 +60,8 @@ struct SplitSummary {
 struct CorpusTokenizeSummary {
   SplitSummary train;
   SplitSummary val;
+  SkippedLines skipped;
+  uint64_t json_lines_documents = 0;
   double seconds = 0;
 };
 
