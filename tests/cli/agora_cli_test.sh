@@ -42,6 +42,27 @@ check "overwrites with --force" "$agora" tokenize --input "$work/docs" --out "$w
 expect_error "missing input" "does not exist" "$agora" tokenize --input "$work/nope" --out "$work/x"
 expect_error "bad fraction" "out of range" "$agora" tokenize --input "$work/docs" --out "$work/x" --val-fraction 2
 expect_error "bad tokenizer" "no such file" "$agora" tokenize --tokenizer "$work/none.model" --input "$work/docs" --out "$work/x"
+# JSON Lines, plain and compressed, give the shards the same texts give as files.
+mkdir -p "$work/jl"
+python3 - "$work/docs" "$work/jl/c.jsonl" <<'PY'
+import json, os, sys
+docs = sys.argv[1]
+with open(sys.argv[2], "w") as out:
+    for name in sorted(os.listdir(docs)):
+        out.write(json.dumps({"id": name, "text": open(os.path.join(docs, name)).read()}) + "\n")
+PY
+gzip -k "$work/jl/c.jsonl" && zstd -q "$work/jl/c.jsonl" -o "$work/jl/c.jsonl.zst"
+for form in c.jsonl c.jsonl.gz c.jsonl.zst; do
+  check "tokenize $form" "$agora" tokenize --input "$work/jl/$form" --out "$work/jl-$form"
+  check "$form gives the files' shards" bash -c \
+    "cmp '$work/g/train_000000.bin' '$work/jl-$form/train_000000.bin' && cmp '$work/g/val_000000.bin' '$work/jl-$form/val_000000.bin'"
+done
+printf '{"text": "kept"}\nnot json\n{"body": "x"}\n' > "$work/jl/mixed.jsonl"
+check "bad lines are reported with file and line" bash -c \
+  "'$agora' tokenize --input '$work/jl/mixed.jsonl' --out '$work/jl-mixed' | grep -q 'mixed.jsonl:2: not JSON'"
+head -c 300 "$work/jl/c.jsonl.gz" > "$work/jl/cut.jsonl.gz"
+expect_error "a truncated gzip file" "is truncated" "$agora" tokenize --input "$work/jl/cut.jsonl.gz" --out "$work/x"
+expect_error "no line has the field" 'no "missing" field' "$agora" tokenize --input "$work/jl/mixed.jsonl" --field missing --out "$work/y"
 expect_error "bad vocab size" "out of range" "$agora" tokenizer train --input "$work/docs" --vocab-size 5 --out "$work/y.model"
 expect_error "bad token id" "out of range" "$agora" tokenizer decode 99999999
 expect_error "not a token id" "is not a token id" "$agora" tokenizer decode abc

@@ -42,6 +42,18 @@ DocumentFormat document_format(const fs::path& file, bool lines) {
   return lines ? DocumentFormat::kLines : DocumentFormat::kWholeFile;
 }
 
+JsonLine json_line_document(const std::string& line, const std::string& field, std::string& text) {
+  if (blank(line)) return JsonLine::kBlank;
+  const auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return JsonLine::kNotJson;
+  if (!json.is_object()) return JsonLine::kNotObject;
+  const auto found = json.find(field);
+  if (found == json.end()) return JsonLine::kNoField;
+  if (!found->is_string()) return JsonLine::kNotString;
+  text = found->get<std::string>();
+  return text.empty() ? JsonLine::kEmpty : JsonLine::kDocument;
+}
+
 uint64_t SkippedLines::total() const {
   return not_json + not_object + no_field + not_string + empty + blank + too_long;
 }
@@ -94,32 +106,27 @@ bool DocumentReader::next(std::string& text) {
       ++documents_[static_cast<int>(format_)];
       return true;
     }
-    if (blank(line_)) {
-      skip("a blank line", &SkippedLines::blank);
-      continue;
-    }
-    const auto json = nlohmann::json::parse(line_, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded()) {
-      skip("not JSON", &SkippedLines::not_json);
-      continue;
-    }
-    if (!json.is_object()) {
-      skip("not a JSON object", &SkippedLines::not_object);
-      continue;
-    }
-    const auto found = json.find(options_.field);
-    if (found == json.end()) {
-      skip(fmt::format("no \"{}\" field", options_.field), &SkippedLines::no_field);
-      continue;
-    }
-    if (!found->is_string()) {
-      skip(fmt::format("\"{}\" is not a string", options_.field), &SkippedLines::not_string);
-      continue;
-    }
-    text = found->get<std::string>();
-    if (text.empty()) {
-      skip("an empty text", &SkippedLines::empty);
-      continue;
+    switch (json_line_document(line_, options_.field, text)) {
+      case JsonLine::kDocument:
+        break;
+      case JsonLine::kBlank:
+        skip("a blank line", &SkippedLines::blank);
+        continue;
+      case JsonLine::kNotJson:
+        skip("not JSON", &SkippedLines::not_json);
+        continue;
+      case JsonLine::kNotObject:
+        skip("not a JSON object", &SkippedLines::not_object);
+        continue;
+      case JsonLine::kNoField:
+        skip(fmt::format("no \"{}\" field", options_.field), &SkippedLines::no_field);
+        continue;
+      case JsonLine::kNotString:
+        skip(fmt::format("\"{}\" is not a string", options_.field), &SkippedLines::not_string);
+        continue;
+      case JsonLine::kEmpty:
+        skip("an empty text", &SkippedLines::empty);
+        continue;
     }
     ++documents_[static_cast<int>(format_)];
     return true;

@@ -36,6 +36,12 @@ const char* to_string(DocumentFormat format);
 // How `file` is read (see above).
 DocumentFormat document_format(const std::filesystem::path& file, bool lines);
 
+// What one JSON Lines line gives: a document, or why not.
+enum class JsonLine { kDocument, kBlank, kNotJson, kNotObject, kNoField, kNotString, kEmpty };
+
+// Reads `line` as a JSON object whose string under `field` is the document (into `text`).
+JsonLine json_line_document(const std::string& line, const std::string& field, std::string& text);
+
 struct DocumentReaderOptions {
   bool lines = false;
   std::string field = "text";
