@@ -3,9 +3,11 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
-# Compressed corpora (agora tokenize): gzip through zlib, Zstandard through libzstd.
+# Corpora as they come (agora tokenize): gzip through zlib, Zstandard through libzstd, JSON Lines
+# through simdjson.
 pkg_check_modules(ZLIB REQUIRED IMPORTED_TARGET zlib)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+pkg_check_modules(SIMDJSON REQUIRED IMPORTED_TARGET simdjson)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(fmt REQUIRED)

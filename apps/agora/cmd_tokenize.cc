@@ -1,6 +1,8 @@
 // agora tokenize: text documents -> llm.c token shards (train and validation splits).
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "agora/data/corpus_tokenizer.h"
 #include "commands.h"
 
@@ -17,6 +19,7 @@ void add_tokenize_command(CLI::App& app) {
     bool force = false;
     bool lines = false;
     std::string field = "text";
+    bool json = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -41,6 +44,7 @@ void add_tokenize_command(CLI::App& app) {
                 "Each non-empty line is a document (an end-of-text before each), not each file");
   cmd->add_option("--field", args->field, "The key of each JSON Lines object that holds the text")
       ->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print the summary as one JSON object instead of lines");
   cmd->callback([args] {
     const auto tokenizer = load_tokenizer(args->tokenizer);
     CorpusTokenizeOptions options;
@@ -53,7 +57,27 @@ void add_tokenize_command(CLI::App& app) {
     options.force = args->force;
     options.line_documents = args->lines;
     options.field = args->field;
+    options.progress = !args->json;
     const auto summary = tokenize_corpus(*tokenizer, options);
+    if (args->json) {
+      const SkippedLines& skipped = summary.skipped;
+      const auto split = [](const SplitSummary& s) {
+        return nlohmann::json{{"documents", s.documents}, {"tokens", s.tokens},
+                              {"bytes", s.bytes}, {"shards", s.shards.size()}};
+      };
+      fmt::print("{}\n", nlohmann::json{
+                             {"event", "tokenized"},
+                             {"out", args->out},
+                             {"tokenizer", tokenizer->name()},
+                             {"seconds", summary.seconds},
+                             {"train", split(summary.train)},
+                             {"val", split(summary.val)},
+                             {"json_lines_documents", summary.json_lines_documents},
+                             {"skipped_lines", skipped.total()},
+                             {"skipped_examples", skipped.examples},
+                         }.dump());
+      return;
+    }
     const double mb = (summary.train.bytes + summary.val.bytes) / 1e6;
     fmt::print("tokenized {} documents ({:.1f} MB) with {} in {:.1f} s ({:.1f} MB/s)\n",
                summary.train.documents + summary.val.documents, mb, tokenizer->name(),

@@ -30,6 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     auto stream = agora::TextStream::from_bytes(bytes, "fuzz");
     std::string line, text;
+    agora::JsonLineParser json("text");
     uint64_t handed = 0;
     for (;;) {
       const auto got = stream.next_line(line, max_line);
@@ -37,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (line.size() > max_line) bug("a line longer than the limit");
       if (got == agora::TextStream::Line::kTooLong && !line.empty()) bug("a too-long line held");
       handed += line.size();
-      const auto kind = agora::json_line_document(line, "text", text);
+      const auto kind = json.parse(line, text);
       if (kind == agora::JsonLine::kDocument && text.empty()) bug("an empty document");
     }
     if (handed > stream.bytes_read()) bug("more bytes handed out than read");

@@ -169,6 +169,11 @@ TEST_F(CorpusTokenizerTest, BothSplitsGetADocumentWhenTheFractionIsTiny) {
   const auto summary = tokenize_corpus(*tokenizer_, tiny);
   EXPECT_EQ(summary.val.documents, 1u);
   EXPECT_EQ(summary.train.documents, 39u);
+  auto almost_all = options("almost_all");
+  almost_all.val_fraction = 1 - 1e-12;
+  const auto most = tokenize_corpus(*tokenizer_, almost_all);
+  EXPECT_EQ(most.train.documents, 1u);
+  EXPECT_EQ(most.val.documents, 39u);
   auto none = options("none");
   none.val_fraction = 0;
   EXPECT_EQ(tokenize_corpus(*tokenizer_, none).val.documents, 0u);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -81,7 +82,7 @@ nlohmann::json split_json(const SplitSummary& split) {
 struct Tokenized {
   std::vector<TokenId> tokens;
   uint64_t bytes = 0;
-  bool validation = false;
+  uint64_t hash = 0;  // stable_hash64 of the text
 };
 
 // Hands documents to worker threads in input order, as the reader gives them, and their tokens
@@ -89,27 +90,30 @@ struct Tokenized {
 // (bounded memory: the slots are a ring of that size).
 class OrderedWork {
  public:
-  // `count`: the documents the first pass counted; the reader must give exactly these.
-  OrderedWork(DocumentReader& reader, uint64_t count, size_t window)
-      : reader_(reader), count_(count), slots_(window), window_(window) {}
+  OrderedWork(DocumentReader& reader, size_t window, Progress* progress)
+      : reader_(reader), progress_(progress), slots_(window), window_(window) {}
 
   // The next document and its index, or nullopt when all are taken or the work stopped.
-  std::optional<std::pair<size_t, std::string>> take() {
+  std::optional<std::pair<uint64_t, std::string>> take() {
     std::lock_guard read(read_mutex_);  // one reader at a time keeps the order
     {
       std::unique_lock lock(mutex_);
       space_.wait(lock, [&] { return stopped_ || next_take_ < next_write_ + window_; });
-      if (stopped_ || next_take_ == count_) return std::nullopt;
+      if (stopped_ || read_all_) return std::nullopt;
     }
     std::string text;
-    if (!reader_.next(text)) {
-      fail("the inputs changed while they were tokenized ({} documents, {} counted before)",
-           next_take_, count_);
-    }
+    const uint64_t before = reader_.input_bytes();
+    const bool more = reader_.next(text);
+    if (progress_) progress_->add(reader_.input_bytes() - before);
     std::lock_guard lock(mutex_);
+    if (!more) {
+      read_all_ = true;
+      ready_.notify_all();
+      return std::nullopt;
+    }
     return std::pair{next_take_++, std::move(text)};
   }
-  void put(size_t index, Tokenized done) {
+  void put(uint64_t index, Tokenized done) {
     std::lock_guard lock(mutex_);
     slots_[index % window_] = std::move(done);
     ready_.notify_all();
@@ -121,13 +125,19 @@ class OrderedWork {
     ready_.notify_all();
     space_.notify_all();
   }
-  // Blocks until document `index` (== the next in order) is done; rethrows a worker's error.
-  Tokenized get(size_t index) {
+  // The next document in order, once done; nullopt after the last. Rethrows a worker's error.
+  std::optional<Tokenized> next() {
     std::unique_lock lock(mutex_);
-    ready_.wait(lock, [&] { return error_ || slots_[index % window_].has_value(); });
+    const uint64_t index = next_write_;
+    auto& slot = slots_[index % window_];
+    ready_.wait(lock, [&] {
+      return error_ || (index < next_take_ && slot.has_value()) ||
+             (read_all_ && index == next_take_);
+    });
     if (error_) std::rethrow_exception(error_);
-    Tokenized done = std::move(*slots_[index % window_]);
-    slots_[index % window_].reset();
+    if (!(index < next_take_ && slot.has_value())) return std::nullopt;
+    Tokenized done = std::move(*slot);
+    slot.reset();
     next_write_ = index + 1;
     space_.notify_all();
     return done;
@@ -140,17 +150,90 @@ class OrderedWork {
 
  private:
   DocumentReader& reader_;
-  const uint64_t count_;
+  Progress* const progress_;
   std::mutex read_mutex_;
   std::mutex mutex_;
   std::condition_variable ready_, space_;
   std::vector<std::optional<Tokenized>> slots_;
   const size_t window_;
-  size_t next_take_ = 0;
-  size_t next_write_ = 0;
+  uint64_t next_take_ = 0;
+  uint64_t next_write_ = 0;
+  bool read_all_ = false;
   bool stopped_ = false;
   std::exception_ptr error_;
 };
+
+// What one pass over the inputs saw, beyond the shards it wrote.
+struct Pass {
+  uint64_t documents = 0;
+  uint64_t validation = 0;
+  uint64_t min_hash_index = 0;  // the document drawn into validation if none was
+  uint64_t max_hash_index = 0;  // the document kept for training if all were drawn
+};
+
+// The document forced into one split so that both have one, by its index in input order.
+struct Forced {
+  std::optional<uint64_t> validation, train;
+};
+
+// Reads every document once, tokenizes them on `threads` workers and writes them, in input
+// order, to `dir`'s two splits.
+Pass tokenize_pass(const Tokenizer& tokenizer, const std::vector<fs::path>& files,
+                   const DocumentReaderOptions& reading, const CorpusTokenizeOptions& options,
+                   const fs::path& dir, const Forced& forced, int threads,
+                   CorpusTokenizeSummary& summary, Progress* progress) {
+  summary.train = {};
+  summary.val = {};
+  const int version = shard_version_for_vocab(tokenizer.vocab_size());
+  SplitWriter train(dir, "train", version, options.shard_tokens, summary.train);
+  SplitWriter val(dir, "val", version, options.shard_tokens, summary.val);
+  DocumentReader reader(files, reading);
+  OrderedWork work(reader, 4 * static_cast<size_t>(threads) + 8, progress);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&] {
+      try {
+        while (auto next = work.take()) {
+          const auto& [index, text] = *next;
+          Tokenized done{{tokenizer.eot_id()}, text.size(), stable_hash64(text)};
+          tokenizer.encode(text, done.tokens);
+          work.put(index, std::move(done));
+        }
+      } catch (...) {
+        work.put_error(std::current_exception());
+      }
+    });
+  }
+  Pass pass;
+  uint64_t min_hash = UINT64_MAX, max_hash = 0;
+  try {
+    for (uint64_t index = 0;; ++index) {
+      const std::optional<Tokenized> done = work.next();
+      if (!done) break;
+      if (done->hash < min_hash) min_hash = done->hash, pass.min_hash_index = index;
+      if (done->hash >= max_hash) max_hash = done->hash, pass.max_hash_index = index;
+      const bool drawn = is_validation_hash(done->hash, options.val_fraction);
+      pass.validation += drawn;
+      const bool validation =
+          forced.validation == index || (drawn && forced.train != index);
+      SplitSummary& split = validation ? summary.val : summary.train;
+      ++split.documents;
+      split.bytes += done->bytes;
+      (validation ? val : train).append(done->tokens);
+      ++pass.documents;
+    }
+    train.finish();
+    val.finish();
+  } catch (...) {
+    work.stop();
+    for (auto& worker : workers) worker.join();
+    throw;
+  }
+  for (auto& worker : workers) worker.join();
+  summary.skipped = reader.skipped();
+  summary.json_lines_documents = reader.documents(DocumentFormat::kJsonLines);
+  return pass;
+}
 
 nlohmann::json skipped_json(const SkippedLines& skipped) {
   return {{"not_json", skipped.not_json}, {"not_object", skipped.not_object},
@@ -186,10 +269,14 @@ std::string resolve_tokenizer_spec(const fs::path& data_dir, const std::string& 
   return spec == "gpt2" ? spec : (data_dir / spec).string();
 }
 
-bool is_validation_document(std::string_view bytes, double val_fraction) {
+bool is_validation_hash(uint64_t hash, double val_fraction) {
   // 2^-64 resolution is plenty; compare in long double so a fraction of 1.0 takes everything.
-  return static_cast<long double>(stable_hash64(bytes)) <
+  return static_cast<long double>(hash) <
          static_cast<long double>(val_fraction) * 18446744073709551616.0L;
+}
+
+bool is_validation_document(std::string_view bytes, double val_fraction) {
+  return is_validation_hash(stable_hash64(bytes), val_fraction);
 }
 
 CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
@@ -207,101 +294,53 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
   }
   const std::vector<fs::path> files = list_documents(options.inputs);
   const DocumentReaderOptions reading{.lines = options.line_documents, .field = options.field};
-
-  // Pass 1: count the documents and their bytes, and find the two that keep both splits
-  // non-empty, so every split is known before any token is written; nothing is held.
-  CorpusTokenizeSummary summary;
-  uint64_t n = 0, total_bytes = 0, validation = 0;
-  uint64_t min_hash = UINT64_MAX, max_hash = 0, min_index = 0, max_index = 0;
-  {
-    DocumentReader reader(files, reading);
-    std::string text;
-    while (reader.next(text)) {
-      const uint64_t hash = stable_hash64(text);
-      if (hash < min_hash) min_hash = hash, min_index = n;
-      if (hash >= max_hash) max_hash = hash, max_index = n;
-      validation += is_validation_document(text, options.val_fraction);
-      total_bytes += text.size();
-      ++n;
-    }
-    summary.skipped = reader.skipped();
-    summary.json_lines_documents = reader.documents(DocumentFormat::kJsonLines);
-  }
-  if (n == 0) {
-    fail("no documents found in the inputs{}",
-         summary.skipped.total() > 0
-             ? fmt::format(" ({} JSON Lines lines gave none; the first: {})",
-                           summary.skipped.total(), summary.skipped.examples.front())
-             : "");
-  }
-  // The document forced into validation (none drawn) or into training (all drawn), if any.
-  std::optional<uint64_t> force_validation, force_train;
-  if (options.val_fraction > 0 && n >= 2 && validation == 0) force_validation = min_index;
-  if (n >= 2 && validation == n) force_train = max_index;
-  const auto is_val = [&](uint64_t index, std::string_view text) {
-    if (force_validation == index) return true;
-    if (force_train == index) return false;
-    return is_validation_document(text, options.val_fraction);
-  };
+  uint64_t input_bytes = 0;
+  for (const auto& file : files) input_bytes += fs::file_size(file);
 
   const fs::path tmp = out.string() + ".tmp";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-
-  const int version = shard_version_for_vocab(tokenizer.vocab_size());
-  SplitWriter train(tmp, "train", version, options.shard_tokens, summary.train);
-  SplitWriter val(tmp, "val", version, options.shard_tokens, summary.val);
-
-  std::optional<Progress> progress;
-  if (options.progress) progress.emplace("tokenize", total_bytes);
   const int threads = options.threads > 0
                           ? options.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // Pass 2: the same documents again, tokenized on the workers, written in order.
-  DocumentReader reader(files, reading);
-  OrderedWork work(reader, n, 4 * static_cast<size_t>(threads) + 8);
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&] {
-      try {
-        while (auto next = work.take()) {
-          const auto& [index, text] = *next;
-          Tokenized done{{tokenizer.eot_id()}, text.size(), is_val(index, text)};
-          tokenizer.encode(text, done.tokens);
-          if (progress) progress->add(text.size());
-          work.put(index, std::move(done));
-        }
-      } catch (...) {
-        work.put_error(std::current_exception());
-      }
-    });
-  }
-  try {
-    for (uint64_t i = 0; i < n; ++i) {
-      const Tokenized done = work.get(i);
-      SplitSummary& split = done.validation ? summary.val : summary.train;
-      ++split.documents;
-      split.bytes += done.bytes;
-      (done.validation ? val : train).append(done.tokens);
-    }
-    train.finish();
-    val.finish();
-    for (auto& worker : workers) worker.join();
-    workers.clear();
-    std::string extra;
-    if (reader.next(extra)) {
-      fail("the inputs changed while they were tokenized (more than the {} documents counted)", n);
-    }
-  } catch (...) {
-    work.stop();
-    for (auto& worker : workers) worker.join();
+  const auto start = std::chrono::steady_clock::now();
+  CorpusTokenizeSummary summary;
+  // One pass reads, splits and writes everything. Both splits must get a document when there
+  // are two or more; if the hashes drew none (or all) into validation, which only a tiny corpus
+  // or fraction does, a second pass writes the same documents with one of them moved.
+  Forced forced;
+  for (int attempt = 0;; ++attempt) {
     fs::remove_all(tmp);
-    throw;
+    fs::create_directories(tmp);
+    std::optional<Progress> progress;
+    if (options.progress) progress.emplace("tokenize", input_bytes);
+    Pass pass;
+    try {
+      pass = tokenize_pass(tokenizer, files, reading, options, tmp, forced, threads, summary,
+                           progress ? &*progress : nullptr);
+    } catch (...) {
+      fs::remove_all(tmp);
+      throw;
+    }
+    if (progress) progress->finish();
+    if (pass.documents == 0) {
+      fs::remove_all(tmp);
+      fail("no documents found in the inputs{}",
+           summary.skipped.total() > 0
+               ? fmt::format(" ({} lines gave none; the first: {})", summary.skipped.total(),
+                             summary.skipped.examples.front())
+               : "");
+    }
+    if (attempt > 0 || pass.documents < 2) break;
+    if (options.val_fraction > 0 && pass.validation == 0) {
+      forced.validation = pass.min_hash_index;
+    } else if (pass.validation == pass.documents) {
+      forced.train = pass.max_hash_index;
+    } else {
+      break;
+    }
   }
-  if (progress) {
-    progress->finish();
-    summary.seconds = progress->elapsed_seconds();
-  }
+  summary.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
   // A SentencePiece model travels with its shards, so the folder is self-contained.
   std::string recorded_spec = options.tokenizer_spec;
   if (recorded_spec != "gpt2" && !recorded_spec.empty()) {
@@ -314,7 +353,7 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
       {"tokenizer_spec", recorded_spec},
       {"vocab_size", tokenizer.vocab_size()},
       {"eot_id", tokenizer.eot_id()},
-      {"shard_version", version},
+      {"shard_version", shard_version_for_vocab(tokenizer.vocab_size())},
       {"val_fraction", options.val_fraction},
       {"shard_tokens", options.shard_tokens},
       {"train", split_json(summary.train)},

@@ -10,8 +10,9 @@
 //   <end-of-text> followed by its tokens (llm.c's convention), in input order, so the output is
 //   the same on every run, and a JSON Lines file gives the same shards as the same texts as
 //   plain files.
-// - Memory does not grow with the corpus: the inputs are streamed twice (once to count and split,
-//   once to tokenize), holding a bounded window of documents in flight.
+// - Memory does not grow with the corpus: the inputs are read once, holding a bounded window of
+//   documents in flight (a second pass only when a tiny corpus needs a document moved so that
+//   both splits get one).
 // - A document goes to the validation split when the BLAKE2b hash of its bytes, read as a
 //   fraction of 2^64, is below `val_fraction`: the split depends on content alone, not on paths,
 //   order or machine, and duplicate documents land in the same split. With a fraction > 0 and at
@@ -22,9 +23,9 @@
 //   DIR/tokenizer.model and meta.json's tokenizer_spec names it relative to DIR ("gpt2" stays
 //   "gpt2"), so the folder is self-contained.
 // - The folder appears whole or not at all: everything is written to DIR.tmp and renamed. An
-//   existing DIR is an error unless `force` is set, in which case it is replaced. An input that
-//   changes between the two passes is an Error.
-// - Documents are tokenized on `threads` threads; a progress line shows MB/s and ETA.
+//   existing DIR is an error unless `force` is set, in which case it is replaced.
+// - Documents are tokenized on `threads` threads; a progress line shows the input files' MB/s
+//   (compressed bytes for compressed files) and ETA.
 #pragma once
 
 #include <cstdint>
@@ -73,6 +74,8 @@ std::string resolve_tokenizer_spec(const std::filesystem::path& data_dir, const 
 
 // True when the document with these bytes belongs to the validation split (see above).
 bool is_validation_document(std::string_view bytes, double val_fraction);
+// The same from the document's stable_hash64.
+bool is_validation_hash(uint64_t hash, double val_fraction);
 
 CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
                                       const CorpusTokenizeOptions& options);

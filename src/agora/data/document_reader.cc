@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 #include "agora/core/error.h"
 
@@ -42,12 +43,37 @@ DocumentFormat document_format(const fs::path& file, bool lines) {
   return lines ? DocumentFormat::kLines : DocumentFormat::kWholeFile;
 }
 
-JsonLine json_line_document(const std::string& line, const std::string& field, std::string& text) {
+struct JsonLineParser::Impl {
+  explicit Impl(std::string f) : field(std::move(f)) {}
+  std::string field;
+  simdjson::dom::parser parser;
+};
+
+JsonLineParser::JsonLineParser(std::string field)
+    : impl_(std::make_unique<Impl>(std::move(field))) {}
+JsonLineParser::~JsonLineParser() = default;
+JsonLineParser::JsonLineParser(JsonLineParser&&) noexcept = default;
+
+JsonLine JsonLineParser::parse(std::string& line, std::string& text) {
   if (blank(line)) return JsonLine::kBlank;
+  const size_t size = line.size();
+  line.reserve(size + simdjson::SIMDJSON_PADDING);
+  simdjson::dom::element root;
+  if (impl_->parser.parse(line.data(), size, /*realloc_if_needed=*/false).get(root) ==
+      simdjson::SUCCESS) {
+    simdjson::dom::object object;
+    if (root.get_object().get(object) != simdjson::SUCCESS) return JsonLine::kNotObject;
+    simdjson::dom::element value;
+    if (object.at_key(impl_->field).get(value) != simdjson::SUCCESS) return JsonLine::kNoField;
+    std::string_view found;
+    if (value.get_string().get(found) != simdjson::SUCCESS) return JsonLine::kNotString;
+    text.assign(found);
+    return text.empty() ? JsonLine::kEmpty : JsonLine::kDocument;
+  }
   const auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return JsonLine::kNotJson;
   if (!json.is_object()) return JsonLine::kNotObject;
-  const auto found = json.find(field);
+  const auto found = json.find(impl_->field);
   if (found == json.end()) return JsonLine::kNoField;
   if (!found->is_string()) return JsonLine::kNotString;
   text = found->get<std::string>();
@@ -59,12 +85,16 @@ uint64_t SkippedLines::total() const {
 }
 
 DocumentReader::DocumentReader(std::vector<fs::path> files, DocumentReaderOptions options)
-    : files_(std::move(files)), options_(std::move(options)) {
+    : files_(std::move(files)), options_(std::move(options)), json_(options_.field) {
   if (options_.field.empty()) fail("--field is empty (expected the JSON key holding the text)");
 }
 
 uint64_t DocumentReader::documents(DocumentFormat format) const {
   return documents_[static_cast<int>(format)];
+}
+
+uint64_t DocumentReader::input_bytes() const {
+  return input_bytes_done_ + (stream_ ? stream_->input_bytes_read() : 0);
 }
 
 void DocumentReader::skip(std::string_view reason, uint64_t SkippedLines::*counter) {
@@ -84,6 +114,7 @@ bool DocumentReader::next(std::string& text) {
       TextStream stream = TextStream::open(file);
       if (format_ == DocumentFormat::kWholeFile) {
         text = stream.read_all(options_.max_document_bytes);
+        input_bytes_done_ += stream.input_bytes_read();
         ++documents_[static_cast<int>(format_)];
         return true;
       }
@@ -92,6 +123,7 @@ bool DocumentReader::next(std::string& text) {
     }
     const TextStream::Line got = stream_->next_line(line_, options_.max_document_bytes);
     if (got == TextStream::Line::kEnd) {
+      input_bytes_done_ += stream_->input_bytes_read();
       stream_.reset();
       continue;
     }
@@ -106,7 +138,7 @@ bool DocumentReader::next(std::string& text) {
       ++documents_[static_cast<int>(format_)];
       return true;
     }
-    switch (json_line_document(line_, options_.field, text)) {
+    switch (json_.parse(line_, text)) {
       case JsonLine::kDocument:
         break;
       case JsonLine::kBlank:

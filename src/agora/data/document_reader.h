@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,8 +40,23 @@ DocumentFormat document_format(const std::filesystem::path& file, bool lines);
 // What one JSON Lines line gives: a document, or why not.
 enum class JsonLine { kDocument, kBlank, kNotJson, kNotObject, kNoField, kNotString, kEmpty };
 
-// Reads `line` as a JSON object whose string under `field` is the document (into `text`).
-JsonLine json_line_document(const std::string& line, const std::string& field, std::string& text);
+// Reads JSON Lines lines as JSON objects whose string under `field` is the document. simdjson
+// validates each whole line (structure and UTF-8) at gigabytes a second; a line it refuses is
+// judged again by nlohmann's parser, so that valid JSON simdjson cannot hold (an integer past
+// 64 bits) still gives its document. A key that appears twice gives its first value.
+class JsonLineParser {
+ public:
+  explicit JsonLineParser(std::string field);
+  ~JsonLineParser();
+  JsonLineParser(JsonLineParser&&) noexcept;
+
+  // `line` may gain capacity (the parser reads a little past the end); the text goes to `text`.
+  JsonLine parse(std::string& line, std::string& text);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 struct DocumentReaderOptions {
   bool lines = false;
@@ -73,6 +89,8 @@ class DocumentReader {
   const SkippedLines& skipped() const { return skipped_; }
   // Documents read per format so far.
   uint64_t documents(DocumentFormat format) const;
+  // Bytes taken from the files so far, as stored (compressed where they are).
+  uint64_t input_bytes() const;
 
  private:
   void skip(std::string_view reason, uint64_t SkippedLines::*counter);
@@ -84,8 +102,10 @@ class DocumentReader {
   DocumentFormat format_ = DocumentFormat::kWholeFile;
   uint64_t line_number_ = 0;
   std::string line_;
+  JsonLineParser json_;
   SkippedLines skipped_;
   uint64_t documents_[3] = {0, 0, 0};
+  uint64_t input_bytes_done_ = 0;  // of the files already finished
 };
 
 }  // namespace agora

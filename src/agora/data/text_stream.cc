@@ -69,22 +69,27 @@ class Decoder {
 // The raw bytes already read while sniffing, then the rest of the source.
 class Input {
  public:
-  Input(std::unique_ptr<RawSource> raw, std::string head)
-      : raw_(std::move(raw)), head_(std::move(head)) {}
+  // `taken` counts the bytes taken (the stream's counter, which stays where it is).
+  Input(std::unique_ptr<RawSource> raw, std::string head, uint64_t* taken)
+      : raw_(std::move(raw)), head_(std::move(head)), bytes_(taken) {}
   size_t read(char* out, size_t size) {
     if (head_pos_ < head_.size()) {
       const size_t take = std::min(size, head_.size() - head_pos_);
       std::memcpy(out, head_.data() + head_pos_, take);
       head_pos_ += take;
+      *bytes_ += take;
       return take;
     }
-    return raw_->read(out, size);
+    const size_t got = raw_->read(out, size);
+    *bytes_ += got;
+    return got;
   }
 
  private:
   std::unique_ptr<RawSource> raw_;
   std::string head_;
   size_t head_pos_ = 0;
+  uint64_t* bytes_;
 };
 
 class PlainDecoder final : public Decoder {
@@ -230,7 +235,7 @@ class TextStream::Impl {
     }
     head.resize(got);
     compression_ = sniff(head);
-    Input input(std::move(raw), std::move(head));
+    Input input(std::move(raw), std::move(head), &input_bytes_read_);
     switch (compression_) {
       case Compression::kNone:
         decoder_ = std::make_unique<PlainDecoder>(std::move(input));
@@ -305,6 +310,7 @@ class TextStream::Impl {
 
   Compression compression() const { return compression_; }
   uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t input_bytes_read() const { return input_bytes_read_; }
 
  private:
   void compact() {
@@ -319,6 +325,7 @@ class TextStream::Impl {
   std::string buffer_;
   size_t pos_ = 0;
   uint64_t bytes_read_ = 0;
+  uint64_t input_bytes_read_ = 0;
 };
 
 TextStream TextStream::open(const fs::path& path) {
@@ -345,5 +352,7 @@ TextStream::Line TextStream::next_line(std::string& line, size_t max_line) {
 std::string TextStream::read_all(size_t max_bytes) { return impl_->read_all(max_bytes); }
 
 uint64_t TextStream::bytes_read() const { return impl_->bytes_read(); }
+
+uint64_t TextStream::input_bytes_read() const { return impl_->input_bytes_read(); }
 
 }  // namespace agora

@@ -54,6 +54,8 @@ class TextStream {
 
   // Decompressed bytes handed out so far (lines count their "\n").
   uint64_t bytes_read() const;
+  // Bytes taken from the file so far, as stored (compressed for a compressed file).
+  uint64_t input_bytes_read() const;
 
  private:
   class Impl;
