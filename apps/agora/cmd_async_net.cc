@@ -10,6 +10,7 @@
 #include "agora/core/error.h"
 #include "agora/net/identity.h"
 #include "agora/obs/progress.h"
+#include "agora/data/data_identity.h"
 #include "commands.h"
 #include "signals.h"
 
@@ -120,6 +121,7 @@ void add_async_work(CLI::App& async) {
   cmd->add_option("--log", args->log, "Write JSON lines of what happened here");
   cmd->callback([args] {
     const RunConfig config = RunConfig::load(args->config, args->overrides);
+    if (!config.data.hash.empty()) check_data_identity(config.data.dir, config.data.hash);
     AsyncWorkerOptions options = args->options;
     options.server_key = net::key_from_hex(args->server_key, "--server-key");
     options.log = args->log;

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "agora/core/error.h"
+#include "agora/data/data_identity.h"
 #include "agora/data/data_meta.h"
 #include "agora/obs/progress.h"
 #include "agora/peer/stage_process.h"
@@ -52,6 +53,7 @@ void add_stage_command(CLI::App& app) {
   cmd->add_flag("--quiet", args->quiet, "No progress lines");
   cmd->callback([args] {
     RunConfig config = RunConfig::load(args->config, args->overrides);
+    if (!config.data.hash.empty()) check_data_identity(config.data.dir, config.data.hash);
     if (config.model.vocab_size == 0) {
       config.set_vocab_size(read_data_meta(config.data.dir).vocab_size);
     }

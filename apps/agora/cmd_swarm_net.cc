@@ -8,6 +8,7 @@
 
 #include "admission_options.h"
 #include "agora/core/error.h"
+#include "agora/data/data_identity.h"
 #include "agora/data/data_meta.h"
 #include "agora/net/envelope.h"
 #include "agora/net/identity.h"
@@ -180,6 +181,7 @@ void add_swarm_peer(CLI::App& swarm) {
                   "Save the stage after every step, to bring it back if all its replicas die");
   cmd->callback([args] {
     const RunConfig config = swarm_config(args->config, args->overrides);
+    if (!config.data.hash.empty()) check_data_identity(config.data.dir, config.data.hash);
     torch::set_num_threads(
         config.train.threads > 0
             ? static_cast<int>(config.train.threads)

@@ -70,6 +70,7 @@ void add_tokenize_command(CLI::App& app) {
                              {"out", args->out},
                              {"tokenizer", tokenizer->name()},
                              {"seconds", summary.seconds},
+                             {"data_hash", summary.data_hash},
                              {"train", split(summary.train)},
                              {"val", split(summary.val)},
                              {"json_lines_documents", summary.json_lines_documents},
@@ -95,7 +96,8 @@ void add_tokenize_command(CLI::App& app) {
           skipped.not_string, skipped.empty, skipped.blank, skipped.too_long);
       for (const auto& example : skipped.examples) fmt::print("    {}\n", example);
     }
-    fmt::print("  wrote {}\n", args->out);
+    fmt::print("  wrote {}, data hash {} (data.hash in a run config)\n", args->out,
+               summary.data_hash);
   });
 }
 

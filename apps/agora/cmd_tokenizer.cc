@@ -32,7 +32,12 @@ void add_train(CLI::App& parent) {
   auto inputs = std::make_shared<std::vector<std::string>>();
   auto out = std::make_shared<std::string>();
   auto* cmd = parent.add_subcommand("train", "Train a SentencePiece BPE vocabulary on text files");
-  cmd->add_option("--input", *inputs, "Text files or folders of them")->required();
+  cmd->add_option("--input", *inputs,
+                  "Files or folders of them: text, or JSON Lines (.jsonl, .ndjson); any of them "
+                  "may be gzip- or Zstandard-compressed (.gz, .zst)")
+      ->required();
+  cmd->add_option("--field", options->field, "The key of each JSON Lines object that holds the text")
+      ->capture_default_str();
   cmd->add_option("--vocab-size", options->vocab_size, "Vocabulary size")->capture_default_str();
   cmd->add_option("--out", *out, "The .model file to write")->required();
   cmd->add_option("--max-sentences", options->max_sentences, "Lines sampled for training at most")

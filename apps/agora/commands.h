@@ -14,6 +14,7 @@ namespace agora::cli {
 void add_tokenize_command(CLI::App& app);
 void add_tokenizer_command(CLI::App& app);
 void add_stats_command(CLI::App& app);
+void add_data_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_generate_command(CLI::App& app);

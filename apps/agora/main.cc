@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   agora::cli::add_tokenize_command(app);
   agora::cli::add_tokenizer_command(app);
   agora::cli::add_stats_command(app);
+  agora::cli::add_data_command(app);
   agora::cli::add_train_command(app);
   agora::cli::add_eval_command(app);
   agora::cli::add_generate_command(app);

@@ -57,6 +57,34 @@ for form in c.jsonl c.jsonl.gz c.jsonl.zst; do
   check "$form gives the files' shards" bash -c \
     "cmp '$work/g/train_000000.bin' '$work/jl-$form/train_000000.bin' && cmp '$work/g/val_000000.bin' '$work/jl-$form/val_000000.bin'"
 done
+check "a tokenizer trained on JSON Lines (zstd) is the one trained on the files" bash -c \
+  "'$agora' tokenizer train --input '$work/jl/c.jsonl.zst' --vocab-size 320 --out '$work/t-jl.model' && cmp '$work/t.model' '$work/t-jl.model'"
+# The data hash, computed again by Python's hashlib from its definition (data/data_identity.h).
+cat > "$work/identity.py" <<'PY'
+import hashlib, os, sys
+def b2(*parts):
+    h = hashlib.blake2b(digest_size=32)
+    for p in parts:
+        h.update(p)
+    return h.digest()
+d = sys.argv[1]
+names = sorted(n for n in os.listdir(d)
+               if (n.startswith("train_") or n.startswith("val_")) and n.endswith(".bin"))
+root = hashlib.blake2b(digest_size=32)
+root.update(b"agora data identity v1")
+for n in names:
+    data = open(os.path.join(d, n), "rb").read()
+    chunks = [b2(data[i:i + (1 << 20)]) for i in range(0, len(data), 1 << 20)]
+    root.update(b2(n.encode() + b"\0", len(data).to_bytes(8, "little"), *chunks))
+print(root.hexdigest())
+PY
+check "data hash is the definition's, and tokenize recorded it" bash -c \
+  "h=\$('$agora' data hash '$work/g') && [ \"\$h\" = \"\$(python3 '$work/identity.py' '$work/g')\" ] && grep -q \"\$h\" '$work/g/meta.json'"
+check "the same texts as JSON Lines have the same data hash" bash -c \
+  "[ \"\$('$agora' data hash '$work/g')\" = \"\$('$agora' data hash '$work/jl-c.jsonl.zst')\" ]"
+check "other tokens, another data hash" bash -c \
+  "[ \"\$('$agora' data hash '$work/g')\" != \"\$('$agora' data hash '$work/sp')\" ]"
+expect_error "a data hash of a folder without shards" "holds no shards" "$agora" data hash "$work/docs"
 printf '{"text": "kept"}\nnot json\n{"body": "x"}\n' > "$work/jl/mixed.jsonl"
 check "bad lines are reported with file and line" bash -c \
   "'$agora' tokenize --input '$work/jl/mixed.jsonl' --out '$work/jl-mixed' | grep -q 'mixed.jsonl:2: not JSON'"

@@ -22,7 +22,9 @@ the scenario's --set overrides, read into Run.config), with a comment saying why
 """
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -285,13 +287,35 @@ def scenario_coordinator_restart(agora, data):
     run.cleanup()
 
 
+def other_tokens(run, data):
+    """A copy of the token folder with one token of its training shard changed."""
+    other = os.path.join(run.dir, "other-data")
+    shutil.copytree(data, other)
+    shard = os.path.join(other, "train_000000.bin")
+    with open(shard, "r+b") as f:
+        f.seek(1024 + 2 * 1000)  # past the 1024-byte header: token 1000 (uint16)
+        token = f.read(2)
+        f.seek(1024 + 2 * 1000)
+        f.write(bytes([token[0] ^ 1, token[1]]))
+    return other
+
+
 def scenario_allowlist(agora, data):
-    """A key outside the allowlist is refused; the run goes on without it."""
-    run = Run(agora, data, "allowlist", peers=2, steps=6, sets=["network.min_peers=2"])
+    """Admission at the door: a key outside the allowlist is refused; a member whose token folder
+    holds other tokens than the run's data.hash refuses to train. The run goes on without both."""
+    data_hash = subprocess.run([agora, "data", "hash", data], check=True, capture_output=True,
+                               text=True).stdout.strip()
+    run = Run(agora, data, "allowlist", peers=3, steps=6,
+              sets=["network.min_peers=2", f'data.hash="{data_hash}"'])
     stranger = run.keygen("stranger")
     run.start_coordinator()
     run.start_peer(0)
     run.start_peer(1)
+    # Peer 2 is on the allowlist, but its folder differs from the run's by one token.
+    real = run.data
+    run.data = other_tokens(run, data)
+    other = run.start_peer(2)
+    run.data = real
     intruder = run.start_peer(9, key=os.path.join(run.dir, "stranger.key"),
                               extra=["--join-timeout", "6"])
     code = intruder.wait(timeout=60)
@@ -301,6 +325,13 @@ def scenario_allowlist(agora, data):
     # The error a person reads (it is not a log line: agora's main prints "error: ...").
     if "allowlist" not in run.peer_log(9) or stranger not in run.peer_log(9):
         run.fail("the refused peer's error does not name its key and the allowlist")
+    code = other.wait(timeout=60)
+    del run.peers[2]
+    if code == 0 or run.events(2, "trained"):
+        run.fail(f"a peer whose tokens differ from data.hash trained (exit {code})")
+    if "data.hash" not in run.peer_log(2) or data_hash not in run.peer_log(2):
+        run.fail(f"the peer with other tokens did not say why, naming data.hash and {data_hash}: "
+                 f"{run.peer_log(2)[-400:]}")
     run.wait_finished()
     run.check_all_steps_final()
     seen = [r for r in run.rows() if stranger[:8] in json.dumps(r)]
@@ -308,7 +339,8 @@ def scenario_allowlist(agora, data):
         run.fail(f"the stranger's key reached the coordinator's state machine: {seen[:2]}")
     run.check_identical([0, 1], throughout=[0, 1])
     run.check_finished([0, 1])
-    print("the stranger never got past the CURVE handshake; the run finished without it")
+    print("the stranger never got past the CURVE handshake, the member with other tokens refused "
+          "to train; the run finished without them")
     run.cleanup()
 
 

@@ -91,6 +91,22 @@ TEST(RunConfigTest, EmptyDocumentGivesEveryDefault) {
   EXPECT_EQ(config.tst_switch_step(), 0);
 }
 
+TEST(RunConfigTest, DataHashIsSixtyFourHexDigitsOrNothing) {
+  EXPECT_EQ(parse("").data.hash, "");
+  EXPECT_EQ(parse("").to_toml().find("hash ="), std::string::npos);  // old runs keep their TOML
+  const std::string hash(64, 'a');
+  const RunConfig config = parse("[data]\nhash = \"" + hash + "\"\n");
+  EXPECT_EQ(config.data.hash, hash);
+  expect_round_trip(config);
+  EXPECT_EQ(parse("", {"data.hash=" + hash}).data.hash, hash);
+  for (const std::string& bad : {std::string(63, 'a'), std::string(64, 'A'), std::string(64, 'g'),
+                                "0x" + std::string(62, 'a')}) {
+    const std::string message = error_of("", {"data.hash=" + bad});
+    EXPECT_NE(message.find("data.hash"), std::string::npos) << message;
+    EXPECT_NE(message.find("64 lowercase hex digits"), std::string::npos) << message;
+  }
+}
+
 TEST(RunConfigTest, ExampleConfigsLoadAndRoundTrip) {
   int count = 0;
   for (const auto& entry : std::filesystem::directory_iterator(kConfigs)) {

@@ -141,6 +141,14 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
   DataConfig& data = config.data;
   data.dir = toml.get_string("data.dir", data.dir, /*allow_empty=*/false);
   data.seq_len = toml.get_int("data.seq_len", data.seq_len, kSeqLenRange);
+  data.hash = toml.get_string("data.hash", data.hash);
+  const bool hex64 = data.hash.size() == 64 && data.hash.find_first_not_of("0123456789abcdef") ==
+                                                   std::string::npos;
+  if (!data.hash.empty() && !hex64) {
+    fail("data.hash \"{}\" is not a data hash (allowed: 64 lowercase hex digits, as `agora data "
+         "hash DIR` prints them, or empty)",
+         data.hash);
+  }
 
   read_model(toml, config);
 
@@ -428,6 +436,8 @@ std::string RunConfig::to_toml() const {
   out += "\n[data]\n";
   out += fmt::format("dir = {}\n", toml_quote(data.dir));
   out += fmt::format("seq_len = {}\n", data.seq_len);
+  // Only when set, so that runs begun before the key existed keep their stored config.
+  if (!data.hash.empty()) out += fmt::format("hash = {}\n", toml_quote(data.hash));
 
   out += "\n[train]\n";
   out += fmt::format("steps = {}\n", train.steps);

@@ -20,6 +20,7 @@
 //   [data]
 //   dir = "data/tokens/sp8k"    # a folder written by `agora tokenize`
 //   seq_len = 256               # becomes model.max_seq_len
+//   hash = ""                   # the folder's `agora data hash`; members refuse other data
 //   [train]
 //   steps = 1000, batch_size = 32, micro_batch_size = 8, eval_interval = 100, eval_windows = 32,
 //   checkpoint_interval = 0, log_interval = 10, out_dir = "runs/default", device = "auto",
@@ -69,6 +70,9 @@ namespace agora {
 struct DataConfig {
   std::string dir = "data/tokens/sp8k";  // a folder of train_*.bin / val_*.bin and meta.json
   int64_t seq_len = 256;                 // tokens per training window; model.max_seq_len
+  // The tokens every member must train on (data/data_identity.h, `agora data hash DIR`): 64 hex
+  // digits, or empty for a run that does not check its members' folders.
+  std::string hash;
 
   bool operator==(const DataConfig&) const = default;
 };

@@ -14,6 +14,7 @@
 #include "agora/core/error.h"
 #include "agora/core/file.h"
 #include "agora/core/hash.h"
+#include "agora/data/data_identity.h"
 #include "agora/data/shard.h"
 #include "agora/obs/progress.h"
 
@@ -359,6 +360,8 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
       {"train", split_json(summary.train)},
       {"val", split_json(summary.val)},
   };
+  summary.data_hash = data_identity(tmp).hex();
+  meta["data_hash"] = summary.data_hash;
   if (summary.json_lines_documents > 0 || summary.skipped.total() > 0) {
     meta["json_lines"] = {{"field", options.field},
                           {"documents", summary.json_lines_documents},

@@ -19,7 +19,8 @@
 //   least two documents, both splits get at least one document.
 // - Shards hold exactly `shard_tokens` tokens except the last of each split (documents may span
 //   two shards, as in llm.c): DIR/train_000000.bin ..., DIR/val_000000.bin ..., plus
-//   DIR/meta.json describing the tokenizer and the counts. A SentencePiece model is copied in as
+//   DIR/meta.json describing the tokenizer, the counts and the folder's data hash
+//   (data/data_identity.h). A SentencePiece model is copied in as
 //   DIR/tokenizer.model and meta.json's tokenizer_spec names it relative to DIR ("gpt2" stays
 //   "gpt2"), so the folder is self-contained.
 // - The folder appears whole or not at all: everything is written to DIR.tmp and renamed. An
@@ -63,6 +64,7 @@ struct CorpusTokenizeSummary {
   SplitSummary val;
   SkippedLines skipped;
   uint64_t json_lines_documents = 0;
+  std::string data_hash;  // the folder's identity (data/data_identity.h), hex
   double seconds = 0;
 };
 

@@ -1,12 +1,12 @@
 #include "agora/data/sentencepiece_trainer.h"
 
 #include <algorithm>
-#include <fstream>
 #include <string>
 #include <thread>
 
 #include "agora/core/error.h"
 #include "agora/core/file.h"
+#include "agora/data/document_reader.h"
 #include "agora/data/spm_library.h"
 #include "agora/data/tokenizer.h"
 #include "agora/data/utf8.h"
@@ -14,39 +14,45 @@
 namespace agora {
 namespace {
 
-// The non-empty lines of every input file in order, repaired to valid UTF-8 (tokenizer.h's
-// rule). A file that cannot be read ends the stream and is reported after training returns:
-// exceptions must not cross SentencePiece's frames.
+// The non-empty lines of every input in order, read as data/document_reader.h reads them (so
+// JSON Lines give the lines of their texts, and compressed files are decompressed), repaired to
+// valid UTF-8 (tokenizer.h's rule). An input that cannot be read ends the stream and is reported
+// after training returns: exceptions must not cross SentencePiece's frames.
 class FileLines final : public spm::LineSource {
  public:
-  explicit FileLines(const std::vector<std::filesystem::path>& files) : files_(files) {}
+  FileLines(const std::vector<std::filesystem::path>& files, const std::string& field)
+      : reader_(files, {.lines = true, .field = field}) {}
 
   bool next(std::string& line) override {
-    while (true) {
-      if (in_.is_open() && std::getline(in_, line)) {
-        if (line.empty()) continue;
-        if (!is_valid_utf8(line)) line = repair_utf8(line);
-        ++summary.lines;
-        summary.bytes += line.size() + 1;
-        return true;
+    try {
+      while (true) {
+        if (pos_ < document_.size()) {
+          size_t end = document_.find('\n', pos_);
+          if (end == std::string::npos) end = document_.size();
+          line.assign(document_, pos_, end - pos_);
+          pos_ = end + 1;
+          if (line.empty()) continue;
+          if (!is_valid_utf8(line)) line = repair_utf8(line);
+          ++summary.lines;
+          summary.bytes += line.size() + 1;
+          return true;
+        }
+        if (!reader_.next(document_)) return false;
+        pos_ = 0;
       }
-      if (next_file_ == files_.size() || !unreadable.empty()) return false;
-      in_ = std::ifstream(files_[next_file_]);
-      if (!in_) {
-        unreadable = files_[next_file_].string();
-        return false;
-      }
-      ++next_file_;
+    } catch (const std::exception& e) {
+      unreadable = e.what();
+      return false;
     }
   }
 
   SentencePieceTrainSummary summary;
-  std::string unreadable;
+  std::string unreadable;  // why an input could not be read
 
  private:
-  const std::vector<std::filesystem::path>& files_;
-  size_t next_file_ = 0;
-  std::ifstream in_;
+  DocumentReader reader_;
+  std::string document_;
+  size_t pos_ = 0;
 };
 
 }  // namespace
@@ -95,11 +101,11 @@ SentencePieceTrainSummary train_sentencepiece(const SentencePieceTrainOptions& o
       // found" when a small alphabet runs out of merges before the asked vocabulary size).
       {"minloglevel", "2"},
   };
-  FileLines lines(options.inputs);
+  FileLines lines(options.inputs, options.field);
   std::string model, error;
   // Sentence sampling is the trainer's only randomness; a fixed seed makes it repeatable.
   const bool ok = spm::library().train(&spec, &lines, 20240520u, &model, &error);
-  if (!lines.unreadable.empty()) fail("tokenizer training: cannot read {}", lines.unreadable);
+  if (!lines.unreadable.empty()) fail("tokenizer training: {}", lines.unreadable);
   if (lines.summary.lines == 0) fail("tokenizer training: the inputs hold no text");
   if (!ok) fail("tokenizer training failed: {}", error);
 

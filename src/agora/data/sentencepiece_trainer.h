@@ -5,19 +5,22 @@
 // Settings and why: BPE; vocab_size is an upper bound (a text with few distinct characters may
 // give fewer pieces, e.g. digits and signs only); identity normalisation and no whitespace squeezing, so decoding gives
 // back the exact text; byte fallback, so any text encodes without <unk>; digits split one by one;
-// ids 0 <unk>, 1 <s>, 2 </s> (the end-of-text id), no padding piece. Training reads the files
-// line by line (a line is SentencePiece's "sentence"), keeps at most `max_sentences` of them
+// ids 0 <unk>, 1 <s>, 2 </s> (the end-of-text id), no padding piece. Training reads the inputs
+// as agora tokenize does (data/document_reader.h: JSON Lines give their texts, compressed files
+// are decompressed), line by line (a line is SentencePiece's "sentence"), keeps at most `max_sentences` of them
 // (sampled by SentencePiece with a fixed seed) and is deterministic for the same inputs.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 namespace agora {
 
 struct SentencePieceTrainOptions {
-  std::vector<std::filesystem::path> inputs;  // text files
+  std::vector<std::filesystem::path> inputs;  // text or JSON Lines files, maybe compressed
+  std::string field = "text";                 // of JSON Lines objects
   uint32_t vocab_size = 8192;
   uint64_t max_sentences = 2'000'000;
   int threads = 0;  // 0: every core

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "agora/core/error.h"
+#include "agora/data/data_identity.h"
 #include "agora/optim/decoupled_momentum.h"
 #include "agora/optim/payload.h"
 #include "agora/train/device.h"
@@ -54,6 +55,7 @@ void build(PeerContext& peer, const wire::Welcome& welcome) {
   config = RunConfig::parse(welcome.run_config_toml(), "the coordinator's run config");
   check_decentralized(config);
   if (!peer.options.data.empty()) config.data.dir = peer.options.data.string();
+  if (!config.data.hash.empty()) check_data_identity(config.data.dir, config.data.hash);
   peer.data = read_data_meta(config.data.dir);
   if (config.model.vocab_size == 0) config.set_vocab_size(peer.data.vocab_size);
   const int64_t threads = peer.options.threads > 0 ? peer.options.threads : config.train.threads;
