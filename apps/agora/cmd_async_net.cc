@@ -8,9 +8,9 @@
 #include "agora/async/async_worker.h"
 #include "agora/async/outer_server.h"
 #include "agora/core/error.h"
+#include "agora/data/data_identity.h"
 #include "agora/net/identity.h"
 #include "agora/obs/progress.h"
-#include "agora/data/data_identity.h"
 #include "commands.h"
 #include "signals.h"
 

@@ -18,10 +18,10 @@ void add_data_command(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   auto* hash = data->add_subcommand(
-      "hash", "Print the folder's data hash (put it in the run config as data.hash so every "
-              "member checks its folder against it)");
-  hash->add_option("dir", args->dir, "A folder of token shards (agora tokenize --out)")
-      ->required();
+      "hash",
+      "Print the folder's data hash (put it in the run config as data.hash so every "
+      "member checks its folder against it)");
+  hash->add_option("dir", args->dir, "A folder of token shards (agora tokenize --out)")->required();
   hash->add_flag("--json", args->json, "Every shard's hash and size too, as JSON");
   hash->callback([args] {
     const DataIdentity identity = data_identity(args->dir);

@@ -62,21 +62,25 @@ void add_tokenize_command(CLI::App& app) {
     if (args->json) {
       const SkippedLines& skipped = summary.skipped;
       const auto split = [](const SplitSummary& s) {
-        return nlohmann::json{{"documents", s.documents}, {"tokens", s.tokens},
-                              {"bytes", s.bytes}, {"shards", s.shards.size()}};
+        return nlohmann::json{{"documents", s.documents},
+                              {"tokens", s.tokens},
+                              {"bytes", s.bytes},
+                              {"shards", s.shards.size()}};
       };
-      fmt::print("{}\n", nlohmann::json{
-                             {"event", "tokenized"},
-                             {"out", args->out},
-                             {"tokenizer", tokenizer->name()},
-                             {"seconds", summary.seconds},
-                             {"data_hash", summary.data_hash},
-                             {"train", split(summary.train)},
-                             {"val", split(summary.val)},
-                             {"json_lines_documents", summary.json_lines_documents},
-                             {"skipped_lines", skipped.total()},
-                             {"skipped_examples", skipped.examples},
-                         }.dump());
+      fmt::print("{}\n",
+                 nlohmann::json{
+                     {"event", "tokenized"},
+                     {"out", args->out},
+                     {"tokenizer", tokenizer->name()},
+                     {"seconds", summary.seconds},
+                     {"data_hash", summary.data_hash},
+                     {"train", split(summary.train)},
+                     {"val", split(summary.val)},
+                     {"json_lines_documents", summary.json_lines_documents},
+                     {"skipped_lines", skipped.total()},
+                     {"skipped_examples", skipped.examples},
+                 }
+                     .dump());
       return;
     }
     const double mb = (summary.train.bytes + summary.val.bytes) / 1e6;

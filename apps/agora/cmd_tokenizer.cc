@@ -36,7 +36,8 @@ void add_train(CLI::App& parent) {
                   "Files or folders of them: text, or JSON Lines (.jsonl, .ndjson); any of them "
                   "may be gzip- or Zstandard-compressed (.gz, .zst)")
       ->required();
-  cmd->add_option("--field", options->field, "The key of each JSON Lines object that holds the text")
+  cmd->add_option("--field", options->field,
+                  "The key of each JSON Lines object that holds the text")
       ->capture_default_str();
   cmd->add_option("--vocab-size", options->vocab_size, "Vocabulary size")->capture_default_str();
   cmd->add_option("--out", *out, "The .model file to write")->required();

@@ -283,8 +283,8 @@ TEST_F(CorpusTokenizerTest, JsonLinesWithoutADocumentAreCountedByReason) {
   EXPECT_EQ(skipped.total(), 7u);
   ASSERT_EQ(skipped.examples.size(), SkippedLines::kExamples);
   EXPECT_EQ(skipped.examples[0], (root_ / "jsonl" / "mixed.jsonl").string() + ":2: not JSON");
-  EXPECT_EQ(skipped.examples[3], (root_ / "jsonl" / "mixed.jsonl").string() +
-                                     ":5: \"text\" is not a string");
+  EXPECT_EQ(skipped.examples[3],
+            (root_ / "jsonl" / "mixed.jsonl").string() + ":5: \"text\" is not a string");
   const auto meta = nlohmann::json::parse(read_file(o.out_dir / "meta.json"));
   EXPECT_EQ(meta["json_lines"]["skipped_lines"]["not_json"], 2);
   EXPECT_EQ(meta["json_lines"]["skipped_lines"]["blank"], 1);

@@ -100,7 +100,7 @@ TEST(RunConfigTest, DataHashIsSixtyFourHexDigitsOrNothing) {
   expect_round_trip(config);
   EXPECT_EQ(parse("", {"data.hash=" + hash}).data.hash, hash);
   for (const std::string& bad : {std::string(63, 'a'), std::string(64, 'A'), std::string(64, 'g'),
-                                "0x" + std::string(62, 'a')}) {
+                                 "0x" + std::string(62, 'a')}) {
     const std::string message = error_of("", {"data.hash=" + bad});
     EXPECT_NE(message.find("data.hash"), std::string::npos) << message;
     EXPECT_NE(message.find("64 lowercase hex digits"), std::string::npos) << message;

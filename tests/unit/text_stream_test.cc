@@ -62,10 +62,8 @@ TEST(TextStream, HighlyCompressibleTextFillsEveryOutputChunk) {
 }
 
 TEST(TextStream, ConcatenatedMembersAndFramesReadOneAfterAnother) {
-  EXPECT_EQ(TextStream::from_bytes(gzip("one\n") + gzip("two\n"), "t").read_all(100),
-            "one\ntwo\n");
-  EXPECT_EQ(TextStream::from_bytes(zstd("one\n") + zstd("two\n"), "t").read_all(100),
-            "one\ntwo\n");
+  EXPECT_EQ(TextStream::from_bytes(gzip("one\n") + gzip("two\n"), "t").read_all(100), "one\ntwo\n");
+  EXPECT_EQ(TextStream::from_bytes(zstd("one\n") + zstd("two\n"), "t").read_all(100), "one\ntwo\n");
   // Uneven pieces put the ends of members and frames anywhere in an output chunk.
   const std::string text = big_text();
   std::string gz, zs;
@@ -113,8 +111,8 @@ TEST(TextStream, DamagedStreamsAreErrors) {
 }
 
 TEST(TextStream, LinesPastTheLimitAreSkippedNotHeld) {
-  const std::string text = "short\n" + std::string(3u << 20, 'y') + "\nafter\n" +
-                           std::string(5000, 'z');
+  const std::string text =
+      "short\n" + std::string(3u << 20, 'y') + "\nafter\n" + std::string(5000, 'z');
   for (const std::string& bytes : {text, gzip(text), zstd(text)}) {
     EXPECT_EQ(lines_of(TextStream::from_bytes(bytes, "t"), 4096),
               (std::vector<std::string>{"short", "<too long>", "after", "<too long>"}));

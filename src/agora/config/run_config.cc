@@ -142,12 +142,13 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
   data.dir = toml.get_string("data.dir", data.dir, /*allow_empty=*/false);
   data.seq_len = toml.get_int("data.seq_len", data.seq_len, kSeqLenRange);
   data.hash = toml.get_string("data.hash", data.hash);
-  const bool hex64 = data.hash.size() == 64 && data.hash.find_first_not_of("0123456789abcdef") ==
-                                                   std::string::npos;
+  const bool hex64 = data.hash.size() == 64 &&
+                     data.hash.find_first_not_of("0123456789abcdef") == std::string::npos;
   if (!data.hash.empty() && !hex64) {
-    fail("data.hash \"{}\" is not a data hash (allowed: 64 lowercase hex digits, as `agora data "
-         "hash DIR` prints them, or empty)",
-         data.hash);
+    fail(
+        "data.hash \"{}\" is not a data hash (allowed: 64 lowercase hex digits, as `agora data "
+        "hash DIR` prints them, or empty)",
+        data.hash);
   }
 
   read_model(toml, config);

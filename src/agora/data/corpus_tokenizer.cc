@@ -215,8 +215,7 @@ Pass tokenize_pass(const Tokenizer& tokenizer, const std::vector<fs::path>& file
       if (done->hash >= max_hash) max_hash = done->hash, pass.max_hash_index = index;
       const bool drawn = is_validation_hash(done->hash, options.val_fraction);
       pass.validation += drawn;
-      const bool validation =
-          forced.validation == index || (drawn && forced.train != index);
+      const bool validation = forced.validation == index || (drawn && forced.train != index);
       SplitSummary& split = validation ? summary.val : summary.train;
       ++split.documents;
       split.bytes += done->bytes;
@@ -339,8 +338,7 @@ CorpusTokenizeSummary tokenize_corpus(const Tokenizer& tokenizer,
       break;
     }
   }
-  summary.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   // A SentencePiece model travels with its shards, so the folder is self-contained.
   std::string recorded_spec = options.tokenizer_spec;

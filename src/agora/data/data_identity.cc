@@ -57,7 +57,9 @@ ShardIdentity shard_identity(const fs::path& path) {
 
 }  // namespace
 
-std::string DataIdentity::hex() const { return hex_encode(hash); }
+std::string DataIdentity::hex() const {
+  return hex_encode(hash);
+}
 
 DataIdentity data_identity(const fs::path& dir) {
   if (!fs::is_directory(dir)) fail("data folder {} does not exist", dir.string());
@@ -94,10 +96,11 @@ void check_data_identity(const fs::path& dir, const std::string& expected_hex,
                          const std::string& setting) {
   const std::string found = data_identity(dir).hex();
   if (found != expected_hex) {
-    fail("data folder {} holds other tokens than the run's: its hash is {}, the run's {} is {}; "
-         "get the run's token folder (or make it with the same agora tokenize command) and check "
-         "it with `agora data hash DIR`",
-         dir.string(), found, setting, expected_hex);
+    fail(
+        "data folder {} holds other tokens than the run's: its hash is {}, the run's {} is {}; "
+        "get the run's token folder (or make it with the same agora tokenize command) and check "
+        "it with `agora data hash DIR`",
+        dir.string(), found, setting, expected_hex);
   }
 }
 

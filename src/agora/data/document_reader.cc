@@ -1,9 +1,9 @@
 #include "agora/data/document_reader.h"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include <nlohmann/json.hpp>
-#include <simdjson.h>
 
 #include "agora/core/error.h"
 
@@ -13,7 +13,8 @@ namespace fs = std::filesystem;
 namespace {
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool blank(const std::string& line) {
@@ -24,9 +25,12 @@ bool blank(const std::string& line) {
 
 const char* to_string(DocumentFormat format) {
   switch (format) {
-    case DocumentFormat::kWholeFile: return "whole file";
-    case DocumentFormat::kLines: return "lines";
-    case DocumentFormat::kJsonLines: return "JSON Lines";
+    case DocumentFormat::kWholeFile:
+      return "whole file";
+    case DocumentFormat::kLines:
+      return "lines";
+    case DocumentFormat::kJsonLines:
+      return "JSON Lines";
   }
   return "?";
 }

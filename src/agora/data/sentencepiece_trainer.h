@@ -3,12 +3,13 @@
 // tiny model's compute).
 //
 // Settings and why: BPE; vocab_size is an upper bound (a text with few distinct characters may
-// give fewer pieces, e.g. digits and signs only); identity normalisation and no whitespace squeezing, so decoding gives
-// back the exact text; byte fallback, so any text encodes without <unk>; digits split one by one;
-// ids 0 <unk>, 1 <s>, 2 </s> (the end-of-text id), no padding piece. Training reads the inputs
-// as agora tokenize does (data/document_reader.h: JSON Lines give their texts, compressed files
-// are decompressed), line by line (a line is SentencePiece's "sentence"), keeps at most `max_sentences` of them
-// (sampled by SentencePiece with a fixed seed) and is deterministic for the same inputs.
+// give fewer pieces, e.g. digits and signs only); identity normalisation and no whitespace
+// squeezing, so decoding gives back the exact text; byte fallback, so any text encodes without
+// <unk>; digits split one by one; ids 0 <unk>, 1 <s>, 2 </s> (the end-of-text id), no padding
+// piece. Training reads the inputs as agora tokenize does (data/document_reader.h: JSON Lines give
+// their texts, compressed files are decompressed), line by line (a line is SentencePiece's
+// "sentence"), keeps at most `max_sentences` of them (sampled by SentencePiece with a fixed seed)
+// and is deterministic for the same inputs.
 #pragma once
 
 #include <cstdint>

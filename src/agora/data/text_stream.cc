@@ -216,9 +216,12 @@ Compression sniff(const std::string& head) {
 
 const char* to_string(Compression compression) {
   switch (compression) {
-    case Compression::kNone: return "none";
-    case Compression::kGzip: return "gzip";
-    case Compression::kZstd: return "zstd";
+    case Compression::kNone:
+      return "none";
+    case Compression::kGzip:
+      return "gzip";
+    case Compression::kZstd:
+      return "zstd";
   }
   return "?";
 }
@@ -298,8 +301,7 @@ class TextStream::Impl {
       }
     }
     if (buffer_.size() > max_bytes) {
-      fail("{} holds more than {} bytes of text, the most one document may have", name_,
-           max_bytes);
+      fail("{} holds more than {} bytes of text, the most one document may have", name_, max_bytes);
     }
     std::string all = std::move(buffer_);
     buffer_.clear();
@@ -343,16 +345,24 @@ TextStream::TextStream(TextStream&&) noexcept = default;
 TextStream& TextStream::operator=(TextStream&&) noexcept = default;
 TextStream::~TextStream() = default;
 
-Compression TextStream::compression() const { return impl_->compression(); }
+Compression TextStream::compression() const {
+  return impl_->compression();
+}
 
 TextStream::Line TextStream::next_line(std::string& line, size_t max_line) {
   return impl_->next_line(line, max_line);
 }
 
-std::string TextStream::read_all(size_t max_bytes) { return impl_->read_all(max_bytes); }
+std::string TextStream::read_all(size_t max_bytes) {
+  return impl_->read_all(max_bytes);
+}
 
-uint64_t TextStream::bytes_read() const { return impl_->bytes_read(); }
+uint64_t TextStream::bytes_read() const {
+  return impl_->bytes_read();
+}
 
-uint64_t TextStream::input_bytes_read() const { return impl_->input_bytes_read(); }
+uint64_t TextStream::input_bytes_read() const {
+  return impl_->input_bytes_read();
+}
 
 }  // namespace agora
