@@ -12,11 +12,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool blank(const std::string& line) {
   return line.find_first_not_of(" \t\r") == std::string::npos;
 }
@@ -38,12 +33,12 @@ const char* to_string(DocumentFormat format) {
 DocumentFormat document_format(const fs::path& file, bool lines) {
   std::string name = file.filename().string();
   for (const char* compressed : {".gz", ".zst", ".zstd"}) {
-    if (ends_with(name, compressed)) {
+    if (name.ends_with(compressed)) {
       name.resize(name.size() - std::string_view(compressed).size());
       break;
     }
   }
-  if (ends_with(name, ".jsonl") || ends_with(name, ".ndjson")) return DocumentFormat::kJsonLines;
+  if (name.ends_with(".jsonl") || name.ends_with(".ndjson")) return DocumentFormat::kJsonLines;
   return lines ? DocumentFormat::kLines : DocumentFormat::kWholeFile;
 }
 
