@@ -10,7 +10,7 @@ namespace agora::cli {
 
 void add_peer_command(CLI::App& app) {
   struct Args {
-    std::string coordinator, coordinator_key, key, data, checkpoint_dir;
+    std::string coordinator, coordinator_key, key, data, data_cache, checkpoint_dir;
     std::string listen = "tcp://0.0.0.0:*", advertise;
     int64_t threads = 0;
     double slowdown = 1.0;
@@ -26,7 +26,12 @@ void add_peer_command(CLI::App& app) {
                   "The coordinator's public key (64 hex characters)")
       ->required();
   cmd->add_option("--key", args->key, "This peer's identity (agora keygen --out FILE)")->required();
-  cmd->add_option("--data", args->data, "This machine's copy of the run's token folder");
+  cmd->add_option("--data", args->data,
+                  "This machine's copy of the run's token folder (default: fetch it from the "
+                  "coordinator, checked against the run's data hash)");
+  cmd->add_option("--data-cache", args->data_cache,
+                  "Where the data fetched from the coordinator goes (default: "
+                  "agora-data/HASH when the run's data.dir is not on this machine)");
   cmd->add_option("--checkpoint-dir", args->checkpoint_dir,
                   "Where to write checkpoints if the coordinator makes this peer a checkpointer");
   cmd->add_option("--listen", args->listen,
@@ -54,6 +59,11 @@ void add_peer_command(CLI::App& app) {
     o.coordinator = args->coordinator;
     o.coordinator_key = net::key_from_hex(args->coordinator_key, "--coordinator-key");
     o.data = args->data;
+    o.data_cache = args->data_cache;
+    if (!o.data.empty() && !o.data_cache.empty()) {
+      throw CLI::ValidationError("--data-cache",
+                                 "give --data (a local copy) or --data-cache (fetch), not both");
+    }
     o.checkpoint_dir = args->checkpoint_dir;
     o.listen = args->listen;
     o.advertise = args->advertise;
@@ -72,6 +82,10 @@ void add_peer_command(CLI::App& app) {
                  s.wall_seconds, 100.0 * s.compute_seconds / s.wall_seconds);
     }
     if (!s.checkpoint.empty()) fmt::print("checkpoint {}\n", s.checkpoint.string());
+    if (s.data_bytes_fetched > 0) {
+      fmt::print("data fetched {:.1f} MiB\n",
+                 static_cast<double>(s.data_bytes_fetched) / (1 << 20));
+    }
   });
 }
 

@@ -87,7 +87,8 @@ class Cluster:
         public = self.shaper(own)
         args = [self.agora, "peer", "--coordinator", f"tcp://127.0.0.1:{self.front}",
                 "--coordinator-key", self.coordinator_key, "--key",
-                os.path.join(self.dir, name + ".key"), "--data", self.data,
+                os.path.join(self.dir, name + ".key"),
+                *(["--data", self.data] if self.data else []),
                 "--listen", f"tcp://127.0.0.1:{own}", "--advertise",
                 f"tcp://127.0.0.1:{public}", "--threads", "1", "--quiet", *extra]
         self.started[name] = time.time()

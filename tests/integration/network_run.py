@@ -176,11 +176,13 @@ class Run:
         self.coordinator = subprocess.Popen(args, stdout=out, stderr=err,
                                             env=self.environment(env))
 
-    def start_peer(self, i, key=None, extra=(), env=None, prefix=()):
-        """Starts peer i; `prefix` goes before the command (e.g. taskset -c 1)."""
+    def start_peer(self, i, key=None, extra=(), env=None, prefix=(), local_data=True):
+        """Starts peer i; `prefix` goes before the command (e.g. taskset -c 1). Without
+        `local_data` the peer gets no --data: it fetches the run's data (extra names where)."""
         key = key or os.path.join(self.dir, f"peer-{i}.key")
+        data = ["--data", self.data] if local_data else []
         args = [*prefix, self.agora, "peer", "--coordinator", f"tcp://127.0.0.1:{self.port}",
-                "--coordinator-key", self.coordinator_key, "--key", key, "--data", self.data,
+                "--coordinator-key", self.coordinator_key, "--key", key, *data,
                 "--listen", "tcp://127.0.0.1:*", "--threads", "1", "--log-format", "json",
                 "--checkpoint-dir", os.path.join(self.dir, f"ckpt-{i}"), *extra]
         log = open(os.path.join(self.dir, f"peer-{i}.log"), "a")

@@ -344,6 +344,52 @@ def scenario_allowlist(agora, data):
     run.cleanup()
 
 
+def scenario_volunteer(agora, data):
+    """A volunteer joins with nothing but the coordinator's address and key: it fetches the run's
+    data from the coordinator (checked chunk by chunk against the run's data hash) and trains
+    the same sequences, bit for bit, as the members with a copy on disk."""
+    data_hash = subprocess.run([agora, "data", "hash", data], check=True, capture_output=True,
+                               text=True).stdout.strip()
+    # The coordinator holds the data and serves it; the run config names no hash: the
+    # coordinator records the folder's.
+    run = Run(agora, data, "volunteer", peers=3, steps=8,
+              sets=["network.min_peers=3", f'data.dir="{data}"'])
+    run.start_coordinator()
+    run.start_peer(0)
+    run.start_peer(1)
+    cache = os.path.join(run.dir, "fetched")
+    run.start_peer(2, local_data=False, extra=["--data-cache", cache])
+    run.wait_finished()
+    run.check_all_steps_final()
+    run.check_identical(range(3), throughout=range(3))
+    run.check_finished(range(3))
+    # min_peers = 3: every round has the volunteer, which trains its share from fetched data.
+    trained = run.sequences_by_round([2])
+    if sorted(trained) != list(range(run.steps)):
+        run.fail(f"the volunteer trained rounds {sorted(trained)}, expected 0..{run.steps - 1}")
+    mounted = run.events(2, "data_mount")
+    shards = sum(os.path.getsize(os.path.join(data, f)) for f in os.listdir(data)
+                 if f.endswith(".bin"))
+    if len(mounted) != 1 or mounted[0]["bytes"] != shards or mounted[0]["chunks_cached"] != 0:
+        run.fail(f"the volunteer's data_mount event {mounted} does not name the run's {shards} "
+                 f"bytes of shards, none cached")
+    summary = run.events(2, "summary")[-1]
+    # Prefetch fills the folder: every byte of the shards, fetched once, none refused.
+    if summary["data_bytes_fetched"] != shards or summary["data_chunks_refused"] != 0:
+        run.fail(f"the volunteer fetched {summary['data_bytes_fetched']} bytes "
+                 f"({summary['data_chunks_refused']} refused), expected the {shards} of the shards")
+    for i in (0, 1):
+        if run.events(i, "data_mount"):
+            run.fail(f"peer {i} has the data on disk, yet fetched it")
+    fetched = subprocess.run([agora, "data", "hash", cache], check=True, capture_output=True,
+                             text=True).stdout.strip()
+    if fetched != data_hash:
+        run.fail(f"the volunteer's folder hashes to {fetched}, the run's data to {data_hash}")
+    print(f"the volunteer fetched {shards} bytes of data {data_hash[:16]} and held the same "
+          f"parameters as the members with a copy, after every compared step")
+    run.cleanup()
+
+
 def scenario_tamper(agora, data, adversary):
     """A member committing malformed payloads (the adversary's `garbage`: each payload cut in
     half, tests/adversary/) is rejected by the others, struck and dropped."""
@@ -459,6 +505,7 @@ SCENARIOS = {
     "all_leave": scenario_all_leave,
     "coordinator_restart": scenario_coordinator_restart,
     "allowlist": scenario_allowlist,
+    "volunteer": scenario_volunteer,
     "tamper": scenario_tamper,
     "slow_peer": scenario_slow_peer,
     "tst": scenario_tst,

@@ -16,10 +16,6 @@ namespace {
 
 constexpr std::string_view kVersion = "agora data identity v1";
 
-bool is_shard_name(const std::string& name) {
-  return (name.starts_with("train_") || name.starts_with("val_")) && name.ends_with(".bin");
-}
-
 std::string digest(Blake2bHasher& hasher) {
   const auto bytes = hasher.finish();
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -46,16 +42,41 @@ ShardIdentity shard_identity(const fs::path& path) {
   const bool failed = std::ferror(file);
   std::fclose(file);
   if (failed) fail("cannot read shard {}", path.string());
+  shard.hash = shard_hash(shard);
+  return shard;
+}
+
+}  // namespace
+
+std::string shard_hash(const ShardIdentity& shard) {
   Blake2bHasher hasher;
   hasher.update(shard.name);
   hasher.update(std::string_view("\0", 1));
   hasher.update(u64_bytes(shard.bytes));
   for (const auto& h : shard.chunk_hashes) hasher.update(h);
-  shard.hash = digest(hasher);
-  return shard;
+  return digest(hasher);
 }
 
-}  // namespace
+std::string root_hash(const std::vector<ShardIdentity>& shards) {
+  Blake2bHasher hasher;
+  hasher.update(kVersion);
+  for (const auto& shard : shards) hasher.update(shard.hash);
+  return digest(hasher);
+}
+
+uint64_t chunk_count(uint64_t bytes) {
+  return bytes / DataIdentity::kChunkBytes + (bytes % DataIdentity::kChunkBytes != 0 ? 1 : 0);
+}
+
+bool is_shard_file_name(std::string_view name) {
+  if (!(name.starts_with("train_") || name.starts_with("val_")) || !name.ends_with(".bin")) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
+  });
+}
 
 std::string DataIdentity::hex() const {
   return hex_encode(hash);
@@ -65,7 +86,7 @@ DataIdentity data_identity(const fs::path& dir) {
   if (!fs::is_directory(dir)) fail("data folder {} does not exist", dir.string());
   std::vector<fs::path> shards;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.is_regular_file() && is_shard_name(entry.path().filename().string())) {
+    if (entry.is_regular_file() && is_shard_file_name(entry.path().filename().string())) {
       shards.push_back(entry.path());
     }
   }
@@ -76,13 +97,8 @@ DataIdentity data_identity(const fs::path& dir) {
   std::sort(shards.begin(), shards.end(),
             [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
   DataIdentity identity;
-  Blake2bHasher hasher;
-  hasher.update(kVersion);
-  for (const auto& path : shards) {
-    identity.shards.push_back(shard_identity(path));
-    hasher.update(identity.shards.back().hash);
-  }
-  identity.hash = digest(hasher);
+  for (const auto& path : shards) identity.shards.push_back(shard_identity(path));
+  identity.hash = root_hash(identity.shards);
   return identity;
 }
 

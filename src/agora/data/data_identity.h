@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace agora {
@@ -46,5 +47,16 @@ void check_data_identity(const std::filesystem::path& dir, const std::string& ex
 
 // True when `text` is a data hash as written in configs: 64 lowercase hexadecimal digits.
 bool is_data_hash(const std::string& text);
+
+// True for the names a token folder's shards have: train_*.bin or val_*.bin, made of letters,
+// digits, '_', '-' and '.' only (so a name never leaves the folder it is written to).
+bool is_shard_file_name(std::string_view name);
+
+// The hashes the tree is made of, from the parts a manifest carries (data/data_manifest.h):
+// a shard's from its name, size and chunk hashes; the folder's from its shards' hashes in order.
+std::string shard_hash(const ShardIdentity& shard);
+std::string root_hash(const std::vector<ShardIdentity>& shards);
+// ceil(bytes / kChunkBytes): how many chunk hashes a shard of `bytes` has.
+uint64_t chunk_count(uint64_t bytes);
 
 }  // namespace agora

@@ -5,12 +5,23 @@
 
 #include "agora/core/error.h"
 #include "agora/core/little_endian.h"
+#include "agora/data/chunk_source.h"
 
 namespace agora {
 namespace {
 
 size_t token_bytes(int version) {
   return version == 1 ? 2 : 4;
+}
+
+// Tokens [begin, begin + count) of a shard in a folder that fills in as it is read are fetched
+// (and checked) before they are read; elsewhere this is one atomic load.
+void ensure_present(const ShardReader& shard, size_t begin, size_t count) {
+  if (const auto source = chunk_source_for(shard.path())) {
+    const uint64_t width = token_bytes(shard.version());
+    source->ensure(shard.path().filename().string(), kShardHeaderBytes + begin * width,
+                   kShardHeaderBytes + (begin + count) * width);
+  }
 }
 
 const char* token_type(int version) {
@@ -105,6 +116,10 @@ void write_shard(const std::filesystem::path& path, std::span<const TokenId> tok
 ShardReader ShardReader::open(const std::filesystem::path& path) {
   const std::string name = path.string();
   ShardReader reader;
+  // A folder that fills in as it is read (data/chunk_source.h) fetches the header first.
+  if (const auto source = chunk_source_for(path)) {
+    source->ensure(path.filename().string(), 0, kShardHeaderBytes);
+  }
   reader.file_ = MappedFile::open(path, "shard");
   const std::span<const uint8_t> bytes = reader.file_.bytes();
   const uint64_t size = bytes.size();
@@ -142,6 +157,7 @@ TokenId ShardReader::token(size_t i) const {
     fail("shard {}: token index {} is out of range; the shard has {} tokens", path().string(), i,
          num_tokens);
   }
+  ensure_present(*this, i, 1);
   const uint8_t* tokens = file_.bytes().data() + kShardHeaderBytes;
   return version_ == 1 ? load_le16(tokens + 2 * i) : load_le32(tokens + 4 * i);
 }
@@ -153,6 +169,7 @@ void ShardReader::copy(size_t begin, size_t count, TokenId* out) const {
     fail("shard {}: tokens [{}, {}+{}) are out of range; the shard has {} tokens", path().string(),
          begin, begin, count, num_tokens);
   }
+  ensure_present(*this, begin, count);
   const uint8_t* tokens = file_.bytes().data() + kShardHeaderBytes;
   if (version_ == 1) {
     for (size_t i = 0; i < count; ++i) out[i] = load_le16(tokens + 2 * (begin + i));

@@ -291,6 +291,9 @@ PeerSummary Peer::run() {
     peer_.summary.state_hash = state_hash_hex(state_record(peer_.learner.model, peer_.applied));
   }
   const NetworkCounters c = peer_.link.counters();
+  serve::DataMountStats data;
+  if (peer_.data_mount) data = peer_.data_mount->stats();
+  peer_.summary.data_bytes_fetched = data.bytes_fetched;
   peer_.log(fmt::format("payloads fetched {}, rejected {}; {} received, {} served; {} malformed "
                         "messages dropped",
                         c.payloads_fetched, c.payloads_rejected, format_bytes(c.bytes_received),
@@ -303,7 +306,10 @@ PeerSummary Peer::run() {
              {"dropped_messages", c.dropped_messages},
              {"relayed_bytes", peer_.summary.relayed_bytes},
              {"relay_chunks_fetched", c.relay_chunks_fetched},
-             {"relay_chunks_served", c.relay_chunks_served}});
+             {"relay_chunks_served", c.relay_chunks_served},
+             {"data_bytes_fetched", data.bytes_fetched},
+             {"data_chunks_refused", data.refused},
+             {"data_wait_seconds", data.waited_seconds}});
   peer_.summary.applied_steps = peer_.applied;
   return peer_.summary;
 }

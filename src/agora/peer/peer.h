@@ -29,6 +29,10 @@ struct PeerOptions {
   std::string coordinator;              // tcp://host:port
   net::PublicKey coordinator_key;
   std::filesystem::path data;           // this machine's copy of the run's token folder
+  // Where the run's data fetched from the coordinator goes (serve/data_mount.h): the default
+  // when neither --data nor the run config's data.dir is on this machine, then
+  // agora-data/<the data hash's first 16 digits>. Set, it fetches even where data.dir exists.
+  std::filesystem::path data_cache;
   std::filesystem::path checkpoint_dir; // where a checkpointer writes; "" = runs/<key>
   std::string listen = "tcp://0.0.0.0:*";
   std::string advertise;                // the endpoint others dial, when not this host's loopback
@@ -53,6 +57,7 @@ struct PeerSummary {
   std::string state_hash;  // hex, after the last applied step
   std::filesystem::path checkpoint;
   uint64_t relayed_bytes = 0;  // payload bytes uploaded to the coordinator's relay
+  uint64_t data_bytes_fetched = 0;  // of the run's token folder, from the run (data_cache)
 };
 
 PeerSummary run_peer(const net::Identity& identity, const PeerOptions& options,

@@ -23,6 +23,7 @@
 #include "agora/peer/peer.h"
 #include "agora/peer/peer_link.h"
 #include "agora/peer/peer_metrics.h"
+#include "agora/serve/data_mount.h"
 #include "agora/train/step.h"
 
 namespace agora::peer {
@@ -94,6 +95,9 @@ struct PeerContext {
   RunConfig config;
   std::string run_id;
   DataMeta data;
+  // The run's data fetched from the coordinator, when this machine has none; declared before
+  // what reads it, so it goes last.
+  std::unique_ptr<serve::DataMount> data_mount;
   bool checkpointer = false;
   torch::Device device{torch::kCPU};
   Learner learner;

@@ -50,12 +50,55 @@ wire::Welcome join(PeerContext& peer) {
   fail("stopped before joining");
 }
 
+namespace {
+
+// No copy of the run's data here: fetch it from the coordinator as it is read, checked against
+// the run's data hash (serve/data_mount.h).
+void mount_run_data(PeerContext& peer) {
+  RunConfig& config = peer.config;
+  if (config.data.hash.empty()) {
+    fail(
+        "this peer has no copy of the run's data (no --data, and the run's data.dir {} is not on "
+        "this machine), and the coordinator does not serve it (its run config names no data "
+        "hash); pass --data DIR with a copy of the run's token folder",
+        config.data.dir);
+  }
+  serve::DataMountOptions o;
+  o.endpoint = peer.options.coordinator;
+  o.server_key = peer.options.coordinator_key;
+  o.data_hash = config.data.hash;
+  o.cache_dir = peer.options.data_cache.empty()
+                    ? std::filesystem::path("agora-data") / config.data.hash.substr(0, 16)
+                    : peer.options.data_cache;
+  o.progress = [&peer](const std::string& line) { peer.log(line, "data_progress"); };
+  peer.data_mount = serve::DataMount::open(peer.identity, o);
+  const serve::DataMountStats s = peer.data_mount->stats();
+  peer.log(fmt::format("fetching the run's data {} into {} ({:.1f} MiB, {} of {} chunks already "
+                       "held)",
+                       config.data.hash.substr(0, 16), o.cache_dir.string(),
+                       static_cast<double>(s.bytes) / (1 << 20), s.chunks_cached, s.chunks),
+           "data_mount",
+           {{"cache", o.cache_dir.string()},
+            {"bytes", s.bytes},
+            {"chunks", s.chunks},
+            {"chunks_cached", s.chunks_cached}});
+  config.data.dir = o.cache_dir.string();
+}
+
+}  // namespace
+
 void build(PeerContext& peer, const wire::Welcome& welcome) {
   RunConfig& config = peer.config;
   config = RunConfig::parse(welcome.run_config_toml(), "the coordinator's run config");
   check_decentralized(config);
   if (!peer.options.data.empty()) config.data.dir = peer.options.data.string();
-  if (!config.data.hash.empty()) check_data_identity(config.data.dir, config.data.hash);
+  std::error_code ec;
+  if (peer.options.data.empty() &&
+      (!peer.options.data_cache.empty() || !std::filesystem::is_directory(config.data.dir, ec))) {
+    mount_run_data(peer);
+  } else if (!config.data.hash.empty()) {
+    check_data_identity(config.data.dir, config.data.hash);
+  }
   peer.data = read_data_meta(config.data.dir);
   if (config.model.vocab_size == 0) config.set_vocab_size(peer.data.vocab_size);
   const int64_t threads = peer.options.threads > 0 ? peer.options.threads : config.train.threads;
