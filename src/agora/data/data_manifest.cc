@@ -119,9 +119,11 @@ DataManifest decode_manifest(std::string_view bytes) {
            kMaxManifestFileBytes);
     }
     std::string bytes(reinterpret_cast<const char*>(in.take(size, kWhere, name)), size);
-    if (!manifest.files.emplace(name, std::move(bytes)).second) {
-      fail("data manifest: file \"{}\" is listed twice", name);
+    if (!manifest.files.empty() && !(manifest.files.rbegin()->first < name)) {
+      fail("data manifest: file \"{}\" follows \"{}\"; files are listed once each, in name order",
+           name, manifest.files.rbegin()->first);
     }
+    manifest.files.emplace(name, std::move(bytes));
   }
   if (in.remaining() != 0) {
     fail("data manifest: {} bytes follow its end", in.remaining());

@@ -17,7 +17,8 @@
 //   per shard, in strictly increasing name order:
 //     u16 name length (1 .. 255), the name (data_identity.h's is_shard_file_name),
 //     u64 bytes (at least the 1024-byte header), chunk_count(bytes) x 32-byte chunk hashes
-//   u32 file count (at most kMaxManifestFiles), per file: u16 name length, the name (letters,
+//   u32 file count (at most kMaxManifestFiles), per file in strictly increasing name order:
+//     u16 name length, the name (letters,
 //     digits, '_', '-', '.'; not a shard's, no leading '.'), u32 length, the bytes; the files'
 //     bytes together at most kMaxManifestFileBytes
 // and nothing after. decode_manifest() refuses anything else with an Error that names the field.
