@@ -13,6 +13,7 @@ void add_peer_command(CLI::App& app) {
     std::string coordinator, coordinator_key, key, data, data_cache, checkpoint_dir;
     std::string listen = "tcp://0.0.0.0:*", advertise;
     int64_t threads = 0;
+    size_t data_peers = 8;
     double slowdown = 1.0;
     double join_timeout = 60;
     bool quiet = false;
@@ -32,6 +33,11 @@ void add_peer_command(CLI::App& app) {
   cmd->add_option("--data-cache", args->data_cache,
                   "Where the data fetched from the coordinator goes (default: "
                   "agora-data/HASH when the run's data.dir is not on this machine)");
+  cmd->add_option("--data-peers", args->data_peers,
+                  "Members asked for the run's data before the coordinator (0: the coordinator "
+                  "only)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   cmd->add_option("--checkpoint-dir", args->checkpoint_dir,
                   "Where to write checkpoints if the coordinator makes this peer a checkpointer");
   cmd->add_option("--listen", args->listen,
@@ -60,6 +66,7 @@ void add_peer_command(CLI::App& app) {
     o.coordinator_key = net::key_from_hex(args->coordinator_key, "--coordinator-key");
     o.data = args->data;
     o.data_cache = args->data_cache;
+    o.data_peers = args->data_peers;
     if (!o.data.empty() && !o.data_cache.empty()) {
       throw CLI::ValidationError("--data-cache",
                                  "give --data (a local copy) or --data-cache (fetch), not both");
@@ -83,8 +90,9 @@ void add_peer_command(CLI::App& app) {
     }
     if (!s.checkpoint.empty()) fmt::print("checkpoint {}\n", s.checkpoint.string());
     if (s.data_bytes_fetched > 0) {
-      fmt::print("data fetched {:.1f} MiB\n",
-                 static_cast<double>(s.data_bytes_fetched) / (1 << 20));
+      fmt::print("data fetched {:.1f} MiB, {:.1f} MiB of it from other members\n",
+                 static_cast<double>(s.data_bytes_fetched) / (1 << 20),
+                 static_cast<double>(s.data_bytes_from_peers) / (1 << 20));
     }
   });
 }

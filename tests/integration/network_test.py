@@ -345,28 +345,29 @@ def scenario_allowlist(agora, data):
 
 
 def scenario_volunteer(agora, data):
-    """A volunteer joins with nothing but the coordinator's address and key: it fetches the run's
-    data from the coordinator (checked chunk by chunk against the run's data hash) and trains
-    the same sequences, bit for bit, as the members with a copy on disk."""
+    """A volunteer joins a running run with nothing but the coordinator's address and key: it
+    fetches the run's data (checked chunk by chunk against the run's data hash) from the members
+    that hold a copy, and from the coordinator, and trains the same sequences, bit for bit, as
+    the members with a copy on disk."""
     data_hash = subprocess.run([agora, "data", "hash", data], check=True, capture_output=True,
                                text=True).stdout.strip()
     # The coordinator holds the data and serves it; the run config names no hash: the
     # coordinator records the folder's.
-    run = Run(agora, data, "volunteer", peers=3, steps=8,
-              sets=["network.min_peers=3", f'data.dir="{data}"'])
+    run = Run(agora, data, "volunteer", peers=3, steps=20,
+              sets=["network.min_peers=2", f'data.dir="{data}"'])
     run.start_coordinator()
     run.start_peer(0)
     run.start_peer(1)
+    run.wait_final(2)
     cache = os.path.join(run.dir, "fetched")
     run.start_peer(2, local_data=False, extra=["--data-cache", cache])
     run.wait_finished()
     run.check_all_steps_final()
-    run.check_identical(range(3), throughout=range(3))
+    run.check_identical(range(3), throughout=[0, 1])
     run.check_finished(range(3))
-    # min_peers = 3: every round has the volunteer, which trains its share from fetched data.
     trained = run.sequences_by_round([2])
-    if sorted(trained) != list(range(run.steps)):
-        run.fail(f"the volunteer trained rounds {sorted(trained)}, expected 0..{run.steps - 1}")
+    if not trained:
+        run.fail("the volunteer trained no round")
     mounted = run.events(2, "data_mount")
     shards = sum(os.path.getsize(os.path.join(data, f)) for f in os.listdir(data)
                  if f.endswith(".bin"))
@@ -374,10 +375,15 @@ def scenario_volunteer(agora, data):
         run.fail(f"the volunteer's data_mount event {mounted} does not name the run's {shards} "
                  f"bytes of shards, none cached")
     summary = run.events(2, "summary")[-1]
-    # Prefetch fills the folder: every byte of the shards, fetched once, none refused.
+    # The prefetch fills the folder: every byte of the shards, fetched once, none refused. The
+    # members with a copy were asked first (the Welcome names them as holders, and the
+    # coordinator's Admit lets the volunteer in at once); what they were too busy for came from
+    # the coordinator.
     if summary["data_bytes_fetched"] != shards or summary["data_chunks_refused"] != 0:
         run.fail(f"the volunteer fetched {summary['data_bytes_fetched']} bytes "
                  f"({summary['data_chunks_refused']} refused), expected the {shards} of the shards")
+    if summary["data_bytes_from_peers"] == 0:
+        run.fail("the members holding a copy served the volunteer nothing")
     for i in (0, 1):
         if run.events(i, "data_mount"):
             run.fail(f"peer {i} has the data on disk, yet fetched it")
@@ -385,8 +391,9 @@ def scenario_volunteer(agora, data):
                              text=True).stdout.strip()
     if fetched != data_hash:
         run.fail(f"the volunteer's folder hashes to {fetched}, the run's data to {data_hash}")
-    print(f"the volunteer fetched {shards} bytes of data {data_hash[:16]} and held the same "
-          f"parameters as the members with a copy, after every compared step")
+    print(f"the volunteer fetched {shards} bytes of data {data_hash[:16]} "
+          f"({summary['data_bytes_from_peers']} from members), trained rounds {sorted(trained)} "
+          f"and held the same parameters as the members with a copy")
     run.cleanup()
 
 

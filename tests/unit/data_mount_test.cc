@@ -210,6 +210,45 @@ TEST_F(DataMountTest, AManifestOfOtherDataIsRefused) {
                     "does not serve the run's data", "--data");
 }
 
+TEST_F(DataMountTest, MembersServeFirstAndOneThatLiesIsAskedNoMore) {
+  TestDataServer server(source_);
+  // One member lies about every chunk; one holds other data only (it answers NotFound); one
+  // holds the run's data.
+  TestDataServer liar(source_, {}, [&](wire::Envelope& reply) {
+    const std::string hash = reply.get_blob().hash();
+    reply.mutable_blob()->set_hash(hash);
+    reply.mutable_blob()->set_data(std::string(1 << 20, 'x'));
+  });
+  const fs::path other = dir_ / "other";
+  fs::create_directories(other);
+  write_shard(other / "train_000000.bin", std::vector<TokenId>(5000, 3), 1);
+  TestDataServer stranger(other);
+  TestDataServer holder(source_);
+  DataMountOptions o = options(server, server.hex());
+  o.prefetch = false;
+  auto mount = DataMount::open(member_, o);
+  mount->set_peers({{liar.endpoint(), liar.key()},
+                    {stranger.endpoint(), stranger.key()},
+                    {holder.endpoint(), holder.key()}});
+  const Sampler local = Sampler::from_directory(source_, "train", 64, 7);
+  const Sampler fetched = Sampler::from_directory(o.cache_dir, "train", 64, 7);
+  std::vector<TokenId> a(local.window_tokens()), b(local.window_tokens());
+  for (uint64_t q = 0; q < 20000; q += 101) {
+    local.read(q, a.data());
+    fetched.read(q, b.data());
+    ASSERT_EQ(a, b) << "sequence " << q;
+  }
+  const DataMountStats s = mount->stats();
+  EXPECT_EQ(s.refused, 1u);  // the liar, once: never asked again
+  EXPECT_GT(s.bytes_from_peers, 0u);
+  EXPECT_EQ(s.chunks_held, s.chunks - 1);  // every train chunk; the val shard was never read
+  // What the mount holds, it serves: the bytes of the chunks it checked.
+  const DataIdentity identity = data_identity(source_);
+  EXPECT_TRUE(mount->held_chunk(identity.shards[0].chunk_hashes[1]) ==
+              read_file(source_ / "train_000000.bin").substr(1 << 20, 1 << 20));
+  EXPECT_EQ(mount->held_chunk(identity.shards[1].chunk_hashes[0]), std::nullopt);
+}
+
 TEST_F(DataMountTest, ACacheHoldingOtherShardsIsRefused) {
   TestDataServer server(source_);
   fs::create_directories(dir_ / "cache");

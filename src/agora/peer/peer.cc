@@ -294,6 +294,7 @@ PeerSummary Peer::run() {
   serve::DataMountStats data;
   if (peer_.data_mount) data = peer_.data_mount->stats();
   peer_.summary.data_bytes_fetched = data.bytes_fetched;
+  peer_.summary.data_bytes_from_peers = data.bytes_from_peers;
   peer_.log(fmt::format("payloads fetched {}, rejected {}; {} received, {} served; {} malformed "
                         "messages dropped",
                         c.payloads_fetched, c.payloads_rejected, format_bytes(c.bytes_received),
@@ -308,6 +309,7 @@ PeerSummary Peer::run() {
              {"relay_chunks_fetched", c.relay_chunks_fetched},
              {"relay_chunks_served", c.relay_chunks_served},
              {"data_bytes_fetched", data.bytes_fetched},
+             {"data_bytes_from_peers", data.bytes_from_peers},
              {"data_chunks_refused", data.refused},
              {"data_wait_seconds", data.waited_seconds}});
   peer_.summary.applied_steps = peer_.applied;

@@ -33,6 +33,7 @@ struct PeerOptions {
   // when neither --data nor the run config's data.dir is on this machine, then
   // agora-data/<the data hash's first 16 digits>. Set, it fetches even where data.dir exists.
   std::filesystem::path data_cache;
+  size_t data_peers = 8;  // members a fetching peer asks before the coordinator (0: none)
   std::filesystem::path checkpoint_dir; // where a checkpointer writes; "" = runs/<key>
   std::string listen = "tcp://0.0.0.0:*";
   std::string advertise;                // the endpoint others dial, when not this host's loopback
@@ -58,6 +59,7 @@ struct PeerSummary {
   std::filesystem::path checkpoint;
   uint64_t relayed_bytes = 0;  // payload bytes uploaded to the coordinator's relay
   uint64_t data_bytes_fetched = 0;  // of the run's token folder, from the run (data_cache)
+  uint64_t data_bytes_from_peers = 0;  // of those, served by other members
 };
 
 PeerSummary run_peer(const net::Identity& identity, const PeerOptions& options,

@@ -24,6 +24,7 @@
 #include "agora/peer/peer_link.h"
 #include "agora/peer/peer_metrics.h"
 #include "agora/serve/data_mount.h"
+#include "agora/serve/data_service.h"
 #include "agora/train/step.h"
 
 namespace agora::peer {
@@ -98,6 +99,9 @@ struct PeerContext {
   // The run's data fetched from the coordinator, when this machine has none; declared before
   // what reads it, so it goes last.
   std::unique_ptr<serve::DataMount> data_mount;
+  // This peer's copy on disk, hashed and served to the members that fetch (null: none, or the
+  // run names no data hash).
+  std::unique_ptr<serve::DataService> data_service;
   bool checkpointer = false;
   torch::Device device{torch::kCPU};
   Learner learner;

@@ -121,6 +121,13 @@ class PeerLink {
     throw std::runtime_error("this link cannot fetch strategy states");
   }
 
+  // Serves chunks of the run's data to the other members from now on: `lookup` gives a chunk's
+  // bytes by its hash when this peer holds it (serve/data_mount.h asks members before the
+  // coordinator). Thread-safe.
+  virtual void serve_data(std::function<std::optional<std::string>(const std::string&)> lookup) {
+    (void)lookup;
+  }
+
   // Thread-safe.
   virtual NetworkCounters counters() const = 0;
 };

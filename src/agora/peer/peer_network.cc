@@ -131,6 +131,10 @@ void PeerNetwork::publish_strategy_state(const std::string& hash,
   }
 }
 
+void PeerNetwork::serve_data(std::function<std::optional<std::string>(const std::string&)> lookup) {
+  server_->serve_data(std::move(lookup));
+}
+
 NetworkCounters PeerNetwork::counters() const {
   MutexLock lock(mutex_);
   NetworkCounters c = counters_;  // dropped_* come from sync_socket_counters()

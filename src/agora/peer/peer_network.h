@@ -113,6 +113,7 @@ class PeerNetwork final : public PeerLink {
                                 const std::atomic<bool>* cancel) override;
   // The metrics' collector reads them from an HTTP thread.
   NetworkCounters counters() const override;
+  void serve_data(std::function<std::optional<std::string>(const std::string&)> lookup) override;
 
  private:
   // One thing to fetch: a payload (by hash) or a snapshot tensor (by name).

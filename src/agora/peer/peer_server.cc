@@ -140,6 +140,33 @@ std::shared_ptr<const std::string> PeerServer::tensor_reply(const wire::GetTenso
   return bytes;
 }
 
+void PeerServer::serve_data(DataLookup lookup) {
+  std::lock_guard lock(data_mutex_);
+  data_ = std::make_shared<const DataLookup>(std::move(lookup));
+}
+
+std::optional<std::string> PeerServer::data_chunk(const std::string& hash, double now) {
+  data_busy_ = false;
+  std::shared_ptr<const DataLookup> lookup;
+  {
+    std::lock_guard lock(data_mutex_);
+    lookup = data_;
+  }
+  if (!lookup) return std::nullopt;
+  data_tokens_ =
+      std::min(limits_.data_burst_bytes,
+               data_tokens_ + std::max(0.0, now - data_last_) * limits_.data_bytes_per_second);
+  data_last_ = std::max(data_last_, now);
+  // Checked before the read: a chunk is at most 1 MiB, and the bucket must hold a whole one.
+  if (data_tokens_ < 1 << 20) {
+    data_busy_ = true;
+    return std::nullopt;
+  }
+  auto chunk = (*lookup)(hash);
+  if (chunk) data_tokens_ -= static_cast<double>(chunk->size());
+  return chunk;
+}
+
 size_t PeerServer::serve(const net::BlobStore& blobs, double now) {
   return serve::drain(server_, {limits_.requests_per_poll, limits_.seconds_per_poll},
                       [&](const net::Incoming& in) { answer(in, blobs, now); });
@@ -166,11 +193,16 @@ void PeerServer::answer(const net::Incoming& in, const net::BlobStore& blobs, do
   }
   if (m.has_get_blob() && m.get_blob().hash().size() == 32) {
     wire::Envelope e;
-    if (auto bytes = blobs.get(m.get_blob().hash())) {
-      e.mutable_blob()->set_hash(m.get_blob().hash());
+    const std::string& hash = m.get_blob().hash();
+    if (auto bytes = blobs.get(hash)) {
+      e.mutable_blob()->set_hash(hash);
       e.mutable_blob()->set_data(std::move(*bytes));
+    } else if (auto chunk = data_chunk(hash, now)) {
+      e.mutable_blob()->set_hash(hash);
+      e.mutable_blob()->set_data(std::move(*chunk));
     } else {
-      e.mutable_not_found()->set_what(m.get_blob().hash());
+      e.mutable_not_found()->set_what(data_busy_ ? hash + " busy: this peer's data rate is spent"
+                                                 : hash);
     }
     reply(in.route, std::make_shared<const std::string>(net::encode_envelope(e)),
           e.has_blob() ? Traffic::kPayload : Traffic::kControl);

@@ -1,4 +1,5 @@
 // PeerServer: the serving half of a peer's network side. It answers GetBlob from the BlobStore
+// (and, for a hash that is no payload, from the run's data this peer holds: serve/data_mount.h)
 // and GetTensor from the published snapshots, to the run's current members only, within limits
 // that keep one member (or a stranger) from exhausting the peer:
 //   - admission: a request whose authenticated CURVE key is not among the members the
@@ -12,6 +13,9 @@
 //     each request is checked for its kind (a 32-byte hash, a bounded name);
 //   - rates: a budget per member key and per connection (serve::RateGate); excess requests are
 //     dropped;
+//   - data: chunks of the run's data go out at most `data_bytes_per_second` in all (a 1 MiB
+//     chunk a member could equally get from the coordinator must not delay payloads); past it
+//     the answer is NotFound "busy", and the member asks the coordinator instead;
 //   - replies: each snapshot tensor is serialized once and every reply shares those bytes; at
 //     most `replies_per_connection` replies wait per connection and `max_bytes_in_flight` bytes
 //     in all, beyond which requests are refused;
@@ -29,6 +33,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -65,6 +71,7 @@ struct PeerServerLimits {
   double seconds_per_poll = 0.05;  // ... or this long, whichever comes first
   double grace_seconds = 60;  // a member dropped from the newest list may still ask this long
   size_t max_connections_tracked = 4096;
+  double data_bytes_per_second = 8.0 * (1 << 20), data_burst_bytes = 4.0 * (1 << 20);
 };
 
 class PeerServer {
@@ -74,6 +81,8 @@ class PeerServer {
   using SnapshotLookup = std::function<std::shared_ptr<const Snapshot>(const wire::GetTensor&)>;
   // Traffic, sent?, bytes: for the peer's byte counters.
   using Count = std::function<void(Traffic, bool, uint64_t)>;
+  // The bytes of a chunk of the run's data by its hash, when this peer holds it. Thread-safe.
+  using DataLookup = std::function<std::optional<std::string>(const std::string& hash)>;
 
   PeerServer(net::Context& context, const net::Identity& identity, const std::string& listen,
              PeerServerLimits limits, SnapshotLookup snapshots, Count count);
@@ -89,6 +98,9 @@ class PeerServer {
     for (const wire::Member& m : members) admit_key(m.key(), now);
   }
   bool admitted(const std::string& curve_key, double now) const;
+  // Serve the run's data this peer holds from now on. Thread-safe (called by the peer's thread
+  // once the run's data is known, while the I/O thread serves).
+  void serve_data(DataLookup lookup);
 
   // Reads and answers at most limits.requests_per_poll waiting requests; returns how many.
   size_t serve(const net::BlobStore& blobs, double now);
@@ -104,6 +116,9 @@ class PeerServer {
   void admit_key(const std::string& ed25519_key, double now);
   void refuse(Refusal why, const std::string& route, const std::string& what, double now);
   void answer(const net::Incoming& in, const net::BlobStore& blobs, double now);
+  // The data chunk `hash` if this peer holds it and the data rate allows; data_busy_ says
+  // whether the rate was why not.
+  std::optional<std::string> data_chunk(const std::string& hash, double now);
   std::shared_ptr<const std::string> tensor_reply(const wire::GetTensor& get);
   void reply(const std::string& route, std::shared_ptr<const std::string> bytes, Traffic kind);
 
@@ -122,6 +137,10 @@ class PeerServer {
   std::map<std::tuple<uint64_t, std::string, std::string>, Cached> cache_;
   int64_t cache_bytes_ = 0;
   std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
+  std::mutex data_mutex_;
+  std::shared_ptr<const DataLookup> data_;  // null until serve_data()
+  double data_tokens_ = 0, data_last_ = 0;  // a bucket of bytes, refilled at the data rate
+  bool data_busy_ = false;
   std::array<std::atomic<uint64_t>, kRefusals> refused_{};
 };
 

@@ -9,6 +9,7 @@
 #include "agora/core/hash.h"
 #include "agora/net/envelope.h"
 #include "agora/obs/log.h"
+#include "agora/peer/session.h"
 #include "agora/peer/state_sync.h"
 #include "agora/peer/test_hooks.h"
 
@@ -198,6 +199,7 @@ void Round::settle(bool force_report) {
 void Round::train(const wire::RoundStart& round) {
   const uint64_t step = round.step();
   peer_.members.assign(round.members().begin(), round.members().end());
+  offer_data_peers(peer_, peer_.members);
   std::vector<SequenceRange> share;
   for (const auto& r : round.assignment()) share.push_back({r.first(), r.count()});
   int64_t total = 0;

@@ -70,6 +70,7 @@ void mount_run_data(PeerContext& peer) {
   o.cache_dir = peer.options.data_cache.empty()
                     ? std::filesystem::path("agora-data") / config.data.hash.substr(0, 16)
                     : peer.options.data_cache;
+  o.max_peers = peer.options.data_peers;
   o.progress = [&peer](const std::string& line) { peer.log(line, "data_progress"); };
   peer.data_mount = serve::DataMount::open(peer.identity, o);
   const serve::DataMountStats s = peer.data_mount->stats();
@@ -83,9 +84,33 @@ void mount_run_data(PeerContext& peer) {
             {"chunks", s.chunks},
             {"chunks_cached", s.chunks_cached}});
   config.data.dir = o.cache_dir.string();
+  serve::DataMount& mount = *peer.data_mount;
+  peer.link.serve_data([&mount](const std::string& hash) { return mount.held_chunk(hash); });
+}
+
+// A copy on disk: held to the run's data hash, then served to the members that fetch.
+void serve_local_data(PeerContext& peer) {
+  const RunConfig& config = peer.config;
+  peer.data_service = std::make_unique<serve::DataService>(config.data.dir);
+  if (peer.data_service->hex() != config.data.hash) {
+    check_data_identity(config.data.dir, config.data.hash);  // names both hashes
+  }
+  const serve::DataService& data = *peer.data_service;
+  peer.link.serve_data([&data](const std::string& hash) { return data.chunk(hash); });
 }
 
 }  // namespace
+
+void offer_data_peers(PeerContext& peer, const std::vector<wire::Member>& members) {
+  if (!peer.data_mount) return;
+  std::vector<serve::DataPeer> holders;
+  for (const wire::Member& m : members) {
+    if (m.key() != peer.identity.public_key() && !m.relayed() && !m.endpoint().empty()) {
+      holders.push_back({m.endpoint(), m.key()});
+    }
+  }
+  peer.data_mount->set_peers(std::move(holders));
+}
 
 void build(PeerContext& peer, const wire::Welcome& welcome) {
   RunConfig& config = peer.config;
@@ -96,8 +121,10 @@ void build(PeerContext& peer, const wire::Welcome& welcome) {
   if (peer.options.data.empty() &&
       (!peer.options.data_cache.empty() || !std::filesystem::is_directory(config.data.dir, ec))) {
     mount_run_data(peer);
+    // Before the first round names them: the members holding the run's state.
+    offer_data_peers(peer, {welcome.holders().begin(), welcome.holders().end()});
   } else if (!config.data.hash.empty()) {
-    check_data_identity(config.data.dir, config.data.hash);
+    serve_local_data(peer);
   }
   peer.data = read_data_meta(config.data.dir);
   if (config.model.vocab_size == 0) config.set_vocab_size(peer.data.vocab_size);

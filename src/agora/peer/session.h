@@ -2,6 +2,8 @@
 // coordinator hands out.
 #pragma once
 
+#include <vector>
+
 #include "agora/peer/peer_context.h"
 
 namespace agora::peer {
@@ -14,5 +16,9 @@ wire::Welcome join(PeerContext& peer);
 // From the Welcome's run config: the model (the seed's initialisation), the strategy, the
 // training data, and the payload check the link applies to fetched payloads.
 void build(PeerContext& peer, const wire::Welcome& welcome);
+
+// A peer fetching the run's data asks `members` (the newest the coordinator named, this peer and
+// relayed members left out) before the coordinator. Nothing for a peer with a copy on disk.
+void offer_data_peers(PeerContext& peer, const std::vector<wire::Member>& members);
 
 }  // namespace agora::peer

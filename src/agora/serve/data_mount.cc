@@ -45,8 +45,10 @@ wire::Envelope get_blob(const std::string& hash) {
   return e;
 }
 
-// What a NotFound answers: DataService puts the hash asked for first, then its reason.
+// What a NotFound answers: DataService puts the hash asked for first, then its reason; a peer's
+// server names the hash alone.
 std::pair<std::string, std::string> split_not_found(const std::string& what) {
+  if (what.size() == 32) return {what, "not held"};
   if (what.size() > 32 && what[32] == ' ') return {what.substr(0, 32), what.substr(33)};
   return {"", what};
 }
@@ -102,11 +104,19 @@ DataManifest fetch_manifest(net::Client& client, const DataMountOptions& o,
 class DataMount::Core : public ChunkSource {
  public:
   Core(DataMountOptions options, DataManifest manifest, std::unique_ptr<net::Context> context,
-       std::unique_ptr<net::Client> client)
+       const net::Identity& identity, std::unique_ptr<net::Client> client)
       : o_(std::move(options)),
         manifest_(std::move(manifest)),
         context_(std::move(context)),
-        client_(std::move(client)) {}
+        identity_(identity) {
+    sources_.push_back(Source{{o_.endpoint, o_.server_key}, std::move(client)});
+    const auto& shards = manifest_.identity.shards;
+    for (uint32_t s = 0; s < shards.size(); ++s) {
+      for (uint64_t c = 0; c < shards[s].chunk_hashes.size(); ++c) {
+        places_[shards[s].chunk_hashes[c]].emplace_back(s, c);
+      }
+    }
+  }
 
   ~Core() override {
     for (int fd : fds_) {
@@ -243,6 +253,8 @@ class DataMount::Core : public ChunkSource {
     double sent = 0;        // when last sent
     double retry_at = 0;    // a busy answer: send again at this time (0 = not waiting)
     int failures = 0;       // asks unanswered or answered with other bytes (busy is neither)
+    size_t source = 0;      // sources_[0] is the server, the others members
+    bool peer_tried = false;
     std::string last_error;
   };
 
@@ -281,18 +293,38 @@ class DataMount::Core : public ChunkSource {
     return std::nullopt;
   }
 
-  // Called with the lock held: what to send now.
-  std::vector<std::string> plan(double now) {
-    std::vector<std::string> send;
+  // A member to ask first (not distrusted, not resting), or the server (0).
+  size_t pick_source(double now) {
+    std::vector<size_t> usable;
+    for (size_t i = 1; i < sources_.size(); ++i) {
+      if (!sources_[i].distrusted && sources_[i].resting_until <= now) usable.push_back(i);
+    }
+    return usable.empty() ? 0 : usable[next_peer_++ % usable.size()];
+  }
+
+  // Sends ask `a` again to the server: a member did not hold the chunk, was busy, silent or
+  // wrong. Not a failure: the server has not been asked yet.
+  static void to_server(Ask& a, double now) {
+    a.source = 0;
+    a.retry_at = now;
+  }
+
+  // Called with the lock held: what to send now, and to which source.
+  std::vector<std::pair<std::string, size_t>> plan(double now) {
+    std::vector<std::pair<std::string, size_t>> send;
     for (auto it = asks_.begin(); it != asks_.end();) {
       Ask& a = it->second;
-      const bool answered_wrong_or_busy = a.retry_at > 0 && now >= a.retry_at;
-      const bool timed_out = a.retry_at == 0 && now - a.sent >= o_.request_seconds;
-      if (!answered_wrong_or_busy && !timed_out) {
+      const bool due = a.retry_at > 0 && now >= a.retry_at;
+      const double wait = a.source == 0 ? o_.request_seconds : o_.peer_request_seconds;
+      const bool timed_out = a.retry_at == 0 && now - a.sent >= wait;
+      if (!due && !timed_out) {
         ++it;
         continue;
       }
-      if (timed_out) {
+      if (timed_out && a.source != 0) {
+        sources_[a.source].resting_until = now + 10;  // silent: ask others for a while
+        to_server(a, now);
+      } else if (timed_out) {
         ++a.failures;
         a.last_error = fmt::format("no answer within {:.0f} s", o_.request_seconds);
       }
@@ -305,7 +337,7 @@ class DataMount::Core : public ChunkSource {
       }
       a.sent = now;
       a.retry_at = 0;
-      send.push_back(it->first);
+      send.emplace_back(it->first, a.source);
       ++it;
     }
     while (asks_.size() < static_cast<size_t>(o_.in_flight)) {
@@ -314,16 +346,20 @@ class DataMount::Core : public ChunkSource {
       Ask& a = asks_[hash_of(*p)];
       a.place = *p;
       a.first_sent = a.sent = now;
-      send.push_back(hash_of(*p));
+      a.source = pick_source(now);
+      a.peer_tried = a.source != 0;
+      send.emplace_back(hash_of(*p), a.source);
     }
     return send;
   }
 
-  // Called with the lock held.
-  void receive(const wire::Envelope& m, double now) {
+  // Called with the lock held: message `m` from sources_[from].
+  void receive(const wire::Envelope& m, size_t from, double now) {
+    const bool member = from != 0;
     if (m.has_blob()) {
       const auto it = asks_.find(m.blob().hash());
-      if (it == asks_.end()) return;  // late (already held or given up) or never asked
+      // Late (already held, given up, or asked of another source since) or never asked.
+      if (it == asks_.end() || it->second.source != from) return;
       Ask& a = it->second;
       const std::string& data = m.blob().data();
       const uint64_t want = chunk_size(a.place.first, a.place.second);
@@ -333,37 +369,53 @@ class DataMount::Core : public ChunkSource {
             data.size() != want
                 ? fmt::format("the answer had {} bytes, the chunk has {}", data.size(), want)
                 : "the answer's bytes are not the run's (their hash is not the chunk's)";
-        ++a.failures;
-        a.retry_at = now;  // ask again at once
+        if (member) {
+          sources_[from].distrusted = true;  // a member that lies once is never asked again
+          to_server(a, now);
+        } else {
+          ++a.failures;
+          a.retry_at = now;  // ask again at once
+        }
         return;
       }
       write_chunk(a.place, data);
       // Every place with the same bytes (a repeated chunk) is filled by the one answer.
-      for (uint32_t s = 0; s < held_.size(); ++s) {
-        for (uint64_t c = 0; c < held_[s].size(); ++c) {
-          if (!held_[s][c] && hash_of({s, c}) == it->first) write_chunk({s, c}, data);
-        }
+      for (const Place& p : places_.at(it->first)) {
+        if (!held_[p.first][p.second]) write_chunk(p, data);
       }
       stats_.bytes_fetched += data.size();
+      if (member) stats_.bytes_from_peers += data.size();
       asks_.erase(it);
       changed_.notify_all();
       return;
     }
     if (m.has_not_found()) {
       const auto [hash, why] = split_not_found(m.not_found().what());
-      ++stats_.busy;
+      const bool busy = why.starts_with("busy");
+      if (busy) ++stats_.busy;
       for (auto& [h, a] : asks_) {
-        if (!hash.empty() && h != hash) continue;
+        if (a.source != from || (!hash.empty() && h != hash)) continue;
+        if (member) {
+          to_server(a, now);  // it does not hold the chunk (yet), or is busy: the server has it
+          continue;
+        }
         a.last_error = "the server answered: " + why;
         // Busy is the server pacing us: not an attempt lost, but the wait is bounded all the
-        // same (the next time-out counts).
-        const bool busy = why.starts_with("busy");
+        // same (too_long in plan()).
         a.retry_at = now + (busy ? 0.25 : o_.request_seconds);
         if (!busy) ++a.failures;
       }
       return;
     }
     if (m.has_refused()) {
+      if (member) {
+        // Not (yet) a member in its eyes: a joiner is listed from the next round on.
+        sources_[from].resting_until = now + 10;
+        for (auto& [h, a] : asks_) {
+          if (a.source == from) to_server(a, now);
+        }
+        return;
+      }
       for (auto& [h, a] : asks_) a.last_error = "the server refused: " + m.refused().reason();
     }
   }
@@ -402,27 +454,104 @@ class DataMount::Core : public ChunkSource {
     o_.progress(line);
   }
 
+  // Called with the lock held: the members to ask become those set_peers() named last. The
+  // server stays sources_[0]; asks on a member that leaves go to the server.
+  void sync_peers(double now) {
+    if (!peers_changed_) return;
+    peers_changed_ = false;
+    std::vector<DataPeer> wanted = peers_;
+    if (wanted.size() > o_.max_peers) wanted.resize(o_.max_peers);
+    for (size_t i = sources_.size() - 1; i >= 1; --i) {
+      if (std::find(wanted.begin(), wanted.end(), sources_[i].peer) != wanted.end()) continue;
+      for (auto& [h, a] : asks_) {
+        if (a.source == i)
+          to_server(a, now);
+        else if (a.source > i)
+          --a.source;
+      }
+      sources_.erase(sources_.begin() + static_cast<ptrdiff_t>(i));
+    }
+    for (const DataPeer& p : wanted) {
+      const bool known = std::any_of(sources_.begin() + 1, sources_.end(),
+                                     [&](const Source& s) { return s.peer == p; });
+      if (known) continue;
+      try {
+        sources_.push_back(
+            Source{p, std::make_unique<net::Client>(
+                          *context_, identity_, p.endpoint, p.key,
+                          net::DecodeLimits{net::kMaxControlBytes, size_t{4} << 20})});
+      } catch (const Error&) {
+        // An endpoint ZeroMQ will not dial: that member is simply not asked.
+      }
+    }
+  }
+
   void run() {
     last_report_ = now_seconds();
+    std::vector<zmq::pollitem_t> items;
     for (;;) {
-      std::vector<std::string> send;
+      std::vector<std::pair<std::string, size_t>> send;
       {
         std::lock_guard lock(mutex_);
         if (stopping_) return;
+        sync_peers(now_seconds());
         send = plan(now_seconds());
       }
-      for (const auto& hash : send) client_->send(get_blob(hash));
-      wait_readable(client_->socket(), std::chrono::milliseconds(20));
+      for (const auto& [hash, source] : send) sources_[source].client->send(get_blob(hash));
+      items.clear();
+      for (const Source& source : sources_) {
+        items.push_back({source.client->socket().handle(), 0, ZMQ_POLLIN, 0});
+      }
+      poll(items, std::chrono::milliseconds(20));
       std::lock_guard lock(mutex_);
-      while (auto m = client_->recv()) receive(*m, now_seconds());
+      for (size_t i = 0; i < sources_.size(); ++i) {
+        while (auto m = sources_[i].client->recv()) receive(*m, i, now_seconds());
+      }
       report(now_seconds());
     }
   }
 
+ public:
+  std::optional<std::string> held_chunk(const std::string& hash) const {
+    Place place;
+    {
+      std::lock_guard lock(mutex_);
+      const auto it = places_.find(hash);
+      if (it == places_.end()) return std::nullopt;
+      const auto held = std::find_if(it->second.begin(), it->second.end(),
+                                     [&](const Place& p) { return held_[p.first][p.second]; });
+      if (held == it->second.end()) return std::nullopt;
+      place = *held;
+    }
+    // Written once and never again: reading it needs no lock.
+    std::string bytes(chunk_size(place.first, place.second), '\0');
+    const ssize_t got = ::pread(fds_[place.first], bytes.data(), bytes.size(),
+                                static_cast<off_t>(place.second * DataIdentity::kChunkBytes));
+    if (got != static_cast<ssize_t>(bytes.size())) return std::nullopt;
+    return bytes;
+  }
+
+  void set_peers(std::vector<DataPeer> peers) {
+    std::lock_guard lock(mutex_);
+    if (peers == peers_) return;
+    peers_ = std::move(peers);
+    peers_changed_ = true;
+  }
+
+ private:
   DataMountOptions o_;
   DataManifest manifest_;
-  std::unique_ptr<net::Context> context_;  // outlives the client
-  std::unique_ptr<net::Client> client_;    // the worker's alone once it runs
+  struct Source {
+    DataPeer peer;
+    std::unique_ptr<net::Client> client;
+    double resting_until = 0;  // silent or refusing: not asked before then
+    bool distrusted = false;   // answered with other bytes: never asked again
+  };
+  std::unique_ptr<net::Context> context_;  // outlives the clients
+  net::Identity identity_;
+  std::vector<Source> sources_;  // [0] the server; the worker's alone once it runs
+  size_t next_peer_ = 0;
+  std::map<std::string, std::vector<Place>> places_;  // chunk hash -> where it goes
   std::vector<int> fds_;
   std::thread worker_;
 
@@ -431,6 +560,8 @@ class DataMount::Core : public ChunkSource {
   bool stopping_ = false;
   std::vector<std::vector<uint8_t>> held_;  // per shard, per chunk
   std::deque<Place> demanded_;
+  std::vector<DataPeer> peers_;  // as set_peers() named them
+  bool peers_changed_ = false;
   std::map<std::string, Ask> asks_;  // by chunk hash
   std::map<Place, std::string> failed_;
   uint32_t fill_shard_ = 0;
@@ -459,7 +590,7 @@ std::unique_ptr<DataMount> DataMount::open(const net::Identity& identity,
                                     net::DecodeLimits{net::kMaxControlBytes, size_t{64} << 20});
   DataManifest manifest = fetch_manifest(*client, options, root);
   auto core = std::make_shared<Core>(std::move(options), std::move(manifest), std::move(context),
-                                     std::move(client));
+                                     identity, std::move(client));
   core->lay_out();
   core->start();
   std::unique_ptr<DataMount> mount(new DataMount(core));
@@ -482,6 +613,14 @@ DataMountStats DataMount::stats() const {
 
 bool DataMount::wait_complete(double seconds) const {
   return core_->wait_complete(seconds);
+}
+
+void DataMount::set_peers(std::vector<DataPeer> peers) {
+  core_->set_peers(std::move(peers));
+}
+
+std::optional<std::string> DataMount::held_chunk(const std::string& hash) const {
+  return core_->held_chunk(hash);
 }
 
 }  // namespace agora::serve

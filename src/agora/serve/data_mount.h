@@ -9,6 +9,12 @@
 // fetches the chunks nobody asked for yet (the prefetch), demanded chunks first, so that after a
 // while the member holds the whole folder and training never waits.
 //
+// Other members serve what they hold (a copy on disk, or what they fetched) through their own
+// servers (peer/peer_server.h): told who they are (set_peers), the mount asks a member first and
+// the server only when that member does not hold the chunk, is busy, silent or refuses. A member
+// that answers with other bytes is never asked again; so members take load off the server's
+// uplink but cannot feed anyone other tokens, nor stall a read for longer than one short wait.
+//
 // What a member can rely on:
 // - Nothing but the run's bytes reaches a reader: a chunk is written only when its BLAKE2b-256 is
 //   the manifest's. A server that answers with other bytes is asked again, and a chunk that does
@@ -26,7 +32,9 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "agora/net/curve_socket.h"
 
@@ -41,15 +49,25 @@ struct DataMountOptions {
   int attempts = 5;             // asks of one chunk (unanswered or wrong) before a read fails
   int in_flight = 4;            // chunks asked for at once
   bool prefetch = true;         // fetch the chunks nobody asked for yet, in the background
+  double peer_request_seconds = 3;  // a member's answer awaited this long before the server's
+  size_t max_peers = 8;             // members asked (connections kept)
   // Progress lines (a fraction of the folder held, the rate); none = quiet.
   std::function<void(const std::string&)> progress;
+};
+
+// A member that may serve chunks: where its server listens, and its ed25519 key.
+struct DataPeer {
+  std::string endpoint;
+  net::PublicKey key;
+  bool operator==(const DataPeer&) const = default;
 };
 
 struct DataMountStats {
   uint64_t chunks = 0, chunks_held = 0;  // in the data; held now
   uint64_t chunks_cached = 0;            // held since open() (an earlier run's cache)
   uint64_t bytes = 0, bytes_fetched = 0;
-  uint64_t refused = 0;       // answers whose bytes were not the run's
+  uint64_t bytes_from_peers = 0;  // of bytes_fetched: served by other members
+  uint64_t refused = 0;           // answers whose bytes were not the run's (members' included)
   uint64_t busy = 0;          // answers asking to wait (the server's rate or queue)
   double waited_seconds = 0;  // readers' time spent waiting for chunks
 };
@@ -67,6 +85,11 @@ class DataMount {
   DataMountStats stats() const;
   // Waits until the whole folder is held, at most `seconds`; whether it is.
   bool wait_complete(double seconds) const;
+  // The members to ask before the server (the newest list replaces the last). Thread-safe.
+  void set_peers(std::vector<DataPeer> peers);
+  // The bytes of chunk `hash` when this mount holds it: what this member serves the others.
+  // Thread-safe.
+  std::optional<std::string> held_chunk(const std::string& hash) const;
 
   class Core;
 

@@ -55,6 +55,12 @@ DataService::DataService(const fs::path& dir, DataLimits limits) : limits_(limit
   limits_.burst_bytes = std::max(limits_.burst_bytes, 2.0 * manifest_reply_->size());
 }
 
+std::optional<std::string> DataService::chunk(const std::string& hash) const {
+  const auto place = chunks_.find(hash);
+  if (place == chunks_.end()) return std::nullopt;
+  return chunk_bytes(place->second);
+}
+
 bool DataService::holds(const wire::GetBlob& request) const {
   return request.hash() == manifest_.identity.hash || chunks_.contains(request.hash());
 }

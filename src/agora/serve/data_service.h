@@ -44,6 +44,10 @@ class DataService {
   const DataIdentity& identity() const { return manifest_.identity; }
   std::string hex() const { return manifest_.identity.hex(); }
 
+  // The bytes of the chunk with hash `hash`, if the folder has it. Thread-safe (what a peer's
+  // server calls to serve its copy to other members).
+  std::optional<std::string> chunk(const std::string& hash) const;
+
   // Whether this service holds what `request` names (the manifest or a chunk).
   bool holds(const wire::GetBlob& request) const;
   // Answers `request` from member `member` on `server` at `route`; false when the service does
