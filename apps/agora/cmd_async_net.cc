@@ -12,6 +12,7 @@
 #include "agora/net/identity.h"
 #include "agora/obs/progress.h"
 #include "commands.h"
+#include "run_data.h"
 #include "signals.h"
 
 namespace agora::cli {
@@ -119,10 +120,15 @@ void add_async_work(CLI::App& async) {
                   "scaled, replay, tiny, claim, sign_flip, zero, noise")
       ->capture_default_str();
   cmd->add_option("--log", args->log, "Write JSON lines of what happened here");
+  cmd->add_option("--data-cache", o.data_cache,
+                  "Fetch the run's data from the server into this folder, checked against "
+                  "data.hash (the default, in agora-data/HASH, when data.dir is not on this "
+                  "machine)");
   cmd->callback([args] {
     const RunConfig config = RunConfig::load(args->config, args->overrides);
-    if (!config.data.hash.empty()) check_data_identity(config.data.dir, config.data.hash);
     AsyncWorkerOptions options = args->options;
+    // Fetched after the worker's hello: the server answers members' fetches only.
+    options.data_cache = data_cache_for(config, args->options.data_cache.string());
     options.server_key = net::key_from_hex(args->server_key, "--server-key");
     options.log = args->log;
     const net::Identity identity = net::Identity::load(args->key);

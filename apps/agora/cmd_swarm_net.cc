@@ -18,14 +18,14 @@
 #include "agora/swarm/coordinator_server.h"
 #include "agora/swarm/swarm_peer.h"
 #include "commands.h"
+#include "run_data.h"
 #include "signals.h"
 
 namespace agora::cli {
 namespace {
 
-// What every swarm process checks and resolves the same way, before anything is read or bound:
-// a pipeline, a batch of whole micro-batches, DeMo without look-ahead; the vocabulary from the
-// data's meta.json.
+// What every swarm process checks the same way, before anything is read or bound: a pipeline, a
+// batch of whole micro-batches, DeMo without look-ahead.
 RunConfig swarm_config(const std::string& path, const std::vector<std::string>& overrides) {
   RunConfig config = RunConfig::load(path, overrides);
   if (config.pipeline.stages < 2) {
@@ -39,10 +39,15 @@ RunConfig swarm_config(const std::string& path, const std::vector<std::string>& 
   if (config.demo.lookahead) {
     fail("agora swarm: demo.lookahead is not available in a swarm (allowed: false)");
   }
+  return config;
+}
+
+// The vocabulary from the data's meta.json, when the config leaves it to the data (a replica
+// fetching the run's data has it once the fetch began).
+void resolve_vocab(RunConfig& config) {
   if (config.model.vocab_size == 0) {
     config.set_vocab_size(read_data_meta(config.data.dir).vocab_size);
   }
-  return config;
 }
 
 void add_swarm_serve(CLI::App& swarm) {
@@ -95,7 +100,8 @@ void add_swarm_serve(CLI::App& swarm) {
                   "coordinator resumes an unfinished run there)")
       ->capture_default_str();
   cmd->callback([args] {
-    const RunConfig config = swarm_config(args->config, args->overrides);
+    RunConfig config = swarm_config(args->config, args->overrides);
+    resolve_vocab(config);
     SwarmServerOptions options = args->options;
     options.out = args->out;
     options.fingerprint = stage_run_fingerprint(config);
@@ -118,6 +124,11 @@ void add_swarm_serve(CLI::App& swarm) {
     if (args->http != "off") options.http = obs::parse_http_address(args->http, "--http");
     options.admission = admission_of(args->admission);
     options.stop = &stop_requested();
+    std::error_code ec;
+    if (!config.data.hash.empty() && std::filesystem::is_directory(config.data.dir, ec)) {
+      check_data_identity(config.data.dir, config.data.hash);
+      options.data_dir = config.data.dir;  // served to replicas without a copy
+    }
     const net::Identity identity = net::Identity::load(args->key);
     const nlohmann::json s = serve_swarm(identity, options);
     fmt::print(
@@ -133,7 +144,7 @@ void add_swarm_serve(CLI::App& swarm) {
 
 void add_swarm_peer(CLI::App& swarm) {
   struct Args {
-    std::string config, key, coordinator_key, events, out, state_dir;
+    std::string config, key, coordinator_key, events, out, state_dir, data_cache;
     std::vector<std::string> overrides;
     SwarmPeerOptions options;
   };
@@ -177,11 +188,20 @@ void add_swarm_peer(CLI::App& swarm) {
       ->check(CLI::IsMember({"", "hold", "mute", "liar", "sign_flip", "scale", "zero", "garbage"}));
   cmd->add_option("--events", args->events, "Write JSON lines of what happened here");
   cmd->add_option("--out", args->out, "Write the stage file here at the end (merge-stages)");
+  cmd->add_option("--data-cache", args->data_cache,
+                  "Fetch the run's data from the coordinator into this folder, checked against "
+                  "data.hash (the default, in agora-data/HASH, when data.dir is not on this "
+                  "machine)");
   cmd->add_option("--state-dir", args->state_dir,
                   "Save the stage after every step, to bring it back if all its replicas die");
   cmd->callback([args] {
-    const RunConfig config = swarm_config(args->config, args->overrides);
-    if (!config.data.hash.empty()) check_data_identity(config.data.dir, config.data.hash);
+    RunConfig config = swarm_config(args->config, args->overrides);
+    const net::Identity identity = net::Identity::load(args->key);
+    // No copy here: the run's data from the coordinator, as it is read (serve/data_mount.h).
+    std::unique_ptr<serve::DataMount> data = mount_run_data(
+        config, identity, args->options.coordinator,
+        net::key_from_hex(args->coordinator_key, "--coordinator-key"), args->data_cache);
+    resolve_vocab(config);
     torch::set_num_threads(
         config.train.threads > 0
             ? static_cast<int>(config.train.threads)
@@ -192,7 +212,6 @@ void add_swarm_peer(CLI::App& swarm) {
     options.out_dir = args->out;
     options.state_dir = args->state_dir;
     options.stop = &stop_requested();
-    const net::Identity identity = net::Identity::load(args->key);
     const SwarmPeerSummary s = run_swarm_peer(config, identity, options);
     fmt::print(
         "stage {} at step {}: {} forwards, {} backwards, {} fetches, {} moves in {:.1f} s; "

@@ -27,6 +27,8 @@ the structured output only:
     it as the fastest by far; issue 38, finding 9): the fast honest worker's last piece of work
     still has more than one inner step (it had H_w = 1 when the liar set DyLU's reference);
   - the final checkpoint holds theta: agora eval gives the server's last validation loss;
+  - the slow honest worker has no copy of the data (its data.dir does not exist): it fetches the
+    run's from the server, checked against data.hash, and trains on it like the others;
   - /api/async and /metrics showed the run: its state, version and verdicts as the summary has
     them, the hostile workers banned, agora_async_* metrics with a series per verdict.
 """
@@ -44,6 +46,7 @@ SPEEDS = {"honest_fast": 0.05, "honest_slow": 0.2, "scaled": 0.1, "replay": 0.1}
 # member that never takes work is struck only at the round deadline, 30 s or more: longer than
 # this run; async_server_test covers that).
 LIARS = {"tiny": 0.1, "claim": 0.1}
+FETCHER = "honest_slow"  # the worker without a copy of the data
 
 
 def events(path):
@@ -70,8 +73,9 @@ def main():
     speeds = dict(SPEEDS, **(LIARS if method != "sync" else {}))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     config = os.path.join(root, "bench", "async", "async.toml")
+    data_hash = run([agora, "data", "hash", data]).strip()
     sets = ["--set", f"data.dir={data}", "--set", f"diloco.inner_steps={H}",
-            "--set", "train.eval_windows=8"]
+            "--set", "train.eval_windows=8", "--set", f"data.hash={data_hash}"]
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     keys = {}
@@ -97,8 +101,13 @@ def main():
         assert started["key"] == keys["server"], (started["key"], keys["server"])
         for name, step in speeds.items():
             behave = name if name in ("scaled", "replay", *LIARS) else "honest"
+            # The slow honest worker has no copy of the data: it fetches the run's from the
+            # server (docs/data.md, "Data from the run").
+            fetch = ["--set", "data.dir=/nonexistent/agora-data",
+                     "--data-cache", f"{out}/{name}-data"] if name == FETCHER else []
             workers[name] = subprocess.Popen(
-                [agora, "async", "work", "--config", config, *sets, "--key", f"{out}/{name}.key",
+                [agora, "async", "work", "--config", config, *sets, *fetch,
+                 "--key", f"{out}/{name}.key",
                  "--server", started["listen"], "--server-key", keys["server"],
                  "--step-seconds", str(step), "--behave", behave, "--idle-timeout", "20",
                  "--log", f"{out}/{name}.jsonl"],
@@ -156,6 +165,18 @@ def main():
         assert done and done[0]["hash_mismatches"] == 0 and not done[0]["refused"], (name, done)
         receipts = done[0]["receipts"]
         assert set(receipts) <= {"accepted", "stale"}, (name, receipts)
+    # The fetcher trained on the run's data: it held (and the server sent) data that hashes to
+    # data.hash, chunk by chunk; the others read their copy and fetched nothing.
+    mounted = [e for e in events(f"{out}/{FETCHER}.jsonl") if e["event"] == "async_worker_data"]
+    assert len(mounted) == 1 and mounted[0]["chunks_cached"] == 0, mounted
+    done = [e for e in events(f"{out}/{FETCHER}.jsonl") if e["event"] == "async_worker_done"]
+    # The prefetch had the whole folder within the first second (it is 7 MB on loopback).
+    assert done[0]["data_bytes_fetched"] == mounted[0]["bytes"], (done, mounted)
+    held = run([agora, "data", "hash", f"{out}/{FETCHER}-data"]).strip()
+    assert held == data_hash, (held, data_hash)
+    for name in ("honest_fast", "scaled"):
+        done = [e for e in events(f"{out}/{name}.jsonl") if e["event"] == "async_worker_done"]
+        assert done[0]["data_bytes_fetched"] == 0, (name, done)
     if "tiny" in speeds:
         tiny = [d for d in deliveries if d["worker"] == keys["tiny"]]
         refused = [d for d in tiny if d["verdict"] not in ("accepted", "stale")]

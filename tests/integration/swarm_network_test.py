@@ -22,7 +22,9 @@ Checked, from the structured output only:
   - /api/swarm and /metrics showed the wait: phase waiting, stage 2 with no replica serving;
   - the stage-1 replica fetched, the stage-2 replicas restored and fetched, at the hash the
     stage's other replicas reported for that step;
-  - the loss went down; the stage files merge into one checkpoint that agora eval reads.
+  - the loss went down; the stage files merge into one checkpoint that agora eval reads;
+  - p0 has no copy of the data (its data.dir does not exist): it fetched the run's from the
+    coordinator, and its folder ends holding exactly the run's tokens.
 """
 import json
 import os
@@ -34,6 +36,7 @@ import time
 import urllib.request
 
 STEPS = 20
+FETCHER = "p0"  # the replica without a copy of the data
 PACE = 0.02  # seconds per sample at speed 1: a step of 32 samples takes about a second
 
 
@@ -63,7 +66,9 @@ def main():
     agora, data, out = sys.argv[1:4]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     config = os.path.join(root, "configs", "swarm.toml")
-    sets = ["--set", f"data.dir={data}", "--set", f"train.steps={STEPS}"]
+    data_hash = run([agora, "data", "hash", data]).strip()
+    sets = ["--set", f"data.dir={data}", "--set", f"train.steps={STEPS}",
+            "--set", f"data.hash={data_hash}"]
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     names = [f"p{i}" for i in range(6)]
@@ -79,8 +84,12 @@ def main():
     peers = {}
 
     def start(name):
+        # p0 has no copy of the data: it fetches the run's from the coordinator.
+        fetch = ["--set", "data.dir=/nonexistent/agora-data",
+                 "--data-cache", f"{out}/{name}-data"] if name == FETCHER else []
         peers[name] = subprocess.Popen(
-            [agora, "swarm", "peer", "--config", config, *sets, "--key", f"{out}/{name}.key",
+            [agora, "swarm", "peer", "--config", config, *sets, *fetch,
+             "--key", f"{out}/{name}.key",
              "--coordinator", serve["listen"], "--coordinator-key", keys["coordinator"],
              "--listen", "tcp://127.0.0.1:*", "--stage", str(stage_of[name]),
              "--pace-unit", str(PACE), "--timeout", "10", "--events", f"{out}/{name}.jsonl",
@@ -189,6 +198,10 @@ def main():
     p5 = [e for e in events(f"{out}/p5.jsonl") if e["event"] == "fetched"]
     assert len(p5) == 1 and p5[0]["version"] >= restored[0]["version"], p5
     assert any(e["event"] == "rejoin" for e in events(f"{out}/p1.jsonl")), "p1 never rejoined"
+    # The replica without a copy fetched the run's data, checked chunk by chunk: its folder holds
+    # exactly the run's tokens (the prefetch fills it within the first second on loopback).
+    held = run([agora, "data", "hash", f"{out}/{FETCHER}-data"]).strip()
+    assert held == data_hash, f"{FETCHER}'s fetched folder hashes to {held}, the data to {data_hash}"
 
     # Each stage's replicas hold the same parameters, so merging either replica of every stage
     # gives the same model, bit for bit; and that model is the trained one: its validation loss

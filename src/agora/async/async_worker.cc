@@ -15,6 +15,7 @@
 #include "agora/net/curve_socket.h"
 #include "agora/obs/event_log.h"
 #include "agora/optim/payload_tensors.h"
+#include "agora/serve/data_mount.h"
 #include "agora/serve/member_client.h"
 #include "agora/serve/param_feed.h"
 #include "agora/train/parameter_hash.h"
@@ -52,6 +53,7 @@ class Worker {
   Learner learner_;                  // the model trained and its inner AdamW
   Llama mirror_;                     // the server's published parameters, version version()
   serve::ParamFollower follower_;    // keeps mirror_ at the server's version
+  std::unique_ptr<serve::DataMount> data_;  // the run's data from the server, with data_cache
   std::unique_ptr<TrainStep> step_;  // made once the server says how many sequences a step
   wire::AsyncRun run_;
   int64_t local_steps_ = 0;  // the inner lr schedule's position
@@ -145,6 +147,20 @@ void Worker::join() {
   if (per % config_.train.micro_batch_size != 0) {
     fail("the server asks for {} sequences a step, not a multiple of train.micro_batch_size = {}",
          per, config_.train.micro_batch_size);
+  }
+  if (!o_.data_cache.empty()) {
+    // A member now: the server answers this key's fetches.
+    serve::DataMountOptions d;
+    d.endpoint = o_.server;
+    d.server_key = o_.server_key;
+    d.data_hash = config_.data.hash;
+    d.cache_dir = o_.data_cache;
+    data_ = serve::DataMount::open(identity_, d);
+    config_.data.dir = o_.data_cache.string();
+    log({{"event", "async_worker_data"},
+         {"cache", o_.data_cache.string()},
+         {"bytes", data_->stats().bytes},
+         {"chunks_cached", data_->stats().chunks_cached}});
   }
   step_ = std::make_unique<TrainStep>(config_, torch::kCPU);
   log({{"event", "async_worker_joined"},
@@ -277,6 +293,7 @@ AsyncWorkerSummary Worker::run() {
   summary_.param_bytes = follower_.bytes();
   summary_.hash_mismatches = follower_.hash_mismatches();
   summary_.seconds = now();
+  if (data_) summary_.data_bytes_fetched = data_->stats().bytes_fetched;
   log({{"event", "async_worker_done"},
        {"rounds", summary_.rounds},
        {"steps", summary_.steps},
@@ -286,7 +303,8 @@ AsyncWorkerSummary Worker::run() {
        {"compute_seconds", summary_.compute_seconds},
        {"param_bytes", summary_.param_bytes},
        {"hash_mismatches", summary_.hash_mismatches},
-       {"delivered_bytes", summary_.delivered_bytes}});
+       {"delivered_bytes", summary_.delivered_bytes},
+       {"data_bytes_fetched", summary_.data_bytes_fetched}});
   return summary_;
 }
 

@@ -38,6 +38,9 @@ struct AsyncWorkerOptions {
   double idle_timeout_seconds = 60;
   std::filesystem::path log;  // JSON lines; empty: none
   bool progress = true;
+  // Not empty: fetch the run's data from the server into this folder (serve/data_mount.h),
+  // checked against the config's data.hash, instead of reading data.dir.
+  std::filesystem::path data_cache;
 };
 
 struct AsyncWorkerSummary {
@@ -50,6 +53,7 @@ struct AsyncWorkerSummary {
   bool finished = false;
   std::string refused;
   double seconds = 0;
+  uint64_t data_bytes_fetched = 0;  // with data_cache
 };
 
 // Throws Error when the server cannot be reached, or its run starts from other parameters.

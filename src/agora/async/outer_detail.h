@@ -21,6 +21,7 @@
 #include "agora/obs/event_log.h"
 #include "agora/obs/metrics.h"
 #include "agora/optim/async_outer.h"
+#include "agora/serve/data_service.h"
 #include "agora/serve/members.h"
 #include "agora/serve/param_feed.h"
 #include "agora/serve/status_server.h"
@@ -125,6 +126,9 @@ class Server {
   net::Server server_;
   serve::ParamFeed feed_;  // published_'s versions to the workers
   serve::Members<WorkerState> workers_;
+  // The run's data for workers without a copy (serve/data_mount.h); null when config_ names no
+  // data.hash (a worker could not check what it fetched).
+  std::unique_ptr<serve::DataService> data_;
   NormGuard guard_;
   uint64_t next_work_ = 1, next_sequence_ = 0;
   // sync: the round's accepted pseudo-gradients, summed, and how many.

@@ -34,6 +34,10 @@ void Server::handle(const net::Incoming& in) {
   }
   Worker& w = *admitted.member;
   if (in.message.has_async_hello()) return on_hello(in);
+  if (in.message.has_get_blob() && data_ &&
+      data_->answer(server_, in.curve_key, in.route, in.message.get_blob(), now())) {
+    return;
+  }
   if (in.message.has_get_params()) {
     // Only versions already saved go out: answered after this batch's save.
     after_save_.push_back(

@@ -7,6 +7,7 @@
 
 #include "agora/async/outer_detail.h"
 #include "agora/core/error.h"
+#include "agora/data/data_identity.h"
 #include "agora/data/data_meta.h"
 #include "agora/data/sampler.h"
 #include "agora/net/allowlist.h"
@@ -87,6 +88,13 @@ Server::Server(const RunConfig& config, const net::Identity& identity, const Out
         "--seconds {} / --eval-every {} keeps {:.0f} copies of a {:.0f} MB model for validation, "
         "more than {:.0f} GB: validate less often",
         o_.seconds, o_.eval_every, copies, bytes / 1e6, kMaxSnapshotBytes / 1e9);
+  }
+  if (!config_.data.hash.empty()) {
+    // Served to workers without a copy, who check it against the same hash.
+    data_ = std::make_unique<serve::DataService>(config_.data.dir);
+    if (data_->hex() != config_.data.hash) {
+      check_data_identity(config_.data.dir, config_.data.hash);  // names both hashes
+    }
   }
   std::filesystem::create_directories(o_.out);
   // An unfinished run in this folder resumes; a finished one's is replaced by a new run.

@@ -22,84 +22,17 @@
 #include "agora/core/hex.h"
 #include "agora/data/chunk_source.h"
 #include "agora/data/data_manifest.h"
+#include "agora/serve/data_mount_detail.h"
 #include "agora/serve/poll.h"
 
 namespace agora::serve {
 namespace fs = std::filesystem;
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double now_seconds() {
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
-
-wire::Envelope get_blob(const std::string& hash) {
-  wire::Envelope e;
-  e.mutable_get_blob()->set_hash(hash);
-  return e;
-}
-
-// What a NotFound answers: DataService puts the hash asked for first, then its reason; a peer's
-// server names the hash alone.
-std::pair<std::string, std::string> split_not_found(const std::string& what) {
-  if (what.size() == 32) return {what, "not held"};
-  if (what.size() > 32 && what[32] == ' ') return {what.substr(0, 32), what.substr(33)};
-  return {"", what};
-}
-
-DataManifest fetch_manifest(net::Client& client, const DataMountOptions& o,
-                            const std::string& root) {
-  const Clock::time_point start = Clock::now();
-  const double deadline = o.request_seconds * o.attempts;
-  double last_sent = -1e9;
-  std::string refused;
-  while (seconds_since(start) < deadline) {
-    if (seconds_since(start) - last_sent >= o.request_seconds) {
-      client.send(get_blob(root));
-      last_sent = seconds_since(start);
-    }
-    wait_readable(client.socket(), std::chrono::milliseconds(100));
-    while (auto m = client.recv()) {
-      if (m->has_blob() && m->blob().hash() == root) {
-        DataManifest manifest;
-        try {
-          manifest = decode_manifest(m->blob().data());
-        } catch (const Error& e) {
-          fail("the data server at {} sent a manifest agora cannot read: {}", o.endpoint, e.what());
-        }
-        if (manifest.identity.hash != root) {
-          fail(
-              "the data server at {} sent a manifest of other data: its shards hash to {}, the "
-              "run's data hash is {}; nothing was fetched",
-              o.endpoint, manifest.identity.hex(), o.data_hash);
-        }
-        return manifest;
-      }
-      if (m->has_not_found()) {
-        fail(
-            "the server at {} does not serve the run's data {} (it answered: {}); give this "
-            "member a copy of the run's token folder with --data DIR",
-            o.endpoint, o.data_hash, split_not_found(m->not_found().what()).second);
-      }
-      if (m->has_refused()) {
-        if (!m->refused().may_rejoin()) {
-          fail("the data server at {} refused this member: {}", o.endpoint, m->refused().reason());
-        }
-        refused = m->refused().reason();
-      }
-    }
-  }
-  fail("no data manifest from {} within {:.0f} s{}; check that it serves the run's data",
-       o.endpoint, deadline, refused.empty() ? "" : fmt::format(" (its last answer: {})", refused));
-}
-
-}  // namespace
+using data_mount_detail::Clock;
+using data_mount_detail::fetch_manifest;
+using data_mount_detail::get_blob;
+using data_mount_detail::now_seconds;
+using data_mount_detail::seconds_since;
+using data_mount_detail::split_not_found;
 
 class DataMount::Core : public ChunkSource {
  public:
@@ -436,10 +369,24 @@ class DataMount::Core : public ChunkSource {
     ++stats_.chunks_held;
   }
 
+  // A line every 5 s while chunks arrive, and one when the folder is whole.
   void report(double now) {
-    if (!o_.progress || now - last_report_ < 5) return;
+    if (!o_.progress) return;
+    const bool whole = stats_.chunks_held == stats_.chunks;
+    if (whole) {
+      if (!reported_whole_ && stats_.bytes_fetched > 0) {
+        o_.progress(
+            fmt::format("data: all {:.1f} MiB held, {:.1f} MiB fetched ({:.1f} from other "
+                        "members)",
+                        static_cast<double>(stats_.bytes) / (1 << 20),
+                        static_cast<double>(stats_.bytes_fetched) / (1 << 20),
+                        static_cast<double>(stats_.bytes_from_peers) / (1 << 20)));
+      }
+      reported_whole_ = true;
+      return;
+    }
     const uint64_t fetched = stats_.bytes_fetched;
-    if (fetched == reported_bytes_ && stats_.chunks_held != stats_.chunks) return;
+    if (now - last_report_ < 5 || fetched == reported_bytes_) return;
     const double rate = (fetched - reported_bytes_) / std::max(1e-9, now - last_report_);
     const double held =
         static_cast<double>(stats_.chunks_held) / std::max<uint64_t>(1, stats_.chunks);
@@ -448,7 +395,7 @@ class DataMount::Core : public ChunkSource {
     std::string line = fmt::format(
         "data: {:.1f} of {:.1f} MiB held ({:.0f}%), {:.2f} MiB/s", held * stats_.bytes / (1 << 20),
         static_cast<double>(stats_.bytes) / (1 << 20), 100 * held, rate / (1 << 20));
-    if (rate > 0 && left > 0) line += fmt::format(", about {:.0f} s to go", left / rate);
+    if (rate > 0) line += fmt::format(", about {:.0f} s to go", left / rate);
     last_report_ = now;
     reported_bytes_ = fetched;
     o_.progress(line);
@@ -569,6 +516,7 @@ class DataMount::Core : public ChunkSource {
   DataMountStats stats_;
   double last_report_ = 0;
   uint64_t reported_bytes_ = 0;
+  bool reported_whole_ = false;
 };
 
 DataMount::DataMount(std::shared_ptr<Core> core) : core_(std::move(core)) {}

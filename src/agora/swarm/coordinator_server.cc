@@ -13,6 +13,7 @@
 #include "agora/net/allowlist.h"
 #include "agora/obs/event_log.h"
 #include "agora/obs/metrics_catalogue.h"
+#include "agora/serve/data_service.h"
 #include "agora/serve/members.h"
 #include "agora/serve/poll.h"
 #include "agora/serve/status_server.h"
@@ -36,6 +37,7 @@ class Server {
         server_(context_, identity, o.listen, limits(o), /*reply_queue=*/1024),
         members_(member_limits(o)),
         store_(o.out, fingerprint(o)) {
+    if (!o_.data_dir.empty()) data_ = std::make_unique<serve::DataService>(o_.data_dir);
     const std::optional<SwarmStore::Saved> saved = store_.load();
     events_ = obs::EventLog(o_.out / "events.jsonl", /*append=*/saved.has_value(),
                             [this] { return now(); });
@@ -157,6 +159,13 @@ class Server {
       return;
     }
     if (in.message.has_swarm_hello()) return on_hello(in);
+    // Data goes to the keys the run admits (the allowlist let them through the handshake), hello
+    // or not: a replica fetches its data before it can say which stage it serves. A stranger's
+    // asks draw from the strangers' bucket; DataService bounds each key's bytes.
+    if (in.message.has_get_blob() && data_ &&
+        data_->answer(server_, in.curve_key, in.route, in.message.get_blob(), now())) {
+      return;
+    }
     if (admitted.standing != serve::Standing::kMember) {
       server_.send(in.route, serve::refusal(serve::kNotAMember, /*may_rejoin=*/true));
       return;
@@ -307,6 +316,7 @@ class Server {
   net::Server server_;
   struct NoState {};  // the schedule keeps what the swarm knows of a member
   serve::Members<NoState> members_;
+  std::unique_ptr<serve::DataService> data_;
   SwarmStore store_;
   std::string last_saved_;  // the schedule's durable state as last saved
   std::vector<std::pair<std::string, wire::Envelope>> outbox_;  // answers waiting for the save

@@ -51,6 +51,9 @@ struct SwarmServerOptions {
   size_t max_message_bytes = size_t{256} << 20;
   bool progress = true;
   const std::atomic<bool>* stop = nullptr;
+  // The run's token folder, served to replicas without a copy (serve/data_mount.h); empty: none.
+  // The CLI sets it when the run config names data.hash and the folder holds that data.
+  std::filesystem::path data_dir;
 };
 
 // Serves until the run is finished (and lingered) or *stop. Returns the summary (schedule.h).
