@@ -35,10 +35,13 @@ class TestDataServer {
         server_(context_, id_, "tcp://127.0.0.1:*", net::DecodeLimits{}),
         lie_(std::move(lie)),
         thread_([this] { serve(); }) {}
-  ~TestDataServer() {
+  ~TestDataServer() { stop(); }
+  // Stops serving; the service's counters may be read from then on.
+  void stop() {
     done_ = true;
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
   }
+  const DataService::Counters& counters() const { return service_.counters(); }
   std::string endpoint() const { return server_.bound_endpoint(); }
   const net::PublicKey& key() const { return id_.public_key(); }
   std::string hex() const { return service_.hex(); }
@@ -137,7 +140,10 @@ TEST_F(DataMountTest, AnEmptyCacheReadsWhatTheFolderHolds) {
 TEST_F(DataMountTest, PrefetchFillsTheWholeFolderWithinTheServersRate) {
   // 4 MiB/s with a 2 MiB burst: the server answers some asks "busy", the member waits and asks
   // again, and still ends with every chunk.
-  TestDataServer server(source_, DataLimits{4.0 * (1 << 20), 2.0 * (1 << 20), 8 << 20, 16});
+  DataLimits limits;
+  limits.bytes_per_second = 4.0 * (1 << 20);
+  limits.burst_bytes = 2.0 * (1 << 20);
+  TestDataServer server(source_, limits);
   auto mount = DataMount::open(member_, options(server, server.hex()));
   ASSERT_TRUE(mount->wait_complete(30));
   EXPECT_GT(mount->stats().busy, 0u);
@@ -247,6 +253,36 @@ TEST_F(DataMountTest, MembersServeFirstAndOneThatLiesIsAskedNoMore) {
   EXPECT_TRUE(mount->held_chunk(identity.shards[0].chunk_hashes[1]) ==
               read_file(source_ / "train_000000.bin").substr(1 << 20, 1 << 20));
   EXPECT_EQ(mount->held_chunk(identity.shards[1].chunk_hashes[0]), std::nullopt);
+}
+
+// A member that asks for chunk after chunk and reads none of them: what waits for it is bounded
+// (DataLimits::queued_bytes), and the rest is answered "busy" (small, so the socket still takes
+// it) instead of being queued.
+TEST_F(DataMountTest, AMemberThatDoesNotReadGetsBusyNotABacklog) {
+  // A larger shard: 24 chunks.
+  std::vector<TokenId> tokens(12'000'000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<TokenId>(i % 50000);
+  write_shard(source_ / "train_000001.bin", tokens, 1);
+  DataLimits limits;
+  limits.queued_bytes = 2 << 20;
+  limits.burst_bytes = 64.0 * (1 << 20);  // the rate alone would answer every ask
+  TestDataServer server(source_, limits);
+  const DataIdentity identity = data_identity(source_);
+  net::Context context;
+  // At most one message waits unread on this side: ZeroMQ stops reading, TCP pushes back.
+  net::Client client(context, member_, server.endpoint(), server.key(),
+                     net::DecodeLimits{net::kMaxControlBytes, size_t{4} << 20}, 1);
+  for (const auto& hash : identity.shards[1].chunk_hashes) {
+    wire::Envelope e;
+    e.mutable_get_blob()->set_hash(hash);
+    client.send(e);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  server.stop();
+  const DataService::Counters& c = server.counters();
+  EXPECT_GT(c.busy, 0u);
+  EXPECT_EQ(c.chunks + c.busy, identity.shards[1].chunk_hashes.size());
+  EXPECT_LT(c.chunks, identity.shards[1].chunk_hashes.size());
 }
 
 TEST_F(DataMountTest, ACacheHoldingOtherShardsIsRefused) {

@@ -103,6 +103,16 @@ bool DataService::answer(net::Server& server, const std::string& member, const s
                      t.queued->load()));
     return true;
   }
+  if (now - total_summed_at_ >= 0.05 || now < total_summed_at_) {
+    total_queued_ = 0;
+    for (const auto& [key, other] : takers_) total_queued_ += other.queued->load();
+    total_summed_at_ = now;
+  }
+  if (total_queued_ >= limits_.total_queued_bytes) {
+    busy(fmt::format("busy: {} MiB are queued to members; ask again in a moment",
+                     total_queued_ >> 20));
+    return true;
+  }
   std::shared_ptr<const std::string> bytes = manifest_reply_;
   if (!manifest) {
     wire::Envelope reply;
@@ -127,6 +137,7 @@ bool DataService::answer(net::Server& server, const std::string& member, const s
   }
   t.tokens -= size;
   if (server.send_shared(route, bytes, t.queued) != net::Server::SendResult::kQueued) return true;
+  total_queued_ += static_cast<int64_t>(bytes->size());
   (manifest ? counters_.manifests : counters_.chunks) += 1;
   counters_.bytes += bytes->size();
   return true;

@@ -33,7 +33,10 @@ struct DataLimits {
   double bytes_per_second = 64.0 * (1 << 20);  // each member, on average
   double burst_bytes = 16.0 * (1 << 20);
   int64_t queued_bytes = 8 << 20;  // each member's, written by ZeroMQ yet
-  size_t max_members = 4096;       // remembered at once (the idle are forgotten first)
+  // Every member's together (summed at most every 50 ms): a thousand members asking at once
+  // must not queue a thousand times a member's share.
+  int64_t total_queued_bytes = int64_t{256} << 20;
+  size_t max_members = 4096;  // remembered at once (the idle are forgotten first)
 };
 
 class DataService {
@@ -81,6 +84,8 @@ class DataService {
   std::vector<MappedFile> files_;
   std::map<std::string, Place> chunks_;  // chunk hash -> its first place
   std::map<std::string, Taker> takers_;
+  int64_t total_queued_ = 0;  // over takers_, as summed at total_summed_at_
+  double total_summed_at_ = -1;
   Counters counters_;
 };
 
