@@ -85,6 +85,13 @@ check "the same texts as JSON Lines have the same data hash" bash -c \
 check "other tokens, another data hash" bash -c \
   "[ \"\$('$agora' data hash '$work/g')\" != \"\$('$agora' data hash '$work/sp')\" ]"
 expect_error "a data hash of a folder without shards" "holds no shards" "$agora" data hash "$work/docs"
+"$agora" keygen --out "$work/data-member.key" > /dev/null
+expect_error "a peer given a copy and a cache" "not both" "$agora" peer \
+  --coordinator tcp://127.0.0.1:9 --coordinator-key "$("$agora" keygen --out "$work/c.key")" \
+  --key "$work/data-member.key" --data "$work/g" --data-cache "$work/cache"
+expect_error "fetching the data needs the run's data hash" "needs its data.hash" "$agora" async work \
+  --config "$(dirname "$0")/../../bench/async/async.toml" --set data.dir=/nonexistent/agora-data \
+  --key "$work/data-member.key" --server tcp://127.0.0.1:9 --server-key "$("$agora" keygen --out "$work/s.key")"
 printf '{"text": "kept"}\nnot json\n{"body": "x"}\n' > "$work/jl/mixed.jsonl"
 check "bad lines are reported with file and line" bash -c \
   "'$agora' tokenize --input '$work/jl/mixed.jsonl' --out '$work/jl-mixed' | grep -q 'mixed.jsonl:2: not JSON'"
