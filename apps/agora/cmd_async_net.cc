@@ -127,6 +127,7 @@ void add_async_work(CLI::App& async) {
   cmd->callback([args] {
     const RunConfig config = RunConfig::load(args->config, args->overrides);
     AsyncWorkerOptions options = args->options;
+    check_async_worker_options(options);
     // Fetched after the worker's hello: the server answers members' fetches only.
     options.data_cache = data_cache_for(config, args->options.data_cache.string());
     options.server_key = net::key_from_hex(args->server_key, "--server-key");

@@ -10,12 +10,14 @@
 #include "agora/obs/progress.h"
 #include "agora/peer/stage_process.h"
 #include "commands.h"
+#include "run_data.h"
 
 namespace agora::cli {
 
 void add_stage_command(CLI::App& app) {
   struct Args {
     std::string config, key, listen, next, next_key, prev_key, events, out, checkpoints;
+    std::string data_from, data_from_key, data_cache;
     std::vector<std::string> overrides;
     int64_t stage = 0;
     double timeout = 60;
@@ -50,10 +52,33 @@ void add_stage_command(CLI::App& app) {
                   "Seconds a neighbour may stay silent before this stage stops with an error "
                   "(at the start, while the stages are being launched: at least 600)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--data-from", args->data_from,
+                  "Fetch the run's data (checked against data.hash) from this data server, "
+                  "tcp://HOST:PORT (agora data serve), when data.dir is not on this machine or "
+                  "--data-cache is given");
+  cmd->add_option("--data-from-key", args->data_from_key, "The data server's public key (64 hex)");
+  cmd->add_option("--data-cache", args->data_cache,
+                  "With --data-from: fetch into this folder (default: agora-data/<data hash>)");
   cmd->add_flag("--quiet", args->quiet, "No progress lines");
   cmd->callback([args] {
     RunConfig config = RunConfig::load(args->config, args->overrides);
-    if (!config.data.hash.empty()) check_data_identity(config.data.dir, config.data.hash);
+    const net::Identity identity = net::Identity::load(args->key);
+    std::unique_ptr<serve::DataMount> data;  // read by the stage until it returns
+    if (!args->data_from.empty()) {
+      if (args->data_from_key.empty()) fail("agora stage --data-from needs --data-from-key HEX");
+      data = mount_run_data(config, identity, args->data_from,
+                            net::key_from_hex(args->data_from_key, "--data-from-key"),
+                            args->data_cache);
+    } else if (!args->data_cache.empty()) {
+      fail("agora stage --data-cache needs --data-from ENDPOINT (the server to fetch from)");
+    } else if (std::error_code ec; !std::filesystem::is_directory(config.data.dir, ec)) {
+      fail(
+          "data.dir {} is not on this machine: give this stage a copy of the run's token folder, "
+          "or fetch it with --data-from tcp://HOST:PORT --data-from-key HEX (agora data serve)",
+          config.data.dir);
+    } else if (!config.data.hash.empty()) {
+      check_data_identity(config.data.dir, config.data.hash);
+    }
     if (config.model.vocab_size == 0) {
       config.set_vocab_size(read_data_meta(config.data.dir).vocab_size);
     }
@@ -61,7 +86,6 @@ void add_stage_command(CLI::App& app) {
         config.train.threads > 0
             ? static_cast<int>(config.train.threads)
             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-    const net::Identity identity = net::Identity::load(args->key);
     peer::StageOptions o;
     o.stage = args->stage;
     o.listen = args->listen;

@@ -384,6 +384,12 @@ def scenario_volunteer(agora, data):
                  f"({summary['data_chunks_refused']} refused), expected the {shards} of the shards")
     if summary["data_bytes_from_peers"] == 0:
         run.fail("the members holding a copy served the volunteer nothing")
+    # A joiner makes its strategy anew after loading the state: the payloads its witness check
+    # decoded must still reach apply() (optim/decoded_payloads.h), and not pile up unused.
+    if summary["payloads_predecoded"] == 0 or summary["decoded_payloads_kept"] > 3:
+        run.fail(f"the volunteer's apply() took {summary['payloads_predecoded']} payloads decoded "
+                 f"at fetch and {summary['decoded_payloads_kept']} were left: the check decodes "
+                 f"into a store its strategy does not take from")
     for i in (0, 1):
         if run.events(i, "data_mount"):
             run.fail(f"peer {i} has the data on disk, yet fetched it")

@@ -7,6 +7,9 @@
                    with the parameters the in-process pipeline (`agora train`, same config)
                    computes, bit for bit, the losses are the same, and the stages' files merge
                    (agora merge-stages) into a checkpoint that evaluates as the in-process one.
+                   Stages 1 and 2 hold no copy of the data: they fetch it from an
+                   `agora data serve` that admits the three stages' keys (allowlist), into
+                   folders that end holding the run's data hash.
   async_subspace   the same with the asynchronous 1F1B schedule, NAdam and subspace boundaries.
   stage_killed     stage 1 is SIGKILLed mid-run: stages 0 and 2 stop on their own within their
                    timeout, with an error event naming stage 1.
@@ -42,11 +45,36 @@ def events(path):
 
 class Pipeline:
     def __init__(self, agora, data, sets):
-        self.agora, self.sets = agora, [f"data.dir={data}", *sets]
+        self.agora, self.data, self.sets = agora, data, [f"data.dir={data}", *sets]
         self.dir = tempfile.mkdtemp(prefix="agora-pipeline-")
         self.keys = [self.keygen(i) for i in range(STAGES)]
         self.ports = [free_port() for _ in range(STAGES)]
         self.procs = []
+        self.server = None  # an `agora data serve`, when stages fetch their data
+        self.fetching = {}  # stage -> the folder it fetches the data into
+
+    def serve_data(self, stages):
+        """Starts `agora data serve` for the stages' keys; `stages` fetch from it."""
+        self.data_hash = subprocess.run([self.agora, "data", "hash", self.data], check=True,
+                                        capture_output=True, text=True).stdout.strip()
+        self.sets.append(f"data.hash={self.data_hash}")
+        allow = os.path.join(self.dir, "allowlist")
+        with open(allow, "w") as f:
+            f.write("".join(k + "\n" for k in self.keys))
+        self.server_key = self.keygen("data")
+        self.server_endpoint = f"tcp://127.0.0.1:{free_port()}"
+        log = open(os.path.join(self.dir, "data-serve.log"), "w")
+        self.server = subprocess.Popen(
+            [self.agora, "data", "serve", "--data", self.data, "--key",
+             os.path.join(self.dir, "stage-data.key"), "--listen", self.server_endpoint,
+             "--allowlist", allow, "--events", os.path.join(self.dir, "data-serve.jsonl")],
+            stdout=log, stderr=log)
+        self.fetching = {i: os.path.join(self.dir, f"data-{i}") for i in stages}
+
+    def stop_data(self):
+        if self.server is not None:
+            self.server.send_signal(signal.SIGINT)
+            self.server.wait(timeout=30)
 
     def keygen(self, i):
         out = subprocess.run([self.agora, "keygen", "--out", os.path.join(self.dir, f"stage-{i}.key")],
@@ -68,6 +96,9 @@ class Pipeline:
             if i < STAGES - 1:
                 args += ["--next", f"tcp://127.0.0.1:{self.ports[i + 1]}", "--next-key",
                          self.keys[i + 1]]
+            if i in self.fetching:
+                args += ["--data-from", self.server_endpoint, "--data-from-key", self.server_key,
+                         "--data-cache", self.fetching[i]]
             if resume:
                 args.append("--resume")
             for s in self.sets:
@@ -92,11 +123,12 @@ class Pipeline:
         return events(os.path.join(self.dir, f"stage-{i}.jsonl"))
 
     def fail(self, message):
-        for p in self.procs:
+        for p in self.procs + ([self.server] if self.server else []):
             if p.poll() is None:
                 p.kill()
-        for i in range(STAGES):
-            log = os.path.join(self.dir, f"stage-{i}.log")
+        for i in [*range(STAGES), "data-serve"]:
+            log = os.path.join(self.dir, f"stage-{i}.log" if i != "data-serve" else
+                               "data-serve.log")
             if os.path.exists(log):
                 print(f"--- stage {i} log:\n" + open(log).read()[-3000:], file=sys.stderr)
         sys.exit(f"FAIL: {message} (files in {self.dir})")
@@ -111,12 +143,26 @@ class Pipeline:
         return events(os.path.join(out, "pipeline.jsonl"))
 
 
-def same_as_simulation(agora, data, sets):
+def same_as_simulation(agora, data, sets, fetch=()):
     run = Pipeline(agora, data, sets)
+    if fetch:
+        run.serve_data(fetch)
     run.start()
     codes = run.wait(240)
     if any(codes):
         run.fail(f"stage exit codes {codes}")
+    for i, folder in run.fetching.items():
+        held = subprocess.run([agora, "data", "hash", folder], capture_output=True,
+                              text=True).stdout.strip()
+        if held != run.data_hash:
+            run.fail(f"stage {i}'s fetched folder hashes to {held!r}, the run's data to "
+                     f"{run.data_hash}")
+    if fetch:
+        run.stop_data()
+        stop = [e for e in events(os.path.join(run.dir, "data-serve.jsonl"))
+                if e["event"] == "data_serve_stop"]
+        if not stop or stop[0]["chunks"] == 0:
+            run.fail(f"the data server reports no chunks served: {stop}")
     simulated = run.simulate()
     finish = next(e for e in simulated if e["event"] == "finish")
     for i in range(STAGES):
@@ -146,8 +192,9 @@ def same_as_simulation(agora, data, sets):
     if losses_by["merged"] != losses_by["in-process"]:
         run.fail(f"the merged stage files evaluate to {losses_by['merged']}, the in-process "
                  f"checkpoint to {losses_by['in-process']}")
+    fetched = f", stages {list(fetch)} fetching their data" if fetch else ""
     print(f"OK: {STAGES} stage processes ended bit-identical to the in-process pipeline "
-          f"({len(losses)} steps, {sets})")
+          f"({len(losses)} steps, {sets}{fetched})")
     shutil.rmtree(run.dir, ignore_errors=True)
 
 
@@ -213,7 +260,7 @@ def resumed(agora, data, sets, crash_at, resumes_at):
 def main():
     agora, data, scenario = sys.argv[1], sys.argv[2], sys.argv[3]
     if scenario == "gpipe_int8":
-        same_as_simulation(agora, data, ["pipeline.codec=int8"])
+        same_as_simulation(agora, data, ["pipeline.codec=int8"], fetch=(1, 2))
     elif scenario == "async_subspace":
         same_as_simulation(agora, data, ["pipeline.schedule=async", "pipeline.optimizer=nadam",
                                          "pipeline.codec=subspace", "pipeline.subspace_rank=16"])

@@ -2,14 +2,16 @@
 // scatter-adding one payload after another into float32 zeros, in the given order, then dividing
 // by max(count, 1) (dense) or each value by its position's count (sparse); the results must be
 // equal bit for bit, and the same with 1, 2 and 4 threads. Decoding once (decoded_payloads.h):
-// payloads decoded before apply() give the same parameters as bytes decoded by apply(), and the
-// store hands out only what was decoded from the very same bytes.
+// payloads decoded before apply() give the same parameters as bytes decoded by apply(), the
+// store hands out only what was decoded from the bytes named by its hash, and a strategy made
+// after the store (a joiner's) takes from it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 
 #include "agora/core/error.h"
+#include "agora/core/hash.h"
 #include "agora/optim/chunking.h"
 #include "agora/optim/decoded_payloads.h"
 #include "agora/optim/decoupled_momentum.h"
@@ -144,19 +146,31 @@ TEST(DecodeOnce, PayloadsDecodedBeforeApplyGiveTheSameParameters) {
   contributions.push_back(contributions[0]);  // a copy, left out either way
   contributions.back().peer = "peer-9";
   contributions.push_back({"peer-8", "not a payload"});
+  for (Contribution& c : contributions) c.hash = blake2b256_bytes(c.bytes);
 
   std::vector<NamedParameter> plain = clones(start), early = clones(start);
   DecoupledMomentum plain_demo(plain, options), early_demo(early, options);
+  // The store outlives the strategy that was made with it, as a peer's does: a strategy made
+  // later (a joiner's, after it loaded the state) is handed it and takes from it.
+  auto store = std::make_shared<DecodedPayloads>(early_demo.payload_layout(), size_t{1} << 24);
+  {
+    std::vector<NamedParameter> discarded = clones(start);
+    DecoupledMomentum before_sync(discarded, options);
+    before_sync.share_decoded_payloads(store);
+  }
+  early_demo.share_decoded_payloads(store);
   for (const Contribution& c : contributions) {
     try {
-      early_demo.decoded_payloads()->decode(c.bytes, 3);
+      store->decode(c.hash, c.bytes, 3);
     } catch (const Error&) {
     }
   }
-  EXPECT_EQ(early_demo.decoded_payloads()->size(), 6u) << "the copy is kept once, junk never";
+  EXPECT_EQ(store->size(), 6u) << "the copy is kept once, junk never";
   const ApplyReport a = plain_demo.apply({3, 0.01, 8}, contributions);
   const ApplyReport b = early_demo.apply({3, 0.01, 8}, contributions);
-  EXPECT_EQ(early_demo.decoded_payloads()->size(), 0u) << "apply() took them all";
+  EXPECT_EQ(store->size(), 0u) << "apply() took them all";
+  EXPECT_EQ(a.predecoded, 0);
+  EXPECT_EQ(b.predecoded, 6);
   ASSERT_EQ(a.refused.size(), 2u);
   ASSERT_EQ(b.refused.size(), 2u);
   for (size_t i = 0; i < a.refused.size(); ++i) {
@@ -174,28 +188,37 @@ TEST(DecodeOnce, HandsOutOnlyWhatTheSameBytesDecodedTo) {
   DecoupledMomentum demo(params, {.topk = 4, .chunk = 32});
   for (NamedParameter& p : params) p.tensor.mutable_grad() = torch::randn(p.tensor.sizes());
   const std::string bytes = demo.contribute({5, 0.01, 1}).bytes;
+  const std::string hash = blake2b256_bytes(bytes);
   DecodedPayloads store(demo.payload_layout(), size_t{1} << 20);
-  EXPECT_EQ(store.decode(bytes, 4), 5u) << "another step: reported, not kept";
+  EXPECT_EQ(store.decode(hash, bytes, 4), 5u) << "another step: reported, not kept";
   EXPECT_EQ(store.size(), 0u);
-  EXPECT_THROW(store.decode(bytes.substr(1), 5), Error);
-  EXPECT_EQ(store.decode(bytes, 5), 5u);
+  EXPECT_THROW(store.decode(blake2b256_bytes(bytes.substr(1)), bytes.substr(1), 5), Error);
+  EXPECT_EQ(store.decode(hash, bytes, 5), 5u);
   std::string other = bytes;
   other.back() ^= 1;
-  EXPECT_FALSE(store.take(other).has_value());
-  const std::optional<Payload> taken = store.take(bytes);
+  EXPECT_FALSE(store.take(blake2b256_bytes(other), other).has_value());
+  EXPECT_FALSE(store.take(hash, bytes.substr(1)).has_value()) << "not the bytes hashed";
+  const std::optional<Payload> taken = store.take(hash, bytes);
   ASSERT_TRUE(taken.has_value());
   EXPECT_EQ(*taken, decode_payload(bytes, demo.payload_layout()));
-  EXPECT_FALSE(store.take(bytes).has_value()) << "taken once";
+  EXPECT_FALSE(store.take(hash, bytes).has_value()) << "taken once";
 
-  store.decode(bytes, 5);
+  store.decode(hash, bytes, 5);
   store.forget_through(4);
   EXPECT_EQ(store.size(), 1u);
   store.forget_through(5);
   EXPECT_EQ(store.size(), 0u);
 
-  DecodedPayloads tiny(demo.payload_layout(), bytes.size());
-  tiny.decode(bytes, 5);
+  DecodedPayloads tiny(demo.payload_layout(), 64);
+  tiny.decode(hash, bytes, 5);
   EXPECT_EQ(tiny.size(), 0u) << "larger than the whole budget: not kept";
+
+  // A store made for another layout is refused, not filled with payloads apply() cannot take.
+  std::vector<NamedParameter> others = random_params(3);
+  DecoupledMomentum other_demo(others, {.topk = 4, .chunk = 16});
+  EXPECT_THROW(demo.share_decoded_payloads(
+                   std::make_shared<DecodedPayloads>(other_demo.payload_layout(), size_t{1} << 20)),
+               Error);
 }
 
 }  // namespace

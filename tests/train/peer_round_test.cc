@@ -46,6 +46,7 @@ class FakeRun : public PeerLink {
   std::function<void(const wire::Commit&)> on_commit;  // replaces the default reaction
   std::function<void(const wire::Join&)> on_join;      // replaces the Welcome and round 0
   std::function<void(const wire::GetFinalized&)> on_get_finalized;  // else unanswered
+  bool check_commits = true;
 
   const std::string& endpoint() const override { return endpoint_; }
   net::BlobStore& blobs() override { return blobs_; }
@@ -62,6 +63,13 @@ class FakeRun : public PeerLink {
       push(welcome(0));
       push(round_start(0));
     } else if (m.has_commit()) {
+      // What a member's witness check does with a payload it fetched (check_commits): the
+      // peer's validator decodes it, and keeps it for apply().
+      const wire::CommitRecord& r = m.commit().record();
+      if (check_commits && validator_) {
+        if (auto bytes = blobs_.get(r.payload_hash()))
+          validator_(r.payload_hash(), *bytes, r.step());
+      }
       if (on_commit) return on_commit(m.commit());
       finalize(m.commit().record());
     } else if (m.has_get_finalized() && on_get_finalized) {
@@ -301,11 +309,15 @@ TEST_F(PeerRoundTest, OnePeerTrainsExactlyAsTheLocalTrainer) {
         c.record().author(), net::commit_signing_bytes("fake-run", s, c.record().payload_hash()),
         c.record().signature()));
     ASSERT_TRUE(link.validator_);
-    EXPECT_FALSE(link.validator_(*payload, s).has_value());
     // The same bytes under a commitment for another step (a replay) are refused.
-    EXPECT_TRUE(link.validator_(*payload, s + 1).has_value());
+    EXPECT_TRUE(link.validator_(c.record().payload_hash(), *payload, s + 1).has_value());
   }
-  EXPECT_TRUE(link.validator_("not a payload", 0).has_value());
+  EXPECT_TRUE(link.validator_(blake2b256_bytes("not a payload"), "not a payload", 0).has_value());
+  // Every payload passed the witness check when it was committed (FakeRun's check_commits), and
+  // apply() took each decoded from it: the peer's store, which its strategy (made again when the
+  // peer loaded the state) shares, is empty at the end.
+  EXPECT_EQ(peer.payloads_predecoded, static_cast<uint64_t>(kSteps));
+  EXPECT_EQ(peer.decoded_payloads_kept, 0u);
   // A state report after every applied step (hash_interval = 1), and one after the initial sync.
   EXPECT_EQ(link.published, (std::vector<uint64_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(link.status_applied, static_cast<uint64_t>(kSteps));

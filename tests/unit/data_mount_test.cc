@@ -8,12 +8,15 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <thread>
 
 #include "agora/core/file.h"
 #include "agora/core/hex.h"
 #include "agora/data/sampler.h"
 #include "agora/data/shard.h"
+#include "agora/net/allowlist.h"
+#include "agora/serve/data_server.h"
 #include "agora/serve/data_service.h"
 #include "agora/serve/poll.h"
 #include "test_support.h"
@@ -291,6 +294,79 @@ TEST_F(DataMountTest, ACacheHoldingOtherShardsIsRefused) {
   write_shard(dir_ / "cache" / "train_000099.bin", std::vector<TokenId>(5000, 3), 1);
   EXPECT_ERROR_WITH(DataMount::open(member_, options(server, server.hex())), "train_000099.bin",
                     "empty folder");
+}
+
+// `agora data serve` on a thread: the admission lets `member` through, nobody else.
+class RealDataServer {
+ public:
+  RealDataServer(const fs::path& dir, const net::Identity& member, double messages_per_second)
+      : thread_([this, dir, &member, messages_per_second] {
+          DataServerOptions o;
+          o.listen = "tcp://127.0.0.1:*";
+          o.admission = net::admission_of({member.public_key()});
+          o.data_dir = dir;
+          o.messages_per_second = messages_per_second;
+          o.burst = messages_per_second;
+          o.stop = &stop_;
+          o.on_bound = [this](const std::string& endpoint, const std::string&) {
+            endpoint_.set_value(endpoint);
+          };
+          summary_ = run_data_server(id_, o);
+        }) {}
+  ~RealDataServer() { stop(); }
+  std::string endpoint() { return endpoint_future_.get(); }
+  const DataServerSummary& stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return summary_;
+  }
+  net::Identity id_ = identity(9);
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::promise<std::string> endpoint_;
+  std::shared_future<std::string> endpoint_future_ = endpoint_.get_future().share();
+  DataServerSummary summary_;
+  std::thread thread_;
+};
+
+TEST_F(DataMountTest, TheDataServerServesTheKeysItAdmits) {
+  RealDataServer server(source_, member_, 200);
+  DataMountOptions o;
+  o.endpoint = server.endpoint();
+  o.server_key = server.id_.public_key();
+  o.data_hash = data_identity(source_).hex();
+  o.cache_dir = dir_ / "cache";
+  auto mount = DataMount::open(member_, o);
+  ASSERT_TRUE(mount->wait_complete(30));
+  EXPECT_EQ(data_identity(o.cache_dir).hex(), o.data_hash);
+  mount.reset();
+  const DataServerSummary& s = server.stop();
+  EXPECT_EQ(s.data_hash, o.data_hash);
+  EXPECT_EQ(s.counters.manifests, 1u);
+  EXPECT_EQ(s.counters.chunks, 4u);  // each chunk once
+}
+
+TEST_F(DataMountTest, TheDataServerDropsWhatIsOverAKeysMessageBudget) {
+  RealDataServer server(source_, member_, 20);  // 20 messages a second, 20 at once
+  net::Context context;
+  net::Client client(context, member_, server.endpoint(), server.id_.public_key(),
+                     net::DecodeLimits{});
+  wire::Envelope hello;
+  hello.mutable_heartbeat();
+  for (int i = 0; i < 400; ++i) client.send(hello);
+  // Every message that passed the budget is answered with the refusal; the rest are dropped.
+  int refusals = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < until) {
+    wait_readable(client.socket(), std::chrono::milliseconds(50));
+    while (auto m = client.recv()) refusals += m->has_refused() ? 1 : 0;
+  }
+  const DataServerSummary& s = server.stop();
+  EXPECT_EQ(static_cast<uint64_t>(refusals), s.refused);
+  EXPECT_EQ(s.refused + s.dropped, 400u);
+  EXPECT_LT(s.refused, 200u);  // 20 at once plus 20 a second, however slowly they arrived
+  EXPECT_GT(s.dropped, 0u);
 }
 
 }  // namespace

@@ -51,10 +51,11 @@ TEST(PeerNetworkTest, WrongBytesFromOneHolderSendToTheNext) {
 
 TEST(PeerNetworkTest, BadSignatureOrContentIsRejectedWithAReason) {
   FakeCoordinator coordinator;
-  Node a(coordinator, [](std::string_view bytes, uint64_t) -> std::optional<std::string> {
-    if (bytes.starts_with("ok")) return std::nullopt;
-    return "not a payload of this model";
-  });
+  Node a(coordinator,
+         [](std::string_view, std::string_view bytes, uint64_t) -> std::optional<std::string> {
+           if (bytes.starts_with("ok")) return std::nullopt;
+           return "not a payload of this model";
+         });
   Node b(coordinator);
   introduce(coordinator, {&a, &b});
   const wire::CommitRecord bad_content = b.commit(2, "garbage");
@@ -85,7 +86,7 @@ TEST(PeerNetworkTest, NobodyHoldingItEndsTheFetch) {
 }
 
 // A payload's bytes carry their step: "payload@S" is valid for step S only.
-std::optional<std::string> step_validator(std::string_view bytes, uint64_t step) {
+std::optional<std::string> step_validator(std::string_view, std::string_view bytes, uint64_t step) {
   if (bytes == fmt::format("payload@{}", step)) return std::nullopt;
   return fmt::format("the payload is not for step {}", step);
 }

@@ -310,8 +310,7 @@ AsyncWorkerSummary Worker::run() {
 
 }  // namespace
 
-AsyncWorkerSummary run_async_worker(const RunConfig& config, const net::Identity& identity,
-                                    const AsyncWorkerOptions& options) {
+void check_async_worker_options(const AsyncWorkerOptions& options) {
   static const std::set<std::string> kBehaviours = {"honest", "scaled", "replay", "tiny",
                                                      "claim", "sign_flip", "zero", "noise"};
   if (kBehaviours.count(options.behaviour) == 0) {
@@ -322,6 +321,11 @@ AsyncWorkerSummary run_async_worker(const RunConfig& config, const net::Identity
   if (!(options.step_seconds >= 0)) {
     fail("--step-seconds {} is invalid (allowed: >= 0)", options.step_seconds);
   }
+}
+
+AsyncWorkerSummary run_async_worker(const RunConfig& config, const net::Identity& identity,
+                                    const AsyncWorkerOptions& options) {
+  check_async_worker_options(options);
   torch::set_num_threads(config.train.threads > 0 ? static_cast<int>(config.train.threads) : 1);
   Worker worker(config, identity, options);
   return worker.run();

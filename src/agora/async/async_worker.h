@@ -56,6 +56,9 @@ struct AsyncWorkerSummary {
   uint64_t data_bytes_fetched = 0;  // with data_cache
 };
 
+// Throws Error naming the option when `options` holds a value that is not allowed.
+void check_async_worker_options(const AsyncWorkerOptions& options);
+
 // Throws Error when the server cannot be reached, or its run starts from other parameters.
 AsyncWorkerSummary run_async_worker(const RunConfig& config, const net::Identity& identity,
                                     const AsyncWorkerOptions& options);

@@ -1,13 +1,12 @@
 #include "agora/optim/decoded_payloads.h"
 
-#include <functional>
 #include <utility>
 
 namespace agora {
 namespace {
 
-size_t cost_of(std::string_view bytes, const Payload& payload) {
-  size_t cost = bytes.size() + sizeof(Payload);
+size_t cost_of(const Payload& payload) {
+  size_t cost = sizeof(Payload);
   for (const TensorPayload& t : payload.tensors) {
     cost += sizeof(TensorPayload) + t.positions.size() * sizeof(uint32_t) +
             t.values.size() * sizeof(float) + t.quantized.size() + t.scales.size() * sizeof(float);
@@ -20,42 +19,30 @@ size_t cost_of(std::string_view bytes, const Payload& payload) {
 DecodedPayloads::DecodedPayloads(PayloadLayout layout, size_t max_bytes)
     : layout_(std::move(layout)), max_bytes_(max_bytes) {}
 
-uint64_t DecodedPayloads::decode(std::string_view bytes, uint64_t step) {
+uint64_t DecodedPayloads::decode(std::string_view hash, std::string_view bytes, uint64_t step) {
   // Decoded outside the lock: the network's threads check payloads side by side.
   Payload payload = decode_payload(bytes, layout_);
   const uint64_t payload_step = payload.step;
   if (payload_step != step) return payload_step;
-  const size_t cost = cost_of(bytes, payload);
+  const size_t cost = cost_of(payload);
   if (cost > max_bytes_) return payload_step;
-  const size_t hash = std::hash<std::string_view>{}(bytes);
   const std::lock_guard<std::mutex> lock(mutex_);
-  const auto [first, last] = by_hash_.equal_range(hash);
-  for (auto it = first; it != last; ++it) {
-    if (it->second->bytes == bytes) return payload_step;  // fetched twice: kept once
-  }
+  if (by_hash_.contains(std::string(hash))) return payload_step;  // fetched twice: kept once
   while (!entries_.empty() && bytes_ + cost > max_bytes_) erase(entries_.begin());
-  entries_.push_back({std::string(bytes), std::move(payload), hash, cost});
-  by_hash_.emplace(hash, std::prev(entries_.end()));
+  entries_.push_back({std::string(hash), bytes.size(), std::move(payload), cost});
+  by_hash_.emplace(entries_.back().hash, std::prev(entries_.end()));
   bytes_ += cost;
   return payload_step;
 }
 
-std::optional<Payload> DecodedPayloads::take(std::string_view bytes) {
-  {
-    // An empty store (a trainer's simulated peers never fill one) costs no hash of the bytes.
-    const std::lock_guard<std::mutex> lock(mutex_);
-    if (entries_.empty()) return std::nullopt;
-  }
-  const size_t hash = std::hash<std::string_view>{}(bytes);
+std::optional<Payload> DecodedPayloads::take(std::string_view hash, std::string_view bytes) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  const auto [first, last] = by_hash_.equal_range(hash);
-  for (auto it = first; it != last; ++it) {
-    if (it->second->bytes != bytes) continue;
-    std::optional<Payload> out = std::move(it->second->payload);
-    erase(it->second);
-    return out;
-  }
-  return std::nullopt;
+  if (entries_.empty()) return std::nullopt;  // a trainer's simulated peers never fill one
+  const auto it = by_hash_.find(std::string(hash));
+  if (it == by_hash_.end() || it->second->size != bytes.size()) return std::nullopt;
+  std::optional<Payload> out = std::move(it->second->payload);
+  erase(it->second);
+  return out;
 }
 
 void DecodedPayloads::forget_through(uint64_t step) {
@@ -73,13 +60,7 @@ size_t DecodedPayloads::size() const {
 }
 
 void DecodedPayloads::erase(Entries::iterator it) {
-  const auto [first, last] = by_hash_.equal_range(it->hash);
-  for (auto h = first; h != last; ++h) {
-    if (h->second == it) {
-      by_hash_.erase(h);
-      break;
-    }
-  }
+  by_hash_.erase(it->hash);
   bytes_ -= it->cost;
   entries_.erase(it);
 }

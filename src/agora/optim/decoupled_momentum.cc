@@ -13,11 +13,6 @@
 namespace agora {
 namespace {
 
-// What decoded_payloads() may keep, bytes and decoded values together (about twice the bytes at
-// top-k 32 with f32 values): a step of 1000 peers of the small preset's 0.7 MB payloads; beyond
-// it the oldest go and apply() decodes those itself.
-constexpr size_t kDecodedPayloadBytes = size_t{2} << 30;
-
 std::vector<int64_t> shape_of(const torch::Tensor& t) {
   return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
 }
@@ -44,6 +39,14 @@ DecoupledMomentum::DecoupledMomentum(std::vector<NamedParameter> params, const D
     slots_.push_back(std::move(slot));
   }
   decoded_ = std::make_shared<DecodedPayloads>(layout_, kDecodedPayloadBytes);
+}
+
+void DecoupledMomentum::share_decoded_payloads(std::shared_ptr<DecodedPayloads> store) {
+  if (store == nullptr || store->layout().kind != layout_.kind ||
+      store->layout().tensors != layout_.tensors) {
+    fail("DeMo: the decoded-payload store given is for another payload layout");
+  }
+  decoded_ = std::move(store);
 }
 
 std::vector<std::string> DecoupledMomentum::warnings() const {
@@ -142,7 +145,9 @@ std::vector<Payload> DecoupledMomentum::admit(const StepContext& context,
     }
     try {
       // Kept by decoded_payloads() only for these very bytes: the same as decoding them here.
-      std::optional<Payload> kept = decoded_->take(c->bytes);
+      std::optional<Payload> kept =
+          c->hash.empty() ? std::nullopt : decoded_->take(c->hash, c->bytes);
+      if (kept) ++report.predecoded;
       Payload payload = kept ? std::move(*kept) : decode_payload(c->bytes, layout_);
       if (payload.step != static_cast<uint64_t>(context.step)) {
         report.refused.push_back(

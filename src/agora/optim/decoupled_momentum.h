@@ -73,9 +73,12 @@ class DecoupledMomentum final : public Strategy {
   // What every contribution must look like: one dct_topk entry per parameter, in order.
   const PayloadLayout& payload_layout() const { return layout_; }
   // Where a caller that decodes contributions before apply() (a network peer's witness check)
-  // decodes them, so that apply() takes them from there instead of decoding them again
-  // (decoded_payloads.h). Shared: the check runs on the network's threads.
+  // decodes them, so that apply() takes them from there (by Contribution::hash) instead of
+  // decoding them again (decoded_payloads.h). Shared: the check runs on the network's threads.
   const std::shared_ptr<DecodedPayloads>& decoded_payloads() const { return decoded_; }
+  // Takes from `store` from now on: the peer's store, which outlives this strategy. Error when
+  // its layout is not this strategy's.
+  void share_decoded_payloads(std::shared_ptr<DecodedPayloads> store);
   // One line per parameter whose shape wastes compression (chunking.h compression_warning).
   std::vector<std::string> warnings() const override;
 

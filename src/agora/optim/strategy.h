@@ -47,6 +47,9 @@ struct NamedParameter {
 struct Contribution {
   std::string peer;   // the sender's id; the canonical order sorts by it
   std::string bytes;  // an encoded Payload, or empty
+  // BLAKE2b-256 of `bytes` when the caller already checked it (a network peer checks every
+  // payload against its commitment): how DeMo finds the payload decoded at fetch. Empty: unknown.
+  std::string hash = {};
 };
 
 // What apply() decided beyond "apply everything as sent".
@@ -59,6 +62,7 @@ struct ApplyReport {
   int64_t clipped = 0;           // (contribution, tensor) entries scaled down to the bound
   // The update was not finite (a non-finite aggregate): the step changed nothing.
   bool skipped = false;
+  int64_t predecoded = 0;  // payloads taken decoded from where the caller decoded them at fetch
 };
 
 struct StepContext {

@@ -295,6 +295,7 @@ PeerSummary Peer::run() {
   if (peer_.data_mount) data = peer_.data_mount->stats();
   peer_.summary.data_bytes_fetched = data.bytes_fetched;
   peer_.summary.data_bytes_from_peers = data.bytes_from_peers;
+  if (peer_.decoded) peer_.summary.decoded_payloads_kept = peer_.decoded->size();
   peer_.log(fmt::format("payloads fetched {}, rejected {}; {} received, {} served; {} malformed "
                         "messages dropped",
                         c.payloads_fetched, c.payloads_rejected, format_bytes(c.bytes_received),
@@ -311,7 +312,9 @@ PeerSummary Peer::run() {
              {"data_bytes_fetched", data.bytes_fetched},
              {"data_bytes_from_peers", data.bytes_from_peers},
              {"data_chunks_refused", data.refused},
-             {"data_wait_seconds", data.waited_seconds}});
+             {"data_wait_seconds", data.waited_seconds},
+             {"payloads_predecoded", peer_.summary.payloads_predecoded},
+             {"decoded_payloads_kept", peer_.summary.decoded_payloads_kept}});
   peer_.summary.applied_steps = peer_.applied;
   return peer_.summary;
 }

@@ -60,6 +60,10 @@ struct PeerSummary {
   uint64_t relayed_bytes = 0;  // payload bytes uploaded to the coordinator's relay
   uint64_t data_bytes_fetched = 0;  // of the run's token folder, from the run (data_cache)
   uint64_t data_bytes_from_peers = 0;  // of those, served by other members
+  // Finalized payloads apply() took decoded from the witness check instead of decoding them
+  // again, and what the store still kept at the end (optim/decoded_payloads.h).
+  uint64_t payloads_predecoded = 0;
+  uint64_t decoded_payloads_kept = 0;
 };
 
 PeerSummary run_peer(const net::Identity& identity, const PeerOptions& options,

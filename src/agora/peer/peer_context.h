@@ -20,6 +20,7 @@
 #include "agora/data/data_meta.h"
 #include "agora/net/identity.h"
 #include "agora/obs/log.h"
+#include "agora/optim/decoded_payloads.h"
 #include "agora/peer/peer.h"
 #include "agora/peer/peer_link.h"
 #include "agora/peer/peer_metrics.h"
@@ -97,11 +98,15 @@ struct PeerContext {
   std::string run_id;
   DataMeta data;
   // The run's data fetched from the coordinator, when this machine has none; declared before
-  // what reads it, so it goes last.
-  std::unique_ptr<serve::DataMount> data_mount;
+  // what reads it, so it goes last. Shared with the link's server, which serves it to the
+  // members that fetch and may outlive this context.
+  std::shared_ptr<serve::DataMount> data_mount;
   // This peer's copy on disk, hashed and served to the members that fetch (null: none, or the
-  // run names no data hash).
-  std::unique_ptr<serve::DataService> data_service;
+  // run names no data hash). Shared the same way.
+  std::shared_ptr<serve::DataService> data_service;
+  // Payloads the witness check decoded, for apply() to take (optim/decoded_payloads.h): made in
+  // build(), shared with the link's validator, handed to every strategy the peer makes.
+  std::shared_ptr<DecodedPayloads> decoded;
   bool checkpointer = false;
   torch::Device device{torch::kCPU};
   Learner learner;

@@ -326,7 +326,7 @@ void PeerNetwork::on_blob(Job& job, Want& want, const std::string& source, wire:
                              r.signature())) {
     invalid = "the author's signature over the commitment does not verify";
     reject(Rejection::kSignature);
-  } else if (settings.validator && (invalid = settings.validator(data, r.step()))) {
+  } else if (settings.validator && (invalid = settings.validator(want.key, data, r.step()))) {
     reject(Rejection::kLayout);
   }
   remember(want.asked_before, want.asked);

@@ -39,9 +39,10 @@ using Snapshot = std::map<std::string, TensorBytes>;
 // Checks a fetched payload's content against the run's model and the step its commitment names:
 // nothing when it is valid, else the reason it is not (which names what was wrong). The step
 // matters because a payload's bytes carry their step: an old payload replayed under a new
-// commitment has the right layout and must still be refused.
-using PayloadValidator =
-    std::function<std::optional<std::string>(std::string_view payload, uint64_t step)>;
+// commitment has the right layout and must still be refused. `hash` is the payload's
+// BLAKE2b-256, already checked against the commitment (the validator may key what it keeps by it).
+using PayloadValidator = std::function<std::optional<std::string>(
+    std::string_view hash, std::string_view payload, uint64_t step)>;
 
 // What the link learns once the run is known (from the coordinator's Welcome).
 struct LinkSettings {

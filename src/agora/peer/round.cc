@@ -147,8 +147,10 @@ void Round::apply(uint64_t step) {
   }
   std::vector<Contribution> contributions;
   for (const auto& record : set) {
-    contributions.push_back(
-        {net::key_to_hex(record.author()), *peer_.link.blobs().get(record.payload_hash())});
+    // The blob store holds a payload only under its checked hash: the key to its decoded form.
+    contributions.push_back({net::key_to_hex(record.author()),
+                             *peer_.link.blobs().get(record.payload_hash()),
+                             record.payload_hash()});
   }
   const StepContext context{static_cast<int64_t>(step),
                             peer_.config.learning_rate(static_cast<int64_t>(step)),
@@ -182,6 +184,7 @@ void Round::report(uint64_t step, const ApplyReport& report) {
   }
   peer_.metrics.apply_decisions(report.refused.size(), static_cast<uint64_t>(report.clipped),
                                 report.skipped);
+  peer_.summary.payloads_predecoded += static_cast<uint64_t>(report.predecoded);
 }
 
 void Round::settle(bool force_report) {

@@ -84,19 +84,19 @@ void mount_run_data(PeerContext& peer) {
             {"chunks", s.chunks},
             {"chunks_cached", s.chunks_cached}});
   config.data.dir = o.cache_dir.string();
-  serve::DataMount& mount = *peer.data_mount;
-  peer.link.serve_data([&mount](const std::string& hash) { return mount.held_chunk(hash); });
+  peer.link.serve_data(
+      [mount = peer.data_mount](const std::string& hash) { return mount->held_chunk(hash); });
 }
 
 // A copy on disk: held to the run's data hash, then served to the members that fetch.
 void serve_local_data(PeerContext& peer) {
   const RunConfig& config = peer.config;
-  peer.data_service = std::make_unique<serve::DataService>(config.data.dir);
+  peer.data_service = std::make_shared<serve::DataService>(config.data.dir);
   if (peer.data_service->hex() != config.data.hash) {
     check_data_identity(config.data.dir, config.data.hash);  // names both hashes
   }
-  const serve::DataService& data = *peer.data_service;
-  peer.link.serve_data([&data](const std::string& hash) { return data.chunk(hash); });
+  peer.link.serve_data(
+      [data = peer.data_service](const std::string& hash) { return data->chunk(hash); });
 }
 
 }  // namespace
@@ -110,6 +110,11 @@ void offer_data_peers(PeerContext& peer, const std::vector<wire::Member>& member
     }
   }
   peer.data_mount->set_peers(std::move(holders));
+}
+
+void share_decoded_payloads(PeerContext& peer) {
+  if (peer.decoded == nullptr) return;
+  dynamic_cast<DecoupledMomentum&>(*peer.learner.strategy).share_decoded_payloads(peer.decoded);
 }
 
 void build(PeerContext& peer, const wire::Welcome& welcome) {
@@ -138,16 +143,20 @@ void build(PeerContext& peer, const wire::Welcome& welcome) {
   peer.step = std::make_unique<TrainStep>(config, peer.device);
   const PayloadLayout layout =
       dynamic_cast<DecoupledMomentum&>(*peer.learner.strategy).payload_layout();
+  // The witness check decodes every fetched payload; apply() takes the result from this store
+  // instead of decoding it again. It is the peer's: every strategy the peer makes is handed it.
+  peer.decoded = std::make_shared<DecodedPayloads>(layout, kDecodedPayloadBytes);
+  share_decoded_payloads(peer);
   LinkSettings settings;
   settings.run_id = peer.run_id;
-  settings.validator = [layout](std::string_view bytes,
-                                uint64_t step) -> std::optional<std::string> {
+  settings.validator = [store = peer.decoded](std::string_view hash, std::string_view bytes,
+                                              uint64_t step) -> std::optional<std::string> {
     try {
-      const Payload payload = decode_payload(bytes, layout);
+      const uint64_t payload_step = store->decode(hash, bytes, step);
       // A payload of another step (an old one replayed under a new commitment) has the right
       // layout: refused here, it never becomes final and its author is struck.
-      if (payload.step != step) {
-        return fmt::format("the payload is for step {}, its commitment for step {}", payload.step,
+      if (payload_step != step) {
+        return fmt::format("the payload is for step {}, its commitment for step {}", payload_step,
                            step);
       }
       return std::nullopt;

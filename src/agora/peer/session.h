@@ -17,6 +17,10 @@ wire::Welcome join(PeerContext& peer);
 // training data, and the payload check the link applies to fetched payloads.
 void build(PeerContext& peer, const wire::Welcome& welcome);
 
+// Hands the peer's store of payloads decoded at fetch to its strategy (a DeMo one): after build()
+// and after every new strategy (state_sync.cc), so that apply() takes what the check decoded.
+void share_decoded_payloads(PeerContext& peer);
+
 // A peer fetching the run's data asks `members` (the newest the coordinator named, this peer and
 // relayed members left out) before the coordinator. Nothing for a peer with a copy on disk.
 void offer_data_peers(PeerContext& peer, const std::vector<wire::Member>& members);

@@ -7,6 +7,7 @@
 
 #include "agora/core/error.h"
 #include "agora/peer/model_state.h"
+#include "agora/peer/session.h"
 #include "agora/train/checkpoint.h"
 
 namespace agora::peer {
@@ -85,6 +86,7 @@ StateSource sync_state(PeerContext& peer, const wire::StateRecord& state,
          state_hash_hex(mine), state_hash_hex(state));
   }
   peer.learner.reset_strategy(peer.config);  // a cold momentum, as a joiner's must be
+  share_decoded_payloads(peer);              // and the payloads the network decodes go to it
   return source == "seed"         ? StateSource::kSeed
          : source == "checkpoint" ? StateSource::kCheckpoint
                                   : StateSource::kMembers;

@@ -74,7 +74,8 @@ std::string DataService::chunk_bytes(const Place& place) const {
 
 DataService::Taker& DataService::taker(const std::string& member, double now) {
   if (!takers_.contains(member) && takers_.size() >= limits_.max_members) {
-    // Forget the one silent longest; what it had queued is still counted by ZeroMQ's release.
+    // Forget the one silent longest (what is still queued to it leaves the total: the table, not
+    // the queue, is what this bounds).
     auto oldest = std::min_element(
         takers_.begin(), takers_.end(),
         [](const auto& a, const auto& b) { return a.second.last_seen < b.second.last_seen; });
