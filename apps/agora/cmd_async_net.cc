@@ -52,7 +52,7 @@ void add_async_serve(CLI::App& async) {
   cmd->add_option("--outer-momentum", o.outer_momentum, "Default: diloco.outer_momentum");
   cmd->add_option("--outer-rule", o.outer_rule,
                   "The asynchronous methods' rule per arrival: nesterov, delayed_nesterov, "
-                  "lookahead, lookahead_discounted (default: the method's as published)");
+                  "lookahead, lookahead_discounted, heloco (default: the method's as published)");
   cmd->add_flag("--f32", args->f32, "Pseudo-gradients as float32 (default: int8 rows)");
   cmd->add_option("--seconds", o.seconds, "The run's length once every worker has joined")
       ->capture_default_str();

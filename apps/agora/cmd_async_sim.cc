@@ -44,7 +44,7 @@ void add_async_sim_command(CLI::App& app) {
                   "Default: diloco.outer_momentum");
   cmd->add_option("--outer-rule", args->options.outer_rule,
                   "The asynchronous methods' rule per arrival: nesterov, delayed_nesterov, "
-                  "lookahead, lookahead_discounted (default: the method's as published)");
+                  "lookahead, lookahead_discounted, heloco (default: the method's as published)");
   cmd->add_option("--outer-buffer", args->options.outer_buffer,
                   "Delayed Nesterov: arrivals per momentum update (default: the workers)");
   cmd->callback([args] {

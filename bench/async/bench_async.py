@@ -5,6 +5,10 @@
                    [--step-times 1,1.3,2.6,5.7] [--rounds 25] [--int8] [--jobs 2]
                    [--methods sync,async,dylu,lookahead,lookahead_discounted] [--out out/async]
 
+A method may name an outer rule other than its published one as METHOD:RULE, for example
+async:heloco (HeLoCo's correction with the look-ahead step, 4 workers at a fixed H) or
+async:nesterov (the naive per-arrival Nesterov step).
+
 Each method is one `agora async-sim` run (train/async_sim.h): 4 workers whose inner steps take
 1 : 1.3 : 2.6 : 5.7 simulated seconds, each training real steps of the config's model on its own
 fresh data; the clock is simulated, so the figures do not depend on this machine's load. The run
@@ -30,9 +34,12 @@ METHODS = ["sync", "async", "dylu", "lookahead", "lookahead_discounted"]
 
 
 def run(args, method, horizon, eval_every):
-    cmd = [args.agora, "async-sim", "--config", args.config, "--method", method,
+    name, _, rule = method.partition(":")
+    cmd = [args.agora, "async-sim", "--config", args.config, "--method", name,
            "--step-times", args.step_times, "--sim-seconds", str(horizon),
            "--eval-every", str(eval_every)]
+    if rule:
+        cmd += ["--outer-rule", rule]
     if args.int8:
         cmd.append("--int8")
     for s in args.set:

@@ -20,10 +20,11 @@ std::vector<torch::Tensor> vec(float a, float b) {
   return {torch::tensor({a, b})};
 }
 
-void expect_theta(const AsyncOuter& outer, double a, double b) {
+// `tolerance` covers float32's rounding against the float64 hand computation.
+void expect_theta(const AsyncOuter& outer, double a, double b, double tolerance = 1e-6) {
   const auto t = outer.theta()[0];
-  EXPECT_NEAR(t[0].item<double>(), a, 1e-6);
-  EXPECT_NEAR(t[1].item<double>(), b, 1e-6);
+  EXPECT_NEAR(t[0].item<double>(), a, tolerance);
+  EXPECT_NEAR(t[1].item<double>(), b, tolerance);
 }
 
 TEST(AsyncOuterTest, NesterovPerArrivalIsDiLoCosOuterStep) {
@@ -94,6 +95,48 @@ TEST(AsyncOuterTest, DelayedNesterovMovesTheMomentumOnceEveryNArrivals) {
   EXPECT_EQ(outer_rule_of_method("async"), OuterRule::kDelayedNesterov);
   EXPECT_EQ(outer_rule_of_method("sync"), OuterRule::kNesterov);
   EXPECT_THROW(outer_rule_of_method("adam"), Error);
+}
+
+// HeLoCo (arXiv 2606.00271), lr 0.5, momentum 0.9, its default constants, one arrival through
+// each branch; the values are computed by hand in float64, eps 1e-8 (G is the corrected D; then
+// m <- 0.9 m + 0.1 G, theta <- theta - 0.5 (G + 0.9 m)):
+//   D1 = (0.1, -0.2), m = 0:  passes (no momentum yet), as the look-ahead rule
+//   D2 = (-0.1, 0.1):         opposes m: c = -0.948683, conf = 0.678269, b = 0.321731,
+//                             G = D2 - b c |D2| m/|m| = (-0.080696131, 0.061392263)
+//   D3 = (0.3, 0.05):         opposes slightly: c = -0.086757, b = 0.038823,
+//                             G = (0.300080109, 0.048978751)
+//   D4 = (0.1, 0.4):          agrees too little: c = 0.059804, l = 0.765423, turned toward m with
+//                             its norm kept, G = (0.409965866, 0.043908867)
+//   D5 = (0.5, -0.1):         agrees (c = 0.982818 >= 0.2): passes
+TEST(AsyncOuterTest, HelocoCorrectsAStaleArrivalByItsAngleToTheMomentum) {
+  AsyncOuter heloco(theta0(), {OuterRule::kHeloco, 0.5, 0.9});
+  heloco.apply(vec(0.1f, -0.2f));
+  expect_theta(heloco, 0.9455, 2.109, 3e-6);
+  heloco.apply(vec(-0.1f, 0.1f));
+  expect_theta(heloco, 0.985429392, 2.083641217, 3e-6);
+  EXPECT_NEAR(heloco.momentum()[0][1].item<double>(), -0.011860774, 1e-6);
+  heloco.apply(vec(0.3f, 0.05f));
+  expect_theta(heloco, 0.821508925, 2.061751411, 3e-6);
+  heloco.apply(vec(0.1f, 0.4f));
+  expect_theta(heloco, 0.585585158, 2.040160691, 3e-6);
+  EXPECT_NEAR(heloco.momentum()[0][0].item<double>(), 0.068757410, 1e-6);
+  heloco.apply(vec(0.5f, -0.1f));
+  expect_theta(heloco, 0.285238407, 2.094988033, 3e-6);
+  EXPECT_EQ(parse_outer_rule("heloco"), OuterRule::kHeloco);
+
+  // With both corrections switched off (k_s = k_d = 0) HeLoCo is the look-ahead rule, bit for bit.
+  AsyncOuterOptions off{OuterRule::kHeloco, 0.5, 0.9};
+  off.heloco.k_s = off.heloco.k_d = 0;
+  AsyncOuter plain(theta0(), off), lookahead(theta0(), {OuterRule::kLookahead, 0.5, 0.9});
+  for (auto* o : {&plain, &lookahead}) {
+    o->apply(vec(0.1f, -0.2f));
+    o->apply(vec(-0.1f, 0.1f));
+    o->apply(vec(0.1f, 0.4f));
+  }
+  EXPECT_TRUE(torch::equal(plain.theta()[0], lookahead.theta()[0]));
+  AsyncOuterOptions bad{OuterRule::kHeloco, 0.5, 0.9};
+  bad.heloco.kappa = -1;
+  EXPECT_THROW(AsyncOuter(theta0(), bad), Error);
 }
 
 // A restart mid-period puts the buffer back: the run goes on as if never stopped.

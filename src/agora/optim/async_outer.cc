@@ -1,10 +1,57 @@
 #include "agora/optim/async_outer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "agora/core/error.h"
 
 namespace agora {
+namespace {
+
+// HeLoCo's epsilon: below it a norm counts as zero (D passes through), and it keeps conf's
+// division finite (the re-implementation's 1e-8).
+constexpr double kTiny = 1e-8;
+
+// Sums over a tensor's elements in one fixed order, in float64: HeLoCo's branch and coefficients
+// come from them, and every machine must decide alike (torch's parallel sums follow the threads).
+struct Sums {
+  double dot = 0, xx = 0, yy = 0;
+};
+Sums sums_of(const torch::Tensor& x, const torch::Tensor& y) {
+  const torch::Tensor a = x.to(torch::kCPU).contiguous(), b = y.to(torch::kCPU).contiguous();
+  const float* p = a.data_ptr<float>();
+  const float* q = b.data_ptr<float>();
+  Sums s;
+  for (int64_t j = 0; j < a.numel(); ++j) {
+    s.dot += static_cast<double>(p[j]) * q[j];
+    s.xx += static_cast<double>(p[j]) * p[j];
+    s.yy += static_cast<double>(q[j]) * q[j];
+  }
+  return s;
+}
+
+// HeLoCo's correction of one tensor's pseudo-gradient `d` against the momentum `m` (the header
+// has the formulas).
+torch::Tensor heloco_correct(const torch::Tensor& d, const torch::Tensor& m,
+                             const HelocoOptions& o) {
+  const Sums s = sums_of(d, m);
+  const double nd = std::sqrt(s.xx), nm = std::sqrt(s.yy);
+  if (nd < kTiny || nm < kTiny) return d;
+  const double c = s.dot / (nd * nm);
+  if (c >= o.c_ok) return d;
+  const double conf = nd / (nd + o.kappa * nm + kTiny);
+  if (c < 0) {
+    const double b = std::min(o.k_s * -c * conf, o.beta_max);
+    return b == 0 ? d : d - m * (b * c * nd / nm);
+  }
+  const double l = std::min(o.k_d * (1 - c) * conf, 1.0);
+  if (l == 0) return d;
+  const torch::Tensor u = d * ((1 - l) / nd) + m * (l / nm);
+  const double nu = std::sqrt(sums_of(u, u).xx);
+  return nu < kTiny ? d : u * (nd / nu);
+}
+
+}  // namespace
 
 std::string to_string(OuterRule rule) {
   switch (rule) {
@@ -16,18 +63,20 @@ std::string to_string(OuterRule rule) {
       return "lookahead_discounted";
     case OuterRule::kDelayedNesterov:
       return "delayed_nesterov";
+    case OuterRule::kHeloco:
+      return "heloco";
   }
   return "?";
 }
 
 OuterRule parse_outer_rule(const std::string& text) {
   for (OuterRule r : {OuterRule::kNesterov, OuterRule::kLookahead, OuterRule::kLookaheadDiscounted,
-                      OuterRule::kDelayedNesterov}) {
+                      OuterRule::kDelayedNesterov, OuterRule::kHeloco}) {
     if (text == to_string(r)) return r;
   }
   fail(
       "outer rule \"{}\" is not known (allowed: nesterov, lookahead, lookahead_discounted, "
-      "delayed_nesterov)",
+      "delayed_nesterov, heloco)",
       text);
 }
 
@@ -56,6 +105,18 @@ AsyncOuter::AsyncOuter(const std::vector<torch::Tensor>& initial, const AsyncOut
                    options.activation <= 1.0 / static_cast<double>(options.buffer))) {
     fail("delayed Nesterov's momentum activation is {}; it must be in [0, 1/N] = [0, {}]",
          options.activation, 1.0 / static_cast<double>(options.buffer));
+  }
+  if (options.rule == OuterRule::kHeloco) {
+    const HelocoOptions& h = options.heloco;
+    for (const double v : {h.k_s, h.k_d, h.kappa, h.beta_max, h.rho}) {
+      if (!(std::isfinite(v) && v >= 0)) {
+        fail(
+            "HeLoCo's constants must be finite and >= 0 (k_s {}, k_d {}, kappa {}, beta_max {}, "
+            "rho {})",
+            h.k_s, h.k_d, h.kappa, h.beta_max, h.rho);
+      }
+    }
+    if (!(h.c_ok >= -1 && h.c_ok <= 1)) fail("HeLoCo's c_ok is {}; it must be in [-1, 1]", h.c_ok);
   }
   torch::NoGradGuard no_grad;
   for (const torch::Tensor& t : initial) {
@@ -121,6 +182,14 @@ void AsyncOuter::apply(const std::vector<torch::Tensor>& pseudo_gradient) {
         update = momentum_[i] * g;
         update.add_(options_.rule == OuterRule::kLookahead ? d[i] : d[i] * (1 - g));
         break;
+      case OuterRule::kHeloco: {
+        const torch::Tensor corrected =
+            heloco_correct(d[i], momentum_[i], options_.heloco) * options_.heloco.rho;
+        momentum_[i].mul_(g).add_(corrected * (1 - g));
+        update = momentum_[i] * g;
+        update.add_(corrected);
+        break;
+      }
       case OuterRule::kDelayedNesterov: {
         const auto n = static_cast<double>(options_.buffer);
         const double c = options_.activation;

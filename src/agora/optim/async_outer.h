@@ -20,7 +20,18 @@
 //                                        theta <- theta - eta ((1 - cN + c) g m + D / N)
 //     at the others:                      theta <- theta - eta (c g m + D / N)
 //     With N = 1 and c = 0 it is kNesterov. The paper's answer to a full Nesterov step per stale
-//     arrival, which its experiments (and agora's) see diverge.
+//     arrival, which lags synchronous DiLoCo in its experiments and diverges in agora's at lr 0.7.
+//   kHeloco (HeLoCo, arXiv 2606.00271: direction-aware correction of stale pseudo-gradients; the
+//     formulas and constants as its public re-implementation gives them, citing the paper's
+//     equations; only the abstract could be read here), per tensor, against m before this arrival:
+//     c = cos(D, m), conf = |D| / (|D| + kappa |m| + eps);
+//     G = D                                   when |D| or |m| is ~0, or c >= c_ok;
+//     G = D - b c |D| m / |m|                 when c < 0, with b = min(k_s (-c) conf, beta_max)
+//                                             (a D that opposes the momentum is pulled toward it);
+//     G = |D| u / |u|, u = (1 - l) D/|D| + l m/|m|, l = min(k_d (1 - c) conf, 1)   otherwise
+//                                             (one that agrees too little is turned toward it);
+//     then G <- rho G and the look-ahead step:  m <- g m + (1 - g) G;  theta <- theta - eta (g m +
+//     G)
 // Synchronous DiLoCo is kNesterov applied once per round to the mean of the round's D.
 //
 // One operation at a time, in a fixed order, so that the same arrivals in the same order give the
@@ -34,10 +45,10 @@
 
 namespace agora {
 
-enum class OuterRule { kNesterov, kLookahead, kLookaheadDiscounted, kDelayedNesterov };
+enum class OuterRule { kNesterov, kLookahead, kLookaheadDiscounted, kDelayedNesterov, kHeloco };
 
-// "nesterov", "lookahead", "lookahead_discounted", "delayed_nesterov"; parse throws Error naming
-// what is allowed.
+// "nesterov", "lookahead", "lookahead_discounted", "delayed_nesterov", "heloco"; parse throws
+// Error naming what is allowed.
 std::string to_string(OuterRule rule);
 OuterRule parse_outer_rule(const std::string& text);
 
@@ -45,6 +56,17 @@ OuterRule parse_outer_rule(const std::string& text);
 // async and dylu (Liu et al.'s asynchronous DiLoCo and DyLU) kDelayedNesterov, lookahead and
 // lookahead_discounted theirs; sync kNesterov (once per round). Error for another method.
 OuterRule outer_rule_of_method(const std::string& method);
+
+// kHeloco's constants (the defaults of its public re-implementation; whether they are the paper's
+// tuned values could not be checked).
+struct HelocoOptions {
+  double c_ok = 0.2;      // a cosine with the momentum at or above it passes D unchanged
+  double k_s = 0.5;       // how hard a D that opposes the momentum is pulled toward it
+  double k_d = 1.0;       // how far a D that agrees too little is turned toward it
+  double kappa = 3;       // the confidence in D: |D| / (|D| + kappa |m|)
+  double beta_max = 0.5;  // the most of the pull
+  double rho = 1;         // the corrected D's scale (the code notes 1/sqrt(workers) as an option)
+};
 
 struct AsyncOuterOptions {
   OuterRule rule = OuterRule::kNesterov;
@@ -54,6 +76,7 @@ struct AsyncOuterOptions {
   // workers), and c, the momentum's share of the steps in between (the paper's default 0).
   int64_t buffer = 1;
   double activation = 0;
+  HelocoOptions heloco = {};
 };
 
 class AsyncOuter {
