@@ -12,6 +12,7 @@
 
 #include "agora/coord/monitor.h"
 #include "agora/coord/relay.h"
+#include "agora/coord/run_data.h"
 #include "agora/coord/state_machine.h"
 #include "agora/coord/store.h"
 #include "agora/core/clock.h"
@@ -22,7 +23,6 @@
 #include "agora/net/curve_socket.h"
 #include "agora/obs/log.h"
 #include "agora/obs/progress.h"
-#include "agora/serve/data_service.h"
 #include "agora/serve/members.h"
 #include "agora/serve/poll.h"
 #include "agora/serve/rate_gate.h"
@@ -95,7 +95,7 @@ class Service {
   // Publishes a new view for the HTTP threads when `force` or 200 ms passed since the last.
   void publish(bool force);
 
-  RunConfig config_;  // a copy: serve_data() records the data's identity in it
+  RunConfig config_;  // a copy: serve_run_data() records the data's identity in it
   const net::Identity& identity_;
   ServiceOptions options_;
   std::unique_ptr<Store> store_;
@@ -108,7 +108,6 @@ class Service {
   std::map<uint64_t, StepCommits> commits_;
   // Members' budgets by curve key; every key that has not joined shares one.
   serve::RateGate gate_{{kThrottleRate, kThrottleBurst}, {kThrottleRate, kThrottleBurst}};
-  void serve_data();
   std::unique_ptr<Relay> relay_;  // for members nobody can dial (relay.h)
   // The run's token folder, for members without a copy (serve/data_mount.h); null when this
   // machine has no data.dir.
@@ -421,37 +420,6 @@ void Service::print_row(const StepRow& row) {
   }
 }
 
-// With the run's token folder on this machine, the coordinator serves it to members and the run's
-// fingerprint (its config) names the data's identity: every member then checks its own copy, or
-// what it fetches, against it.
-void Service::serve_data() {
-  const fs::path dir = config_.data.dir;
-  std::error_code ec;
-  if (dir.empty() || !fs::is_directory(dir, ec)) {
-    log(fmt::format("no token folder {} on this machine: members need their own copy (--data)",
-                    dir.string()));
-    return;
-  }
-  try {
-    data_ = std::make_unique<serve::DataService>(dir);
-  } catch (const Error& e) {
-    obs::log_warn({}, fmt::format("not serving the run's data: {}", e.what()));
-    return;
-  }
-  if (!config_.data.hash.empty() && config_.data.hash != data_->hex()) {
-    fail(
-        "data folder {} holds other tokens than the run config's data.hash: its hash is {}, "
-        "data.hash is {}; point data.dir at the run's tokens, or drop data.hash",
-        dir.string(), data_->hex(), config_.data.hash);
-  }
-  config_.data.hash = data_->hex();
-  uint64_t bytes = 0;
-  for (const auto& shard : data_->identity().shards) bytes += shard.bytes;
-  log(fmt::format("serving the run's data {} to members: {} shards, {:.1f} MiB from {}",
-                  data_->hex(), data_->identity().shards.size(),
-                  static_cast<double>(bytes) / (1 << 20), dir.string()));
-}
-
 uint64_t Service::run(const std::atomic<bool>& stop) {
   const NetworkConfig& n = config_.network;
   check_decentralized(config_);
@@ -464,7 +432,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
       net::admission_for(allowlist_path, n.open, {"network.allowlist", "network.open"}, &allowlist);
 
   store_ = std::make_unique<Store>(Store::open(resolve(n.state_db)));
-  serve_data();
+  data_ = serve_run_data(config_, [this](const std::string& text) { log(text); });
   const std::string toml = config_.to_toml();
   std::string run_id;
   RunState state;
