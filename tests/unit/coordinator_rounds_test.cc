@@ -464,16 +464,25 @@ TEST_F(CoordinatorTest, WhenEveryMemberLeftTheRunGoesBackToItsCheckpoint) {
 
 TEST_F(CoordinatorTest, HeartbeatResendsALostRoundStart) {
   start(2);
-  // Waiting for round 0 while round 0 is open: the push was lost.
-  auto again = sent(handle(0, heartbeat_msg(0, 0), kT0 + 5), key(0), Body::kRoundStart);
+  // Waiting for round 0 a second after it opened (at +2): the first copy may still be on its
+  // way, so nothing yet.
+  EXPECT_TRUE(handle(0, heartbeat_msg(0, 0), kT0 + 3).send.empty());
+  // Still waiting kRoundStartHealSeconds after the opening: the push was lost.
+  auto again = sent(handle(0, heartbeat_msg(0, 0), kT0 + 7), key(0), Body::kRoundStart);
   ASSERT_EQ(again.size(), 1u);
   EXPECT_EQ(again[0].round_start().step(), 0u);
-  EXPECT_DOUBLE_EQ(again[0].round_start().deadline_seconds(), 7.0);  // opened at +2, 10 s
+  EXPECT_DOUBLE_EQ(again[0].round_start().deadline_seconds(), 5.0);  // opened at +2, 10 s
+  // The next heartbeats within kRoundStartHealSeconds get no second copy (a coordinator whose
+  // sends queue up would otherwise answer every heartbeat of every member with one)...
+  EXPECT_TRUE(handle(0, heartbeat_msg(0, 0), kT0 + 8).send.empty());
+  EXPECT_TRUE(handle(0, heartbeat_msg(0, 0), kT0 + 11.9).send.empty());
+  // ... another member's heal is its own.
+  EXPECT_EQ(sent(handle(1, heartbeat_msg(0, 0), kT0 + 8), key(1), Body::kRoundStart).size(), 1u);
   // Training round 0 (waiting for 1): nothing to resend.
-  EXPECT_TRUE(handle(0, heartbeat_msg(0, 1), kT0 + 5).send.empty());
+  EXPECT_TRUE(handle(0, heartbeat_msg(0, 1), kT0 + 11.9).send.empty());
   // Committed: nothing to resend either.
-  commit(0, 0, hash_of(0), kT0 + 6);
-  EXPECT_TRUE(handle(0, heartbeat_msg(0, 0), kT0 + 6).send.empty());
+  commit(0, 0, hash_of(0), kT0 + 11.9);
+  EXPECT_TRUE(handle(0, heartbeat_msg(0, 0), kT0 + 11.9).send.empty());
 }
 
 TEST_F(CoordinatorTest, ResumeResendsWhatIsOutstanding) {

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "agora/coord/run_state_json.h"
 #include "agora/coord/state_machine.h"
 #include "agora/coord/store.h"
 #include "agora/net/identity.h"
@@ -161,6 +162,118 @@ TEST_F(CoordinatorStoreTest, SavingAgainAppendsTheLedgerOnce) {
   EXPECT_TRUE(*store.load() == shorter);
   store.save(s);  // and the ledger grows again from there
   EXPECT_TRUE(*store.load() == s);
+}
+
+// A save writes only what changed since the previous one (store.h, "What a save writes"): every
+// kind of change, additions and removals, must read back the same, from the same Store and from
+// the file reopened. Each step below changes one part, the way a run does between two saves.
+TEST_F(CoordinatorStoreTest, EveryChangeBetweenSavesReadsBack) {
+  Store store = Store::open(db());
+  store.bind("run-1", "toml");
+  RunState s = sample_state();
+  const PublicKey a = bytes('\x01'), b = bytes('\xfe'), c = bytes('\x33');
+  int saves = 0;
+  const auto check = [&](const char* what) {
+    store.save(s);
+    ++saves;
+    const std::optional<RunState> same = store.load();
+    ASSERT_TRUE(same.has_value()) << what;
+    EXPECT_TRUE(*same == s) << what;
+    const std::optional<RunState> reopened = Store::open(db()).load();
+    ASSERT_TRUE(reopened.has_value()) << what;
+    EXPECT_TRUE(*reopened == s) << what;
+  };
+  check("the first save");
+  s.members[a].last_seen += 1.0;  // a heartbeat
+  check("a member changed");
+  MemberRecord joiner = s.members[a];
+  joiner.key = c;
+  joiner.endpoint = "tcp://10.0.0.3:7500";
+  s.members[c] = joiner;
+  check("a member joined");
+  s.members.erase(b);
+  check("a member was forgotten");
+  s.round->commits[c] = {c, 4, bytes('r'), bytes('s', 64)};
+  check("a commit arrived");
+  s.round->commits[c].signature = bytes('S', 64);
+  check("a commit changed");
+  s.round->commits.erase(a);
+  check("a commit went");
+  s.round->deadline += 5;
+  check("the round's deadline moved");
+  // A witness more for step 3, with what it holds.
+  s.collecting[3].witnessed.insert(c);
+  s.collecting[3].holders[bytes('x')].insert(c);
+  check("a witness answered");
+  s.collecting[3].witnessed.insert(b);  // one that held nothing
+  check("a witness that held nothing");
+  // The round closes: its commits become a collecting step, the next round opens.
+  CollectingStep four;
+  four.step = 4;
+  for (const auto& [key, commit] : s.round->commits) four.commits.push_back(commit);
+  four.expected = {a, c};
+  four.deadline = 1'700'000'050.0;
+  s.collecting[4] = four;
+  s.round->step = 5;
+  s.round->commits.clear();
+  s.round->commits[a] = {a, 5, bytes('u'), bytes('v', 64)};
+  check("the round closed and the next opened");
+  s.collecting[4].witnessed.insert(a);
+  s.collecting[4].holders[four.commits[0].payload_hash].insert(a);
+  check("a witness of the new step");
+  // Step 3 finalizes and leaves the collecting steps.
+  s.finalized.push_back(s.collecting[3].commits);
+  s.collecting.erase(3);
+  check("a step finalized");
+  s.state_reports[0].reported[c] = bytes('m');
+  s.state_reports[0].resynced.erase(b);
+  s.state_reports[0].reported.erase(b);
+  s.state_reports[0].records.erase(bytes('n'));
+  check("reports changed");
+  s.state_reports[5].reported[a] = bytes('k');
+  s.state_reports[5].records[bytes('k')] = {5, bytes('k'), {"w1"}, {bytes('\x20')}};
+  s.state_reports.erase(0);
+  check("a report step came and one went");
+  s.checkpoints.push_back({5, bytes('k'), "runs/x/step_5", c, 1'700'000'060.0});
+  check("a checkpoint");
+  s.round.reset();
+  s.collecting.clear();
+  check("no round in flight");
+  EXPECT_EQ(saves, 17);
+}
+
+// Files written before saves were split hold the whole in-flight state as one JSON value: they
+// still load, and the next save rewrites them in the split form.
+TEST_F(CoordinatorStoreTest, AFileWrittenBeforeTheSplitLoads) {
+  const RunState s = sample_state();
+  {
+    Store store = Store::open(db());
+    store.bind("run-1", "toml");
+    store.save(s);
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db().c_str(), &raw), SQLITE_OK);
+  const std::string old = volatile_json(s).dump();
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(
+      sqlite3_prepare_v2(raw, "UPDATE run SET value = ? WHERE key = 'state'", -1, &stmt, nullptr),
+      SQLITE_OK);
+  sqlite3_bind_text(stmt, 1, old.c_str(), static_cast<int>(old.size()), SQLITE_TRANSIENT);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_DONE);
+  sqlite3_finalize(stmt);
+  ASSERT_EQ(sqlite3_exec(raw,
+                         "DELETE FROM run WHERE key IN ('round', 'collecting'); "
+                         "DROP TABLE round_commits; DROP TABLE witness_holdings;",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(raw);
+  Store store = Store::open(db());
+  ASSERT_TRUE(store.load().has_value());
+  EXPECT_TRUE(*store.load() == s);
+  RunState next = s;
+  next.collecting[3].witnessed.insert(bytes('\xfe'));
+  store.save(next);
+  EXPECT_TRUE(*Store::open(db()).load() == next);
 }
 
 TEST_F(CoordinatorStoreTest, ReopenAfterCloseGivesTheSameState) {

@@ -193,4 +193,69 @@ void volatile_from(const json& j, RunState& s) {
   s.counters = counters_from(j.at("counters"));
 }
 
+json core_json(const RunState& s) {
+  return {
+      {"split", 1},
+      {"phase", static_cast<int>(s.phase)},
+      {"phase_since", s.phase_since},
+      {"next_step", s.next_step},
+      {"queue", {{"pending", ranges_json(s.queue.pending)}, {"next_fresh", s.queue.next_fresh}}},
+      {"counters", counters_json(s.counters)}};
+}
+
+bool is_split(const json& j) {
+  return j.contains("split");
+}
+
+void core_from(const json& j, RunState& s) {
+  const int phase = j.at("phase").get<int>();
+  if (phase < 0 || phase > static_cast<int>(Phase::kFinished)) fail("phase {} is unknown", phase);
+  s.phase = static_cast<Phase>(phase);
+  s.phase_since = j.at("phase_since");
+  s.next_step = j.at("next_step");
+  s.queue.pending = ranges_from(j.at("queue").at("pending"));
+  s.queue.next_fresh = j.at("queue").at("next_fresh");
+  s.counters = counters_from(j.at("counters"));
+}
+
+json round_header_json(const OpenRound& r) {
+  return {{"step", r.step},
+          {"apply_through", r.apply_through},
+          {"report_state", r.report_state},
+          {"opened_at", r.opened_at},
+          {"deadline", r.deadline},
+          {"assignments", assignments_json(r.assignments)}};
+}
+
+OpenRound round_header_from(const json& r) {
+  OpenRound round;
+  round.step = r.at("step");
+  round.apply_through = r.at("apply_through");
+  round.report_state = r.at("report_state");
+  round.opened_at = r.at("opened_at");
+  round.deadline = r.at("deadline");
+  round.assignments = assignments_from(r.at("assignments"));
+  return round;
+}
+
+json collecting_header_json(const CollectingStep& c) {
+  json commits = json::array();
+  for (const CommitRecord& r : c.commits) commits.push_back(commit_json(r));
+  return {{"step", c.step},
+          {"commits", commits},
+          {"ranges", assignments_json(c.ranges)},
+          {"expected", keys_json(c.expected)},
+          {"deadline", c.deadline}};
+}
+
+CollectingStep collecting_header_from(const json& c) {
+  CollectingStep step;
+  step.step = c.at("step");
+  for (const json& r : c.at("commits")) step.commits.push_back(commit_from(r));
+  step.ranges = assignments_from(c.at("ranges"));
+  step.expected = keys_from(c.at("expected"));
+  step.deadline = c.at("deadline");
+  return step;
+}
+
 }  // namespace agora::coord

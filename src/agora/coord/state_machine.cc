@@ -193,7 +193,10 @@ void StateMachine::on_heartbeat(MemberRecord& member, const wire::Heartbeat& hea
   // for, and the open round is that one or newer.
   const auto& round = state_.round;
   if (round && round->step >= heartbeat.next_round() && round->assignments.contains(member.key) &&
-      !round->commits.contains(member.key)) {
+      !round->commits.contains(member.key) && now - round->opened_at >= kRoundStartHealSeconds) {
+    double& healed = round_start_healed_[member.key];
+    if (healed > round->opened_at && now - healed < kRoundStartHealSeconds) return;
+    healed = now;
     send(member.key, round_start_for(member.key, now));
   }
 }

@@ -21,6 +21,9 @@ inline constexpr size_t kMaxReasonChars = 200;  // a witness's rejection reason,
 // member has a throughput yet: far above any machine, and far below where sums of weights
 // overflow.
 inline constexpr double kMaxJoinEstimate = 1e6;
+// A member's heartbeat saying it still waits for the open round has the RoundStart sent again
+// at most this often, and not in the round's first seconds, while the first copy is on its way.
+inline constexpr double kRoundStartHealSeconds = 5.0;
 
 // "tcp://host:port" with a non-empty host and a port in 1..65535.
 inline bool valid_endpoint(std::string_view endpoint) {

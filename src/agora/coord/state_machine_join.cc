@@ -96,6 +96,10 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
            /*may_rejoin=*/true, "no_trusted_state");
     return;
   }
+  // A current member joining again (its Welcome was lost, or it restarted) is in every member's
+  // list already: telling them again would cost one message per member per retry, which at
+  // hundreds of members feeds a storm of retries (docs/scaling.md).
+  const bool was_current = rejoin && current(existing->second);
   MemberRecord& m = state_.members[from];
   m.key = from;
   m.endpoint = join.endpoint();
@@ -144,10 +148,12 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   send(from, std::move(reply));
   // Peers' servers answer only members the coordinator listed to them (protocol.md, "Peers'
   // servers"): tell them about the joiner now, not at the next RoundStart.
-  wire::Envelope admit;
-  add_members(admit.mutable_admit()->mutable_joining(), {from});
-  for (const auto& [key, other] : state_.members) {
-    if (key != from && current(other)) send(key, admit);
+  if (!was_current) {
+    wire::Envelope admit;
+    add_members(admit.mutable_admit()->mutable_joining(), {from});
+    for (const auto& [key, other] : state_.members) {
+      if (key != from && current(other)) send(key, admit);
+    }
   }
   log(EventKind::kJoin,
       fmt::format("{} {} ({}) at {} as {}{}; {} active", short_hex(from),

@@ -110,6 +110,7 @@ void StateMachine::update_throughput(MemberRecord& member, const OpenRound& roun
 
 void StateMachine::open_round(double now) {
   const uint64_t t = state_.next_step;
+  round_start_healed_.clear();
   const std::vector<const MemberRecord*> members = active_members();
   std::vector<double> measured;
   std::vector<uint64_t> checking;  // what each is still recomputing for spot checks

@@ -46,6 +46,11 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   path TEXT NOT NULL, reporter BLOB NOT NULL, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, at REAL NOT NULL, text TEXT NOT NULL,
   kind TEXT NOT NULL DEFAULT 'other');
+CREATE TABLE IF NOT EXISTS round_commits (
+  author BLOB PRIMARY KEY, step INTEGER NOT NULL, payload_hash BLOB NOT NULL,
+  signature BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS witness_holdings (
+  step INTEGER NOT NULL, witness BLOB NOT NULL, held BLOB NOT NULL, PRIMARY KEY (step, witness));
 CREATE TABLE IF NOT EXISTS step_stats (
   step INTEGER PRIMARY KEY, at REAL NOT NULL, loss REAL, val_loss REAL, learning_rate REAL,
   tokens_per_second REAL, payload_bytes REAL, allreduce_bytes REAL, peers INTEGER NOT NULL,
@@ -88,14 +93,19 @@ Store Store::open(const std::filesystem::path& path) {
   return store;
 }
 
+Store::Store(std::filesystem::path path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+
 Store::Store(Store&& other) noexcept
-    : path_(std::move(other.path_)), db_(std::exchange(other.db_, nullptr)) {}
+    : path_(std::move(other.path_)),
+      db_(std::exchange(other.db_, nullptr)),
+      saved_(std::move(other.saved_)) {}
 
 Store& Store::operator=(Store&& other) noexcept {
   if (this != &other) {
     if (db_ != nullptr) sqlite3_close(db_);
     path_ = std::move(other.path_);
     db_ = std::exchange(other.db_, nullptr);
+    saved_ = std::move(other.saved_);
   }
   return *this;
 }
@@ -156,7 +166,13 @@ std::optional<RunState> Store::load() const {
       return std::nullopt;
     }
     try {
-      volatile_from(json::parse(get.text(0)), s);
+      const json core = json::parse(get.text(0));
+      if (is_split(core)) {
+        core_from(core, s);
+        load_in_flight(s);
+      } else {
+        volatile_from(core, s);  // a file written before saves were split
+      }
     } catch (const json::exception& e) {
       fail("coordinator database {}: the saved run state is damaged: {}", path_.string(), e.what());
     }
@@ -253,6 +269,56 @@ std::optional<RunState> Store::load() const {
   return s;
 }
 
+void Store::load_in_flight(RunState& s) const {
+  {
+    Statement get(db_, path_, "SELECT key, value FROM run WHERE key IN ('round', 'collecting')");
+    while (get.step()) {
+      const json j = json::parse(get.text(1));
+      if (get.text(0) == "round") {
+        if (!j.is_null()) s.round = round_header_from(j);
+      } else {
+        for (const json& c : j) {
+          CollectingStep step = collecting_header_from(c);
+          const uint64_t t = step.step;
+          s.collecting[t] = std::move(step);
+        }
+      }
+    }
+  }
+  {
+    Statement rows(db_, path_, "SELECT author, step, payload_hash, signature FROM round_commits");
+    while (rows.step()) {
+      if (!s.round || rows.uint64(1) != s.round->step) {
+        fail(
+            "coordinator database {}: a commit of the open round names step {}, and the open "
+            "round is {}",
+            path_.string(), rows.uint64(1),
+            s.round ? std::to_string(s.round->step) : std::string("none"));
+      }
+      s.round->commits[rows.blob(0)] = {rows.blob(0), rows.uint64(1), rows.blob(2), rows.blob(3)};
+    }
+  }
+  Statement rows(db_, path_, "SELECT step, witness, held FROM witness_holdings");
+  while (rows.step()) {
+    auto step = s.collecting.find(rows.uint64(0));
+    const std::string held = rows.blob(2);
+    if (step == s.collecting.end() || held.size() != (step->second.commits.size() + 7) / 8) {
+      fail(
+          "coordinator database {}: a witness's holdings for step {} do not match that step's "
+          "commits",
+          path_.string(), rows.uint64(0));
+    }
+    CollectingStep& c = step->second;
+    const PublicKey witness = rows.blob(1);
+    c.witnessed.insert(witness);
+    for (size_t i = 0; i < c.commits.size(); ++i) {
+      if ((static_cast<uint8_t>(held[i / 8]) >> (i % 8)) & 1u) {
+        c.holders[c.commits[i].payload_hash].insert(witness);
+      }
+    }
+  }
+}
+
 std::vector<StepRow> Store::step_rows() const {
   Statement get(db_, path_,
                 "SELECT step, at, loss, val_loss, learning_rate, tokens_per_second, "
@@ -265,168 +331,6 @@ std::vector<StepRow> Store::step_rows() const {
                     get.uint64(8), get.uint64(9), get.real_or_nan(10)});
   }
   return rows;
-}
-
-void Store::save(const RunState& s, bool allow_rollback, const std::vector<StepRow>& rows) {
-  if (!run()) {
-    fail("coordinator database {}: bind it to a run before saving a state", path_.string());
-  }
-  // The crash points (core/crash_point.h) let tests kill the process between any two parts of
-  // the transaction: a restart must find the previous state or this one, whole.
-  crash_point("store.save.begin");
-  Transaction transaction(db_, path_, "BEGIN IMMEDIATE");
-  crash_point("store.save.after_begin");
-  {
-    Statement put(db_, path_, "INSERT OR REPLACE INTO run (key, value) VALUES ('state', ?)");
-    put.bind_text(1, volatile_json(s).dump()).run();
-  }
-  crash_point("store.save.after_state");
-  {
-    // The ledger only grows: insert the steps the file does not hold yet.
-    Statement count(db_, path_, "SELECT COUNT(*) FROM finalized_steps");
-    count.step();
-    const uint64_t on_disk = count.uint64(0);
-    if (on_disk > s.finalized.size() && allow_rollback) {
-      // The run went back to a checkpoint (every member had left): the undone steps go.
-      Statement drop_steps(db_, path_, "DELETE FROM finalized_steps WHERE step >= ?");
-      drop_steps.bind(1, static_cast<uint64_t>(s.finalized.size())).run();
-      Statement drop_rows(db_, path_, "DELETE FROM ledger WHERE step >= ?");
-      drop_rows.bind(1, static_cast<uint64_t>(s.finalized.size())).run();
-      Statement drop_stats(db_, path_, "DELETE FROM step_stats WHERE step >= ?");
-      drop_stats.bind(1, static_cast<uint64_t>(s.finalized.size())).run();
-    } else if (on_disk > s.finalized.size()) {
-      fail(
-          "coordinator database {} holds {} finalized steps but the state to save has {}: "
-          "the ledger never shrinks (is this the state of another run?)",
-          path_.string(), on_disk, s.finalized.size());
-    }
-    Statement step(db_, path_, "INSERT INTO finalized_steps (step, payloads) VALUES (?, ?)");
-    Statement row(db_, path_,
-                  "INSERT INTO ledger (step, position, author, payload_hash, signature) "
-                  "VALUES (?, ?, ?, ?, ?)");
-    for (uint64_t t = std::min<uint64_t>(on_disk, s.finalized.size()); t < s.finalized.size();
-         ++t) {
-      step.bind(1, t).bind(2, static_cast<int64_t>(s.finalized[t].size())).run();
-      for (size_t i = 0; i < s.finalized[t].size(); ++i) {
-        const CommitRecord& c = s.finalized[t][i];
-        row.bind(1, t)
-            .bind(2, static_cast<int64_t>(i))
-            .bind_blob(3, c.author)
-            .bind_blob(4, c.payload_hash)
-            .bind_blob(5, c.signature)
-            .run();
-      }
-    }
-  }
-  {
-    Statement put(db_, path_,
-                  "INSERT OR REPLACE INTO step_stats (step, at, loss, val_loss, learning_rate, "
-                  "tokens_per_second, payload_bytes, allreduce_bytes, peers, sequences, "
-                  "seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-    for (const StepRow& r : rows) {
-      put.bind(1, r.step)
-          .bind(2, r.at)
-          .bind_real(3, r.loss)
-          .bind_real(4, r.val_loss)
-          .bind_real(5, r.learning_rate)
-          .bind_real(6, r.tokens_per_second)
-          .bind_real(7, r.payload_bytes)
-          .bind_real(8, r.allreduce_bytes)
-          .bind(9, r.peers)
-          .bind(10, r.sequences)
-          .bind_real(11, r.seconds)
-          .run();
-    }
-  }
-  crash_point("store.save.after_ledger");
-  exec("DELETE FROM members");
-  {
-    Statement row(db_, path_,
-                  "INSERT INTO members (key, endpoint, agent, state, drop_reason, strikes, "
-                  "sequences_per_second, last_seen, applied_steps, checkpointer, joined_at) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-    for (const auto& [key, m] : s.members) {
-      row.bind_blob(1, key)
-          .bind_text(2, m.endpoint)
-          .bind_text(3, m.agent)
-          .bind(4, static_cast<int64_t>(m.state))
-          .bind(5, static_cast<int64_t>(m.drop_reason))
-          .bind(6, m.strikes)
-          .bind(7, m.sequences_per_second)
-          .bind(8, m.last_seen)
-          .bind(9, m.applied_steps)
-          .bind(10, static_cast<int64_t>(m.checkpointer ? 1 : 0))
-          .bind(11, m.joined_at)
-          .run();
-    }
-  }
-  crash_point("store.save.after_members");
-  exec("DELETE FROM state_reports");
-  exec("DELETE FROM state_records");
-  {
-    Statement report(db_, path_,
-                     "INSERT INTO state_reports (applied_steps, reporter, state_hash, "
-                     "resync_sent) VALUES (?, ?, ?, ?)");
-    Statement record(db_, path_,
-                     "INSERT INTO state_records (applied_steps, state_hash, tensor_names, "
-                     "tensor_hashes) VALUES (?, ?, ?, ?)");
-    for (const auto& [k, r] : s.state_reports) {
-      for (const PublicKey& key : r.resynced) {
-        if (!r.reported.contains(key)) {
-          fail("coordinator database {}: member {} was resynced for step {} without a report",
-               path_.string(), hex_encode(key), k);
-        }
-      }
-      for (const auto& [key, hash] : r.reported) {
-        report.bind(1, k)
-            .bind_blob(2, key)
-            .bind_blob(3, hash)
-            .bind(4, static_cast<int64_t>(r.resynced.contains(key) ? 1 : 0))
-            .run();
-      }
-      for (const auto& [hash, rec] : r.records) {
-        json hashes = json::array();
-        for (const std::string& h : rec.tensor_hashes) hashes.push_back(hex_encode(h));
-        record.bind(1, k)
-            .bind_blob(2, hash)
-            .bind_text(3, json(rec.tensor_names).dump())
-            .bind_text(4, hashes.dump())
-            .run();
-      }
-    }
-  }
-  crash_point("store.save.after_reports");
-  exec("DELETE FROM checkpoints");
-  {
-    Statement row(db_, path_,
-                  "INSERT INTO checkpoints (position, applied_steps, state_hash, path, "
-                  "reporter, at) VALUES (?, ?, ?, ?, ?, ?)");
-    for (size_t i = 0; i < s.checkpoints.size(); ++i) {
-      const CheckpointRecord& c = s.checkpoints[i];
-      row.bind(1, static_cast<int64_t>(i))
-          .bind(2, c.applied_steps)
-          .bind_blob(3, c.state_hash)
-          .bind_text(4, c.path)
-          .bind_blob(5, c.reporter)
-          .bind(6, c.at)
-          .run();
-    }
-  }
-  {
-    // Events are history: append the ones newer than the file's newest.
-    Statement newest(db_, path_, "SELECT COALESCE(MAX(seq), 0) FROM events");
-    newest.step();
-    const uint64_t last = newest.uint64(0);
-    Statement row(db_, path_, "INSERT INTO events (seq, at, text, kind) VALUES (?, ?, ?, ?)");
-    for (const Event& e : s.events) {
-      if (e.seq > last) {
-        row.bind(1, e.seq).bind(2, e.at).bind_text(3, e.text).bind_text(4, to_string(e.kind)).run();
-      }
-    }
-  }
-  crash_point("store.save.before_commit");
-  transaction.commit();
-  crash_point("store.save.after_commit");
 }
 
 }  // namespace agora::coord

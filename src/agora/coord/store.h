@@ -23,10 +23,22 @@
 // round, collecting steps, the data queue, counters), and step_stats (a StepRow per finalized
 // step; added without a version change: older files get the table on open).
 //
-// Not thread-safe; one Store per file per process.
+// What a save writes: only what differs from the previous save of this process (the first
+// writes everything). The parts that are O(members) or more are rows of their own, each written
+// once when it changes: a member, a state report, a commit of the open round, and a witness's
+// holdings for a collecting step (one bit per committed payload, in the step's commit order).
+// The JSON in `run` is split to match: 'state' (phase, queue, counters: every save), 'round'
+// (the open round without its commits) and 'collecting' (the steps without their witnesses),
+// each written when it changed. Before this, every save rewrote every member and every witness's
+// holdings: at 1000 members, 1.4 GB of SQLite writes per round (docs/scaling.md). A file
+// written before the split (one 'state' holding everything) still loads.
+//
+// Not thread-safe; one Store per file per process, and no other writer of the file while it
+// is open (the differences are taken against what this process wrote).
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -99,11 +111,29 @@ class Store {
   std::vector<StepRow> step_rows() const;
 
  private:
-  Store(std::filesystem::path path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  // What this process last wrote to the file (store_save.cc): a save writes what differs.
+  struct Saved {
+    std::optional<OpenRound> round;                 // with its commits
+    std::map<uint64_t, CollectingStep> collecting;  // with the witnesses whose holdings are rows
+    std::map<PublicKey, MemberRecord> members;
+    std::map<uint64_t, HashReports> reports;
+    std::vector<CheckpointRecord> checkpoints;
+  };
+
+  Store(std::filesystem::path path, sqlite3* db);
   void exec(const char* sql) const;
+  // The open round and the collecting steps of a file whose core is split (run_state_json.h).
+  void load_in_flight(RunState& s) const;
+  // The parts of save() (store_save.cc).
+  void save_ledger(const RunState& s, bool allow_rollback);
+  void save_in_flight(const RunState& s);
+  void save_members(const RunState& s);
+  void save_reports(const RunState& s);
+  void save_checkpoints_and_events(const RunState& s, const std::vector<StepRow>& rows);
 
   std::filesystem::path path_;
   sqlite3* db_ = nullptr;
+  std::optional<Saved> saved_;  // none until this process saved once: that save writes all
 };
 
 }  // namespace agora::coord

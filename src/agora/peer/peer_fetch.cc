@@ -23,6 +23,8 @@ namespace {
 // Requests asked of one source at a time: half of what a server keeps waiting per connection
 // (PeerServerLimits::replies_per_connection), so a second fetch of this peer's has room too.
 constexpr size_t kRequestsPerSource = 32;
+// How soon a request that found every connection busy (kMaxClients) is tried again.
+constexpr double kPoolFullRetrySeconds = 0.02;
 
 }  // namespace
 
@@ -259,7 +261,14 @@ void PeerNetwork::advance(Want& want, double now) {
     const wire::Member& source = want.sources[want.next_source++];
     if (source.key() == identity_.public_key()) continue;
     try {
-      client_for(source)->send(want.request);
+      net::Client* client = client_for(source);
+      if (client == nullptr) {
+        // Every connection waits on an answer: ask this source again shortly.
+        --want.next_source;
+        want.retry_at = now + kPoolFullRetrySeconds;
+        return;
+      }
+      client->send(want.request);
       count(traffic_of(want.request), true, want.request.ByteSizeLong());
       if (want.started == 0) want.started = now;
     } catch (const Error& e) {

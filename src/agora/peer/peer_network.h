@@ -8,9 +8,10 @@
 //     snapshots, to the run's current members only (learned from the coordinator's messages as
 //     they pass through this thread), within rate and reply-queue limits;
 //   - one client per (member key, endpoint), created on first use, for fetching; closed when
-//     idle or when its member left, and at most kMaxClients at once. Keyed by key too: a member
-//     advertising another's endpoint gets a connection of its own (that fails the CURVE
-//     handshake, as its key is not the server's) and the honest member stays reachable.
+//     idle or when its member left, and at most kMaxClients at once: past that, a request waits
+//     until a connection's answer frees one (the idlest is closed for it), it is not refused. Keyed
+//     by key too: a member advertising another's endpoint gets a connection of its own (that fails
+//     the CURVE handshake, as its key is not the server's) and the honest member stays reachable.
 //
 // Fetching (peer_fetch.cc). collect() takes a step's commitments and fetches every payload not
 // yet held for that step, all at once, each from its author first and then from the other
@@ -177,6 +178,8 @@ class PeerNetwork final : public PeerLink {
   void advance(Want& want, double now);
   void expire_wants(double now);
   void finish_jobs(double now);
+  // The connection to `member`, opened when there is none; nullptr when kMaxClients are open
+  // and every one waits on an answer (a run of more members than that fetches in waves).
   net::Client* client_for(const wire::Member& member);
   void close_idle_clients(double now);
   void count(Traffic kind, bool sent, uint64_t bytes);
