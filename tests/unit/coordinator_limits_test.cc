@@ -1,5 +1,6 @@
 // What one member can make the coordinator keep, send or decide (issue 13, items 5 and 7 and
 // the medium items): bounded events, membership, endpoints, and witnesses that lie.
+#include "agora/coord/admit_batch.h"
 #include "coordinator_test_support.h"
 
 namespace agora::coord {
@@ -137,6 +138,30 @@ TEST_F(CoordinatorTest, AJoinerIsAdmittedToEveryCurrentMemberAtOnce) {
   handle(2, leave_msg(), kT0 + 3);
   const Actions back = handle(2, join_msg(ids_[2]), kT0 + 4);
   for (int member : {0, 1}) EXPECT_EQ(sent(back, key(member), Body::kAdmit).size(), 1u) << member;
+}
+
+// The service sends a batch's Admits as one per member (coord/admit_batch.h): joiners in order,
+// every other message where it was.
+TEST_F(CoordinatorTest, ABatchOfJoinsIsOneAdmitPerMember) {
+  make();
+  handle(0, join_msg(ids_[0]), kT0);
+  Actions batch;
+  for (int joiner : {1, 2, 3}) {
+    Actions a = handle(joiner, join_msg(ids_[joiner]), kT0 + 1);
+    for (auto& o : a.send) batch.send.push_back(std::move(o));
+  }
+  ASSERT_EQ(sent(batch, key(0), Body::kAdmit).size(), 3u);
+  const size_t welcomes = sent(batch, key(3), Body::kWelcome).size();
+  coalesce_admits(batch.send);
+  const auto admits = sent(batch, key(0), Body::kAdmit);
+  ASSERT_EQ(admits.size(), 1u);
+  ASSERT_EQ(admits[0].admit().joining_size(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(admits[0].admit().joining(i).key(), key(i + 1));
+  // Member 1 heard of 2 and 3, member 2 of 3; the Welcomes are untouched.
+  ASSERT_EQ(sent(batch, key(1), Body::kAdmit).size(), 1u);
+  EXPECT_EQ(sent(batch, key(1), Body::kAdmit)[0].admit().joining_size(), 2);
+  EXPECT_EQ(sent(batch, key(2), Body::kAdmit)[0].admit().joining_size(), 1);
+  EXPECT_EQ(sent(batch, key(3), Body::kWelcome).size(), welcomes);
 }
 
 // ---- witnesses ---------------------------------------------------------------------------------

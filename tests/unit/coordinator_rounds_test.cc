@@ -232,16 +232,28 @@ TEST_F(CoordinatorTest, QuorumDecidesWhichPayloadsAreFinal) {
   Actions a = handle(1, w1, t + 1);
   EXPECT_TRUE(logged(a, "payload does not decode"));
   EXPECT_EQ(state().finalized_steps(), 0u);  // member 2 has not witnessed yet
+  // Member 3 joins after the close: it got no Collect.
+  handle(3, join_msg(ids_[3]), t + 1.5);
   Actions fin = handle(2, witness_msg(0, {hash_of(0), hash_of(1), hash_of(2), hash_of(9)}), t + 2);
   ASSERT_EQ(state().finalized_steps(), 1u);
   ASSERT_EQ(state().finalized[0].size(), 2u);
   EXPECT_EQ(state().finalized[0][0].payload_hash, hash_of(0));
   EXPECT_EQ(state().finalized[0][1].payload_hash, hash_of(1));
+  // The witnesses hold the Collect (commits 0, 1, 2 by author key): one bit per commit, 0 and 1
+  // final.
   for (int i = 0; i < 3; ++i) {
     auto f = sent(fin, key(i), Body::kFinalized);
     ASSERT_EQ(f.size(), 1u);
-    EXPECT_EQ(f[0].finalized().set_size(), 2);
+    EXPECT_EQ(f[0].finalized().set_size(), 0);
+    ASSERT_TRUE(f[0].finalized().has_of_collect());
+    EXPECT_EQ(f[0].finalized().of_collect(), std::string(1, '\x03'));
   }
+  // The joiner hears the whole set; and GetFinalized is always answered with it.
+  auto whole = sent(fin, key(3), Body::kFinalized);
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_FALSE(whole[0].finalized().has_of_collect());
+  ASSERT_EQ(whole[0].finalized().set_size(), 2);
+  EXPECT_EQ(whole[0].finalized().set(1).payload_hash(), hash_of(1));
   EXPECT_EQ(member(2).strikes, 1);
   EXPECT_EQ(state().counters.payloads_final, 2u);
   EXPECT_EQ(state().counters.payloads_not_final, 1u);

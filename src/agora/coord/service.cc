@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "agora/coord/admit_batch.h"
 #include "agora/coord/monitor.h"
 #include "agora/coord/relay.h"
 #include "agora/coord/run_data.h"
@@ -132,27 +133,6 @@ class Service {
   Phase published_phase_ = Phase::kWaitingForPeers;
   uint64_t published_steps_ = 0;
 };
-
-// One Admit per member per batch, listing every joiner of the batch: a batch of J joins would
-// otherwise send J x members messages (docs/scaling.md, "Joins"). Admits only widen who a
-// member's server answers, so sending a later joiner's with an earlier one changes nothing else.
-void coalesce_admits(std::vector<Outgoing>& send) {
-  std::map<PublicKey, size_t> first;
-  std::vector<Outgoing> out;
-  out.reserve(send.size());
-  for (Outgoing& o : send) {
-    if (o.message.has_admit()) {
-      auto [it, fresh] = first.emplace(o.to, out.size());
-      if (!fresh) {
-        auto* joining = out[it->second].message.mutable_admit()->mutable_joining();
-        for (const wire::Member& m : o.message.admit().joining()) *joining->Add() = m;
-        continue;
-      }
-    }
-    out.push_back(std::move(o));
-  }
-  send = std::move(out);
-}
 
 void Service::refuse(const net::Incoming& in, const std::string& reason, bool may_rejoin) {
   server_->send(in.route, serve::refusal(reason, may_rejoin));

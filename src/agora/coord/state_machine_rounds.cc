@@ -57,6 +57,7 @@ void StateMachine::progress(double now) {
         if (m.state == MemberState::kActive && total_count(ranges) > 0 &&
             !state_.round->commits.contains(key)) {
           all_in = false;
+          break;
         }
       }
       if (all_in) close_round(now);
@@ -215,7 +216,10 @@ void StateMachine::finalize_ready(double now) {
       ready = true;  // every expected witness still active has reported
       for (const PublicKey& key : step.expected) {
         const MemberRecord& m = state_.members.at(key);
-        if (m.state == MemberState::kActive && !step.witnessed.contains(key)) ready = false;
+        if (m.state == MemberState::kActive && !step.witnessed.contains(key)) {
+          ready = false;
+          break;
+        }
       }
     }
     if (!ready) return;
@@ -284,12 +288,26 @@ void StateMachine::finalize(CollectingStep& step) {
            {"answered", answered}});
     }
   }
-  wire::Envelope message;
-  wire::Finalized* f = message.mutable_finalized();
+  // Witnesses hold the step's Collect: they hear which of its commits are final, one bit each.
+  // The others (a member that joined or caught up since) hear the whole set.
+  wire::Envelope whole;
+  wire::Finalized* f = whole.mutable_finalized();
   f->set_step(step.step);
   for (const CommitRecord& c : final_set) to_wire(c, f->add_set());
+  wire::Envelope bits;
+  bits.mutable_finalized()->set_step(step.step);
+  std::string* of_collect = bits.mutable_finalized()->mutable_of_collect();
+  of_collect->assign((step.commits.size() + 7) / 8, '\0');
+  for (size_t i = 0, j = 0; i < step.commits.size() && j < final_set.size(); ++i) {
+    if (!(step.commits[i] == final_set[j])) continue;
+    (*of_collect)[i / 8] =
+        static_cast<char>(static_cast<uint8_t>((*of_collect)[i / 8]) | (1u << (i % 8)));
+    ++j;
+  }
   state_.finalized.push_back(std::move(final_set));
-  for (const MemberRecord* m : active_members(true)) send(m->key, message);
+  for (const MemberRecord* m : active_members(true)) {
+    send(m->key, step.expected.contains(m->key) ? bits : whole);
+  }
   // The sequence ids the step trained, for an audit of the data against the queue.
   std::vector<SequenceRange> trained;
   for (const CommitRecord& c : state_.finalized.back()) {

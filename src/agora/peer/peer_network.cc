@@ -183,7 +183,7 @@ net::Client* PeerNetwork::client_for(const wire::Member& member) {
   const std::string id = connection_id(member);
   auto it = clients_.find(id);
   if (it == clients_.end()) {
-    if (clients_.size() >= kMaxClients) close_idle_clients(now_seconds());
+    if (clients_.size() >= kMaxClients) make_room();
     // Every connection has a request in flight: the caller asks again once one is answered.
     if (clients_.size() >= kMaxClients) return nullptr;
     net::DecodeLimits limits;
@@ -202,21 +202,50 @@ net::Client* PeerNetwork::client_for(const wire::Member& member) {
   return it->second.client.get();
 }
 
-void PeerNetwork::close_idle_clients(double now) {
-  // A connection a want still waits on stays; of the rest, those idle for long, those of
-  // members no longer admitted (they left or were dropped), and, past kMaxClients, the idlest.
-  std::set<std::string> waited_on;
+std::set<std::string> PeerNetwork::waited_on(bool earlier_sources) const {
+  std::set<std::string> out;
   for (const auto& job : jobs_) {
     for (const Want& want : job->wants) {
       if (want.done) continue;
-      if (!want.asked.empty()) waited_on.insert(want.asked);
-      waited_on.insert(want.asked_before.begin(), want.asked_before.end());
+      if (!want.asked.empty()) out.insert(want.asked);
+      if (earlier_sources) out.insert(want.asked_before.begin(), want.asked_before.end());
     }
   }
+  return out;
+}
+
+std::map<std::string, PeerNetwork::Connection>::iterator PeerNetwork::close_client(
+    std::map<std::string, Connection>::iterator it) {
+  dropped_closed_ += it->second.client->dropped();
+  for (const auto& [reason, n] : it->second.client->drops_by_reason()) drops_closed_[reason] += n;
+  return clients_.erase(it);
+}
+
+void PeerNetwork::make_room() {
+  // Nothing was answered since every connection was last found waited on: none is free yet.
+  // (Without this, each of the requests waiting for a connection rescanned every want.)
+  if (full_at_replies_ == replies_) return;
+  // Only the sources being asked now count: a want that waits for a connection while its earlier
+  // sources (kept for a late answer) pinned every one would wait for ever.
+  const std::set<std::string> busy = waited_on(/*earlier_sources=*/false);
+  auto idlest = clients_.end();
+  for (auto it = clients_.begin(); it != clients_.end(); ++it) {
+    if (busy.count(it->first)) continue;
+    if (idlest == clients_.end() || it->second.last_used < idlest->second.last_used) idlest = it;
+  }
+  if (idlest == clients_.end()) {
+    full_at_replies_ = replies_;
+    return;
+  }
+  close_client(idlest);
+}
+
+void PeerNetwork::close_idle_clients(double now) {
+  // A connection a want still waits on stays; of the rest, those idle for long, those of
+  // members no longer admitted (they left or were dropped), and, past kMaxClients, the idlest.
+  const std::set<std::string> busy = waited_on(/*earlier_sources=*/true);
   const auto close = [&](std::map<std::string, Connection>::iterator it) {
-    dropped_closed_ += it->second.client->dropped();
-    for (const auto& [reason, n] : it->second.client->drops_by_reason()) drops_closed_[reason] += n;
-    return clients_.erase(it);
+    return close_client(it);
   };
   for (auto it = clients_.begin(); it != clients_.end();) {
     const Connection& c = it->second;
@@ -227,12 +256,12 @@ void PeerNetwork::close_idle_clients(double now) {
       member = false;
     }
     const bool idle = now - c.last_used > kClientIdleSeconds;
-    it = !waited_on.count(it->first) && (idle || !member) ? close(it) : std::next(it);
+    it = !busy.count(it->first) && (idle || !member) ? close(it) : std::next(it);
   }
   while (clients_.size() >= kMaxClients) {
     auto idlest = clients_.end();
     for (auto it = clients_.begin(); it != clients_.end(); ++it) {
-      if (waited_on.count(it->first)) continue;
+      if (busy.count(it->first)) continue;
       if (idlest == clients_.end() || it->second.last_used < idlest->second.last_used) idlest = it;
     }
     if (idlest == clients_.end()) break;
@@ -326,6 +355,7 @@ void PeerNetwork::loop_once(double& next_heartbeat) {
       auto m = it->second.client->recv();
       if (!m) break;
       count(traffic_of(*m), false, m->ByteSizeLong());
+      ++replies_;
       on_reply(id, std::move(*m));
     }
   }

@@ -181,6 +181,11 @@ class PeerNetwork final : public PeerLink {
   // The connection to `member`, opened when there is none; nullptr when kMaxClients are open
   // and every one waits on an answer (a run of more members than that fetches in waves).
   net::Client* client_for(const wire::Member& member);
+  // The connections a want not done is asking, and with `earlier_sources` those it asked before
+  // (whose late answer it still takes).
+  std::set<std::string> waited_on(bool earlier_sources) const;
+  // At kMaxClients: closes the idlest connection no want is asking now, if there is one.
+  void make_room();
   void close_idle_clients(double now);
   void count(Traffic kind, bool sent, uint64_t bytes);
   void reject(Rejection why);
@@ -218,6 +223,10 @@ class PeerNetwork final : public PeerLink {
     double last_used = 0;
   };
   std::map<std::string, Connection> clients_;  // by connection_id(member): key and endpoint
+  std::map<std::string, Connection>::iterator close_client(
+      std::map<std::string, Connection>::iterator it);
+  uint64_t replies_ = 0;                   // replies read from the clients, ever
+  uint64_t full_at_replies_ = UINT64_MAX;  // replies_ when make_room() found nothing to close
   std::vector<std::shared_ptr<Job>> jobs_;
   uint64_t dropped_seen_ = 0, dropped_closed_ = 0;  // drops of clients closed since
   std::map<std::string, uint64_t> drops_closed_;

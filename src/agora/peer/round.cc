@@ -20,7 +20,13 @@ using Clock = std::chrono::steady_clock;
 bool Round::handle_passive(const wire::Envelope& m) {
   if (m.has_finalized()) {
     const auto& f = m.finalized();
-    finalized_[f.step()] = {f.set().begin(), f.set().end()};
+    if (!f.has_of_collect()) {
+      finalized_[f.step()] = {f.set().begin(), f.set().end()};
+    } else if (auto set = final_of_collect(f)) {
+      finalized_[f.step()] = std::move(*set);
+    }
+    // Bits over a Collect this peer did not get (or do not fit it): catch_up() asks GetFinalized,
+    // answered with the whole set.
     return true;
   }
   if (m.has_spot_check()) {
@@ -29,11 +35,31 @@ bool Round::handle_passive(const wire::Envelope& m) {
   }
   if (m.has_collect()) {
     const auto& c = m.collect();
+    if (c.step() >= peer_.applied) {
+      collected_[c.step()] = {c.commits().begin(), c.commits().end()};
+      while (collected_.size() > kKeptCollects) collected_.erase(collected_.begin());
+    }
     peer_.members.assign(c.members().begin(), c.members().end());
     peer_.link.collect(c.step(), {c.commits().begin(), c.commits().end()}, peer_.members, true);
     return true;
   }
   return false;
+}
+
+std::optional<std::vector<wire::CommitRecord>> Round::final_of_collect(
+    const wire::Finalized& f) const {
+  auto collect = collected_.find(f.step());
+  if (collect == collected_.end()) return std::nullopt;
+  const std::vector<wire::CommitRecord>& commits = collect->second;
+  const std::string& bits = f.of_collect();
+  if (bits.size() != (commits.size() + 7) / 8) return std::nullopt;
+  std::vector<wire::CommitRecord> set;
+  for (size_t i = 0; i < bits.size() * 8; ++i) {
+    if (!((static_cast<uint8_t>(bits[i / 8]) >> (i % 8)) & 1u)) continue;
+    if (i >= commits.size()) return std::nullopt;  // a padding bit set
+    set.push_back(commits[i]);
+  }
+  return set;
 }
 
 std::optional<uint64_t> Round::pending_final() const {
@@ -164,6 +190,7 @@ void Round::apply(uint64_t step) {
   ++peer_.applied;
   if (verification_.enabled()) verification_.keep_parameters();
   finalized_.erase(finalized_.begin(), finalized_.lower_bound(peer_.applied));
+  collected_.erase(collected_.begin(), collected_.lower_bound(peer_.applied));
   timer.stop();  // a checkpoint written by settle() counts as checkpointing
   settle();
 }

@@ -58,7 +58,10 @@ class Round {
 
   // Forgets every remembered set: after a sync the run may have gone back, so sets are asked
   // for again.
-  void forget_finalized() { finalized_.clear(); }
+  void forget_finalized() {
+    finalized_.clear();
+    collected_.clear();
+  }
 
   // After the parameters changed (a step applied, or a sync when `force_report`): reports the
   // state every network.hash_interval steps, prunes payloads no joiner will ask for, lets a
@@ -72,11 +75,19 @@ class Round {
   void upload_if_relayed(const std::string& hash, const std::string& bytes);
   // Logs and counts what applying `step` decided about its contributions (left out, bounded).
   void report(uint64_t step, const ApplyReport& report);
+  // The set a Finalized with of_collect names, from that step's Collect; nothing when this peer
+  // has no Collect for the step or the bits do not fit its commits.
+  std::optional<std::vector<wire::CommitRecord>> final_of_collect(const wire::Finalized& f) const;
+
+  static constexpr size_t kKeptCollects = 16;
 
   PeerContext& peer_;
   Checkpointer& checkpointer_;
   Verification& verification_;
   std::map<uint64_t, std::vector<wire::CommitRecord>> finalized_;  // by step, not yet applied
+  // The commits of each step's Collect, for a Finalized that names its set by bits over them
+  // (proto Finalized.of_collect); the newest kKeptCollects steps not yet applied.
+  std::map<uint64_t, std::vector<wire::CommitRecord>> collected_;
   std::optional<wire::Envelope> last_commit_;
   bool relayed_ = false;
   bool warned_relay_size_ = false;  // the payload is too large for the relay: said once
