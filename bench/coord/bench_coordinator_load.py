@@ -22,8 +22,8 @@ Measured per N, printed as a table and written to OUT/bench_coordinator_load.jso
   (median and max over the steps after the first);
 - misses: strikes the coordinator gave (a missed commit or witness deadline) and steps that
   finalized at their witness deadline rather than on the last witness;
-- coordinator CPU share (user + system over the rounds' wall time, 1.0 = one core) and peak
-  RSS (VmHWM);
+- coordinator CPU share (user + system over the rounds' wall time, 1.0 = one core), its CPU
+  seconds per round, and peak RSS (VmHWM);
 - SQLite: bytes the coordinator process wrote to storage per round (/proc/PID/io write_bytes,
   its only writer) and the database's size at the end;
 - messages: to and from the coordinator per round, from the light members' counts scaled to
@@ -258,9 +258,11 @@ def summarise(args, n, work, samples, reports, started, timed_out, db):
     window = [s for s in samples if first_round and last_final and
               first_round <= s["t"] <= last_final]
     cpu_share = None
+    cpu_per_round = None
     written_per_round = None
     if len(window) >= 2 and finalized > 1:
         cpu_share = (window[-1]["cpu"] - window[0]["cpu"]) / (window[-1]["t"] - window[0]["t"])
+        cpu_per_round = (window[-1]["cpu"] - window[0]["cpu"]) / max(1, finalized - 1)
         written_per_round = (window[-1]["written"] - window[0]["written"]) / max(1, finalized - 1)
     peak_rss = max((s["hwm"] for s in samples), default=0)
     members = [m for rep in light for m in rep["members"]]
@@ -285,10 +287,14 @@ def summarise(args, n, work, samples, reports, started, timed_out, db):
     join_msgs = sum(v[0] for k, v in list(to_c.items()) + list(from_c.items()) if k in JOIN_KINDS)
     payload = max((rep.get("payload_bytes", 0) for rep in light), default=0)
     peer_rx = []
+    peer_rejected = 0
+    peer_summaries = 0
     for i in range(args.real_peers):
         for e in jsonl(os.path.join(work, f"peer{i}.log")):
             if e.get("event") == "summary":
                 peer_rx.append(e.get("bytes_received", 0) / rounds)
+                peer_rejected += e.get("payloads_rejected", 0)
+                peer_summaries += 1
     return {
         "members": n,
         "real_peers": args.real_peers,
@@ -303,6 +309,7 @@ def summarise(args, n, work, samples, reports, started, timed_out, db):
         "light_sequences_per_second": args.speed,
         "strikes": strikes,
         "coordinator_cpu_share": cpu_share,
+        "coordinator_cpu_seconds_per_round": cpu_per_round,
         "coordinator_peak_rss_bytes": peak_rss,
         "sqlite_bytes_written_per_round": written_per_round,
         "sqlite_file_bytes": sum(os.path.getsize(p) for p in (db, db + "-wal")
@@ -314,6 +321,8 @@ def summarise(args, n, work, samples, reports, started, timed_out, db):
         "from_coordinator": from_c,
         "payload_bytes": payload,
         "real_peer_bytes_received_per_round": statistics.median(peer_rx) if peer_rx else None,
+        "real_peer_payloads_rejected": peer_rejected,
+        "real_peer_summaries": peer_summaries,
         "all_payloads_per_round": payload * (n + args.real_peers - 1),
     }
 
@@ -338,6 +347,10 @@ def main():
     ap.add_argument("--deadline", type=float, default=60.0)
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--require-complete", action="store_true",
+                    help="exit 1 unless every run finalized every step without a strike and "
+                         "every real peer ended applying every light member's payload (the "
+                         "smoke test in make test)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out/coord-load"))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -365,5 +378,19 @@ def main():
               f"{r['all_payloads_per_round'] / 1e6:.2f} |")
 
 
+    if args.require_complete:
+        bad = [r for r in results
+               if r["finalized"] != r["rounds"] or r["strikes"] != 0 or r["welcomed"] != r["members"]
+               or r["real_peer_payloads_rejected"] != 0
+               or r["real_peer_summaries"] != r["real_peers"]]
+        for r in bad:
+            print(f"N = {r['members']}: {r['finalized']} of {r['rounds']} steps, {r['strikes']} "
+                  f"strikes, {r['welcomed']} of {r['members']} welcomed, real peers: "
+                  f"{r['real_peer_summaries']} of {r['real_peers']} summaries, "
+                  f"{r['real_peer_payloads_rejected']} payloads rejected", file=sys.stderr)
+        return 1 if bad else 0
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -28,7 +28,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <string>
@@ -71,7 +73,8 @@ struct Event {
   uint64_t seq = 0;
   enum Kind { kToCoordinator, kToMember, kHeartbeat, kTrainDone, kFetchDone } kind = kToCoordinator;
   size_t member = 0;
-  wire::Envelope message;
+  // Shared: the queue moves events around, and a Collect at 3000 members is megabytes.
+  std::shared_ptr<const wire::Envelope> message;
   bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
 };
 
@@ -116,36 +119,37 @@ class Simulation {
 
   nlohmann::json run() {
     double next_tick = 0;
+    constexpr double kNever = 1e300;
     // Bounded in simulated time: a run that cannot finish (it never should) still ends.
-    while (!queue_.empty() && !finished_ && now_ < 36000) {
-      // The coordinator ticks every 0.1 s, when it is free.
+    while (!finished_ && now_ < 36000) {
+      // Three things can happen next: an event (a member's, or a message reaching the
+      // coordinator's inbox), the tick (every 0.1 s, when the coordinator is free), or a batch
+      // (up to 512 messages of the inbox, when it is free). Events go first on a tie, so that
+      // what arrives at a batch's instant is in it.
+      const double event_at = queue_.empty() ? kNever : queue_.top().at;
       const double tick_at = std::max(next_tick, busy_until_);
-      if (tick_at <= queue_.top().at) {
+      const double batch_at = inbox_.empty() ? kNever : std::max(busy_until_, inbox_.front().at);
+      if (event_at == kNever && batch_at == kNever) break;
+      if (event_at <= tick_at && event_at <= batch_at) {
+        Event e = queue_.top();
+        queue_.pop();
+        now_ = e.at;
+        if (e.kind == Event::kToCoordinator) {
+          inbox_.push_back(std::move(e));
+        } else {
+          on_member(e);
+        }
+      } else if (tick_at <= batch_at) {
         tick(tick_at);
         next_tick = tick_at + 0.1;
-        continue;
+      } else {
+        now_ = batch_at;
+        while (!inbox_.empty() && inbox_.front().at <= now_ && batch_.size() < 512) {
+          batch_.push_back(std::move(inbox_.front()));
+          inbox_.pop_front();
+        }
+        handle_batch();
       }
-      Event e = queue_.top();
-      queue_.pop();
-      if (e.kind != Event::kToCoordinator) {
-        now_ = e.at;
-        on_member(e);
-        continue;
-      }
-      if (e.at < busy_until_) {  // it waits until the coordinator is free
-        e.seq = seq_++;
-        e.at = busy_until_;
-        queue_.push(std::move(e));
-        continue;
-      }
-      now_ = e.at;
-      batch_.push_back(std::move(e));
-      while (!queue_.empty() && queue_.top().kind == Event::kToCoordinator &&
-             queue_.top().at <= now_ && batch_.size() < 512) {
-        batch_.push_back(queue_.top());
-        queue_.pop();
-      }
-      handle_batch();
     }
     std::vector<double> rounds;
     for (const auto& [step, t] : steps_) {
@@ -174,7 +178,8 @@ class Simulation {
   };
 
   void push(double at, Event::Kind kind, size_t member, wire::Envelope message) {
-    queue_.push({at, seq_++, kind, member, std::move(message)});
+    queue_.push(
+        {at, seq_++, kind, member, std::make_shared<const wire::Envelope>(std::move(message))});
   }
 
   void tick(double at) {
@@ -190,7 +195,7 @@ class Simulation {
     Actions all;
     for (Event& e : batch_) {
       const PublicKey& key = members_[e.member].identity.public_key();
-      Actions a = machine_->handle(key, e.message, start);
+      Actions a = machine_->handle(key, *e.message, start);
       for (auto& o : a.send) all.send.push_back(std::move(o));
     }
     batch_.clear();
@@ -239,7 +244,7 @@ class Simulation {
 
   void on_member(const Event& e) {
     SimMember& m = members_[e.member];
-    const wire::Envelope& msg = e.message;
+    const wire::Envelope& msg = *e.message;
     if (e.kind == Event::kHeartbeat) {
       if (finished_) return;
       if (m.welcomed) {
@@ -308,6 +313,7 @@ class Simulation {
   std::vector<SimMember> members_;
   std::map<PublicKey, size_t> index_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
+  std::deque<Event> inbox_;  // arrived at the coordinator, not yet handled, in arrival order
   std::vector<Event> batch_;
   uint64_t seq_ = 0;
   double now_ = 0, busy_until_ = 0, uplink_free_at_ = 0;

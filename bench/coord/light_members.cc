@@ -127,7 +127,6 @@ struct Member {
   // A Collect being fetched for: its step, hashes, and what is still asked.
   std::optional<agora::wire::Collect> collecting;
   std::map<std::string, double> asked;  // hash -> when
-  double collect_at = 0;
   uint64_t last_witnessed = UINT64_MAX;
   // Connections to other members' servers, by their key (at most kMaxLinks, oldest first out).
   std::map<PublicKey, std::unique_ptr<agora::net::Client>> links;
@@ -197,7 +196,7 @@ class LightMembers {
         Member& m = *members_[i];
         if (items[2 * i].revents & ZMQ_POLLIN) drain_coordinator(m, now);
         if (items[2 * i + 1].revents & ZMQ_POLLIN) serve(m);
-        drain_links(m, now);
+        drain_links(m);
         if (!m.done) timers(m, now);
         all_done = all_done && m.done;
       }
@@ -386,8 +385,7 @@ class LightMembers {
     return out;
   }
 
-  void drain_links(Member& m, double now) {
-    (void)now;
+  void drain_links(Member& m) {
     for (auto& [key, link] : m.links) {
       while (auto e = link->recv()) {
         if (!e->has_blob()) continue;
@@ -480,7 +478,6 @@ class LightMembers {
       if (m.collecting) witness(m);  // a newer Collect: the older one is answered as it stands
       m.collecting = c;
       m.asked.clear();
-      m.collect_at = now;
       start_fetches(m, now);
     } else if (e.has_finalized()) {
       const uint64_t step = e.finalized().step();

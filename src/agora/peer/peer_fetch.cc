@@ -298,6 +298,7 @@ void PeerNetwork::expire_wants(double now) {
         want.retry_at = 0;
         advance(want, now);
       } else if (!want.asked.empty() && now > want.deadline) {
+        ++pool_events_;  // that source's connection is no longer asked
         const std::string& endpoint = want.sources[want.next_source - 1].endpoint();
         want.reason =
             fmt::format("{} did not answer within {} s", printable(endpoint), want.timeout);

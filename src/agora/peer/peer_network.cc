@@ -222,9 +222,10 @@ std::map<std::string, PeerNetwork::Connection>::iterator PeerNetwork::close_clie
 }
 
 void PeerNetwork::make_room() {
-  // Nothing was answered since every connection was last found waited on: none is free yet.
+  // Nothing was answered or given up since every connection was last found waited on: none is
+  // free yet.
   // (Without this, each of the requests waiting for a connection rescanned every want.)
-  if (full_at_replies_ == replies_) return;
+  if (full_at_events_ == pool_events_) return;
   // Only the sources being asked now count: a want that waits for a connection while its earlier
   // sources (kept for a late answer) pinned every one would wait for ever.
   const std::set<std::string> busy = waited_on(/*earlier_sources=*/false);
@@ -234,7 +235,7 @@ void PeerNetwork::make_room() {
     if (idlest == clients_.end() || it->second.last_used < idlest->second.last_used) idlest = it;
   }
   if (idlest == clients_.end()) {
-    full_at_replies_ = replies_;
+    full_at_events_ = pool_events_;
     return;
   }
   close_client(idlest);
@@ -355,7 +356,7 @@ void PeerNetwork::loop_once(double& next_heartbeat) {
       auto m = it->second.client->recv();
       if (!m) break;
       count(traffic_of(*m), false, m->ByteSizeLong());
-      ++replies_;
+      ++pool_events_;
       on_reply(id, std::move(*m));
     }
   }

@@ -225,8 +225,10 @@ class PeerNetwork final : public PeerLink {
   std::map<std::string, Connection> clients_;  // by connection_id(member): key and endpoint
   std::map<std::string, Connection>::iterator close_client(
       std::map<std::string, Connection>::iterator it);
-  uint64_t replies_ = 0;                   // replies read from the clients, ever
-  uint64_t full_at_replies_ = UINT64_MAX;  // replies_ when make_room() found nothing to close
+  // Replies read from the clients and requests given up on a source, ever: what can free a
+  // connection.
+  uint64_t pool_events_ = 0;
+  uint64_t full_at_events_ = UINT64_MAX;  // pool_events_ when make_room() found nothing to close
   std::vector<std::shared_ptr<Job>> jobs_;
   uint64_t dropped_seen_ = 0, dropped_closed_ = 0;  // drops of clients closed since
   std::map<std::string, uint64_t> drops_closed_;
