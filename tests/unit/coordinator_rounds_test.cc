@@ -497,6 +497,24 @@ TEST_F(CoordinatorTest, HeartbeatResendsALostRoundStart) {
   EXPECT_TRUE(handle(0, heartbeat_msg(0, 0), kT0 + 11.9).send.empty());
 }
 
+// A member whose copies keep not arriving (queued behind a busy coordinator's sends) gets each
+// next one after twice the wait of the one before: at 2000 simulated members, a copy every 5 s
+// made rounds of 688 s (docs/scaling.md).
+TEST_F(CoordinatorTest, HealsOfOneRoundBackOff) {
+  options_.network.min_deadline_seconds = 100;
+  start(2);  // round 0 opens at +2
+  const auto heals = [&](double t) {
+    return sent(handle(0, heartbeat_msg(0, 0), kT0 + t), key(0), Body::kRoundStart).size();
+  };
+  EXPECT_EQ(heals(7), 1u);     // 5 s in
+  EXPECT_EQ(heals(12.5), 0u);  // 5.5 s later: the second waits 10
+  EXPECT_EQ(heals(17.5), 1u);
+  EXPECT_EQ(heals(35), 0u);  // 17.5 s later: the third waits 20
+  EXPECT_EQ(heals(38), 1u);
+  EXPECT_EQ(heals(60), 0u);  // the fourth waits 40
+  EXPECT_EQ(heals(79), 1u);
+}
+
 TEST_F(CoordinatorTest, ResumeResendsWhatIsOutstanding) {
   options_.network.overlap = 1;
   start(3);

@@ -201,8 +201,12 @@ void StateMachine::on_heartbeat(MemberRecord& member, const wire::Heartbeat& hea
   const auto& round = state_.round;
   if (round && round->step >= heartbeat.next_round() && round->assignments.contains(member.key) &&
       !round->commits.contains(member.key) && now - round->opened_at >= kRoundStartHealSeconds) {
-    double& healed = round_start_healed_[member.key];
-    if (healed > round->opened_at && now - healed < kRoundStartHealSeconds) return;
+    // Each copy waits twice as long as the one before (5, 10, 20 s...): a member whose copy is
+    // queued behind a busy coordinator's sends, not lost, would otherwise be sent one more every
+    // 5 s, and at 2000 members those copies made the rounds longer still (docs/scaling.md).
+    auto& [healed, wait] = round_start_healed_[member.key];
+    if (healed > round->opened_at && now - healed < wait) return;
+    wait = 2 * (healed > round->opened_at ? wait : kRoundStartHealSeconds);  // the next one's
     healed = now;
     send(member.key, round_start_for(member.key, now));
   }

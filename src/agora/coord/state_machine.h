@@ -244,10 +244,11 @@ class StateMachine {
   double finished_at_ = 0.0;
   bool released_ = false;
   std::set<PublicKey> relayed_;  // current members the probe could not dial
-  // When a heartbeat last had the open round's RoundStart sent again to each member (runtime
-  // only): at most once per kRoundStartHealSeconds, or a coordinator whose sends queue up would
-  // answer every heartbeat with another copy and bury itself (docs/scaling.md).
-  std::map<PublicKey, double> round_start_healed_;
+  // When a heartbeat last had the open round's RoundStart sent again to each member, and how
+  // long the next must wait (runtime only): from kRoundStartHealSeconds, doubling, or a
+  // coordinator whose sends queue up would answer every heartbeat with another copy and bury
+  // itself (docs/scaling.md).
+  std::map<PublicKey, std::pair<double, double>> round_start_healed_;
   // Members whose missing payloads cost no strike in steps below the value: while the probe has
   // not answered (all steps), and once relayed, until the first round whose RoundStart told
   // them to upload.
