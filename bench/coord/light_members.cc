@@ -48,6 +48,7 @@
 #include "agora/net/identity.h"
 #include "agora/optim/chunking.h"
 #include "agora/optim/payload.h"
+#include "agora/serve/poll.h"
 
 namespace {
 
@@ -184,12 +185,7 @@ class LightMembers {
         items.push_back({m->coordinator->socket().handle(), 0, ZMQ_POLLIN, 0});
         items.push_back({m->server->socket().handle(), 0, ZMQ_POLLIN, 0});
       }
-      try {
-        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(20));
-      } catch (const zmq::error_t& e) {
-        if (e.num() == EINTR) continue;  // a signal: the loop's test sees g_stop
-        throw;
-      }
+      agora::serve::poll(items, std::chrono::milliseconds(20));  // a signal ends it early
       const double now = now_seconds();
       bool all_done = true;
       for (size_t i = 0; i < members_.size(); ++i) {

@@ -113,86 +113,6 @@ Counters counters_from(const json& j) {
 
 }  // namespace
 
-json volatile_json(const RunState& s) {
-  json j;
-  j["phase"] = static_cast<int>(s.phase);
-  j["phase_since"] = s.phase_since;
-  j["next_step"] = s.next_step;
-  if (s.round) {
-    const OpenRound& r = *s.round;
-    json commits = json::array();
-    for (const auto& [key, c] : r.commits) commits.push_back(commit_json(c));
-    j["round"] = {{"step", r.step},
-                  {"apply_through", r.apply_through},
-                  {"report_state", r.report_state},
-                  {"opened_at", r.opened_at},
-                  {"deadline", r.deadline},
-                  {"assignments", assignments_json(r.assignments)},
-                  {"commits", commits}};
-  } else {
-    j["round"] = nullptr;
-  }
-  json collecting = json::array();
-  for (const auto& [step, c] : s.collecting) {
-    json commits = json::array();
-    for (const CommitRecord& r : c.commits) commits.push_back(commit_json(r));
-    json holders = json::array();
-    for (const auto& [hash, keys] : c.holders) {
-      holders.push_back({hex_encode(hash), keys_json(keys)});
-    }
-    collecting.push_back({{"step", c.step},
-                          {"commits", commits},
-                          {"ranges", assignments_json(c.ranges)},
-                          {"expected", keys_json(c.expected)},
-                          {"witnessed", keys_json(c.witnessed)},
-                          {"holders", holders},
-                          {"deadline", c.deadline}});
-  }
-  j["collecting"] = collecting;
-  j["queue"] = {{"pending", ranges_json(s.queue.pending)}, {"next_fresh", s.queue.next_fresh}};
-  j["counters"] = counters_json(s.counters);
-  return j;
-}
-
-void volatile_from(const json& j, RunState& s) {
-  const int phase = j.at("phase").get<int>();
-  if (phase < 0 || phase > static_cast<int>(Phase::kFinished)) fail("phase {} is unknown", phase);
-  s.phase = static_cast<Phase>(phase);
-  s.phase_since = j.at("phase_since");
-  s.next_step = j.at("next_step");
-  const json& r = j.at("round");
-  if (!r.is_null()) {
-    OpenRound round;
-    round.step = r.at("step");
-    round.apply_through = r.at("apply_through");
-    round.report_state = r.at("report_state");
-    round.opened_at = r.at("opened_at");
-    round.deadline = r.at("deadline");
-    round.assignments = assignments_from(r.at("assignments"));
-    for (const json& c : r.at("commits")) {
-      CommitRecord record = commit_from(c);
-      round.commits[record.author] = std::move(record);
-    }
-    s.round = std::move(round);
-  }
-  for (const json& c : j.at("collecting")) {
-    CollectingStep step;
-    step.step = c.at("step");
-    for (const json& r2 : c.at("commits")) step.commits.push_back(commit_from(r2));
-    step.ranges = assignments_from(c.at("ranges"));
-    step.expected = keys_from(c.at("expected"));
-    step.witnessed = keys_from(c.at("witnessed"));
-    for (const json& h : c.at("holders")) {
-      step.holders[bytes_from(h.at(0))] = keys_from(h.at(1));
-    }
-    step.deadline = c.at("deadline");
-    s.collecting[step.step] = std::move(step);
-  }
-  s.queue.pending = ranges_from(j.at("queue").at("pending"));
-  s.queue.next_fresh = j.at("queue").at("next_fresh");
-  s.counters = counters_from(j.at("counters"));
-}
-
 json core_json(const RunState& s) {
   return {
       {"split", 1},
@@ -256,6 +176,57 @@ CollectingStep collecting_header_from(const json& c) {
   step.expected = keys_from(c.at("expected"));
   step.deadline = c.at("deadline");
   return step;
+}
+
+// The whole in-flight state as one value, as files written before the split hold it: the parts
+// below, with the round's commits and each step's witnesses and holders inside them.
+json volatile_json(const RunState& s) {
+  json j = core_json(s);
+  j.erase("split");
+  if (s.round) {
+    json round = round_header_json(*s.round);
+    json commits = json::array();
+    for (const auto& [key, c] : s.round->commits) commits.push_back(commit_json(c));
+    round["commits"] = commits;
+    j["round"] = round;
+  } else {
+    j["round"] = nullptr;
+  }
+  json collecting = json::array();
+  for (const auto& [step, c] : s.collecting) {
+    json one = collecting_header_json(c);
+    json holders = json::array();
+    for (const auto& [hash, keys] : c.holders) {
+      holders.push_back({hex_encode(hash), keys_json(keys)});
+    }
+    one["witnessed"] = keys_json(c.witnessed);
+    one["holders"] = holders;
+    collecting.push_back(one);
+  }
+  j["collecting"] = collecting;
+  return j;
+}
+
+void volatile_from(const json& j, RunState& s) {
+  core_from(j, s);
+  const json& r = j.at("round");
+  if (!r.is_null()) {
+    OpenRound round = round_header_from(r);
+    for (const json& c : r.at("commits")) {
+      CommitRecord record = commit_from(c);
+      round.commits[record.author] = std::move(record);
+    }
+    s.round = std::move(round);
+  }
+  for (const json& c : j.at("collecting")) {
+    CollectingStep step = collecting_header_from(c);
+    step.witnessed = keys_from(c.at("witnessed"));
+    for (const json& h : c.at("holders")) {
+      step.holders[bytes_from(h.at(0))] = keys_from(h.at(1));
+    }
+    const uint64_t t = step.step;
+    s.collecting[t] = std::move(step);
+  }
 }
 
 }  // namespace agora::coord

@@ -245,9 +245,6 @@ void PeerNetwork::close_idle_clients(double now) {
   // A connection a want still waits on stays; of the rest, those idle for long, those of
   // members no longer admitted (they left or were dropped), and, past kMaxClients, the idlest.
   const std::set<std::string> busy = waited_on(/*earlier_sources=*/true);
-  const auto close = [&](std::map<std::string, Connection>::iterator it) {
-    return close_client(it);
-  };
   for (auto it = clients_.begin(); it != clients_.end();) {
     const Connection& c = it->second;
     bool member = true;
@@ -257,7 +254,7 @@ void PeerNetwork::close_idle_clients(double now) {
       member = false;
     }
     const bool idle = now - c.last_used > kClientIdleSeconds;
-    it = !busy.count(it->first) && (idle || !member) ? close(it) : std::next(it);
+    it = !busy.count(it->first) && (idle || !member) ? close_client(it) : std::next(it);
   }
   while (clients_.size() >= kMaxClients) {
     auto idlest = clients_.end();
@@ -266,7 +263,7 @@ void PeerNetwork::close_idle_clients(double now) {
       if (idlest == clients_.end() || it->second.last_used < idlest->second.last_used) idlest = it;
     }
     if (idlest == clients_.end()) break;
-    close(idlest);
+    close_client(idlest);
   }
 }
 
