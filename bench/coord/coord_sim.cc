@@ -39,6 +39,7 @@
 #include "agora/coord/admit_batch.h"
 #include "agora/coord/state_machine.h"
 #include "agora/core/hash.h"
+#include "agora/core/list_bits.h"
 #include "agora/net/identity.h"
 #include "agora/net/link_profile.h"
 
@@ -73,8 +74,11 @@ struct Event {
   uint64_t seq = 0;
   enum Kind { kToCoordinator, kToMember, kHeartbeat, kTrainDone, kFetchDone } kind = kToCoordinator;
   size_t member = 0;
-  // Shared: the queue moves events around, and a Collect at 3000 members is megabytes.
+  // Shared: the queue moves events around, and a Collect at 3000 members is megabytes. To a
+  // member, `shared` is what the coordinator built once for many (Outgoing), and `message`
+  // this member's own part.
   std::shared_ptr<const wire::Envelope> message;
+  std::shared_ptr<const wire::Envelope> shared;
   bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
 };
 
@@ -177,9 +181,10 @@ class Simulation {
     double round_first = 0, final_last = 0;
   };
 
-  void push(double at, Event::Kind kind, size_t member, wire::Envelope message) {
-    queue_.push(
-        {at, seq_++, kind, member, std::make_shared<const wire::Envelope>(std::move(message))});
+  void push(double at, Event::Kind kind, size_t member, wire::Envelope message,
+            std::shared_ptr<const wire::Envelope> shared = nullptr) {
+    queue_.push({at, seq_++, kind, member,
+                 std::make_shared<const wire::Envelope>(std::move(message)), std::move(shared)});
   }
 
   void tick(double at) {
@@ -210,8 +215,14 @@ class Simulation {
     const bool in_rounds = first_round_ > 0;
     if (in_rounds) round_cpu_ += cpu;
     double busy = cpu;
+    std::map<const wire::Envelope*, double> shared_bytes;  // sized once, as the service encodes
     for (Outgoing& o : a.send) {
-      const double bytes = static_cast<double>(o.message.ByteSizeLong());
+      double bytes = static_cast<double>(o.message.ByteSizeLong());
+      if (o.shared) {
+        auto [it, fresh] = shared_bytes.emplace(o.shared.get(), 0.0);
+        if (fresh) it->second = static_cast<double>(o.shared->ByteSizeLong());
+        bytes += it->second;
+      }
       const double send_cpu = bytes * settings_.send_ns_per_byte * 1e-9;
       done += send_cpu;
       busy += send_cpu;
@@ -229,7 +240,7 @@ class Simulation {
                                       m.link_free_at) +
                              transfer_seconds(bytes, settings_.member_link);
       m.link_free_at = arrives;
-      push(arrives, Event::kToMember, it->second, std::move(o.message));
+      push(arrives, Event::kToMember, it->second, std::move(o.message), std::move(o.shared));
     }
     if (in_rounds) round_busy_ += busy;
     busy_until_ = done;
@@ -244,7 +255,8 @@ class Simulation {
 
   void on_member(const Event& e) {
     SimMember& m = members_[e.member];
-    const wire::Envelope& msg = *e.message;
+    // The kind and the common fields; a RoundStart's assignment is in the member's own part.
+    const wire::Envelope& msg = e.shared ? *e.shared : *e.message;
     if (e.kind == Event::kHeartbeat) {
       if (finished_) return;
       if (m.welcomed) {
@@ -269,6 +281,9 @@ class Simulation {
       m.next_round = std::max(m.next_round, r.step() + 1);
       uint64_t sequences = 0;
       for (const auto& range : r.assignment()) sequences += range.count();
+      if (e.shared) {
+        for (const auto& range : e.message->round_start().assignment()) sequences += range.count();
+      }
       if (sequences == 0 || m.trained == r.step()) return;
       m.trained = r.step();
       const std::string hash = agora::blake2b256_bytes(fmt::format("{}-{}", e.member, r.step()));
@@ -290,7 +305,9 @@ class Simulation {
       m.witnessed = c.step();
       wire::Envelope w;
       w.mutable_witness()->set_step(c.step());
-      for (const auto& r : c.commits()) w.mutable_witness()->add_held(r.payload_hash());
+      std::string held = agora::list_bits(c.commits_size());
+      for (int i = 0; i < c.commits_size(); ++i) agora::set_list_bit(held, i);
+      w.mutable_witness()->set_of_collect(std::move(held));
       const double payloads = static_cast<double>(std::max(0, c.commits_size() - 1));
       const double fetch =
           transfer_seconds(payloads * settings_.payload_bytes, settings_.member_link) +

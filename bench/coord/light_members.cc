@@ -43,6 +43,7 @@
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
 #include "agora/core/hex.h"
+#include "agora/core/list_bits.h"
 #include "agora/net/curve_socket.h"
 #include "agora/net/envelope.h"
 #include "agora/net/identity.h"
@@ -329,7 +330,10 @@ class LightMembers {
     agora::wire::Envelope e;
     auto* w = e.mutable_witness();
     w->set_step(m.collecting->step());
-    for (const auto& c : m.collecting->commits()) w->add_held(c.payload_hash());
+    // Every commit held, as bits over the Collect (what a peer sends).
+    std::string held = agora::list_bits(m.collecting->commits_size());
+    for (int i = 0; i < m.collecting->commits_size(); ++i) agora::set_list_bit(held, i);
+    w->set_of_collect(std::move(held));
     send(m, e);
     ++m.witnesses;
     m.last_witnessed = m.collecting->step();

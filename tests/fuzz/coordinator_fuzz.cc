@@ -106,8 +106,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 3:
         e.mutable_witness()->set_step(step);
-        for (int i = in.byte() % 4; i > 0; --i)
-          e.mutable_witness()->add_held(std::string(32, static_cast<char>(in.byte() % 4)));
+        if (in.byte() % 2) {  // bits over the Collect, of any length and padding
+          e.mutable_witness()->set_of_collect(in.bytes(in.byte() % 3));
+        } else {
+          for (int i = in.byte() % 4; i > 0; --i)
+            e.mutable_witness()->add_held(std::string(32, static_cast<char>(in.byte() % 4)));
+        }
         break;
       case 4: {
         auto* s = e.mutable_state_report()->mutable_state();

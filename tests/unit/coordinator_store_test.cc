@@ -62,8 +62,7 @@ RunState sample_state() {
   c.commits = {{a, 3, bytes('x'), bytes('y', 64)}};
   c.ranges[a] = {{30, 10}};
   c.expected = {a, b};
-  c.witnessed = {a};
-  c.holders[bytes('x')] = {a};
+  c.witnessed = {{a, std::string(1, '\x01')}};  // it holds commit 0
   c.deadline = 1'700'000'025.0;
   s.collecting[3] = c;
   s.queue.pending = {{7, 3}};
@@ -202,10 +201,9 @@ TEST_F(CoordinatorStoreTest, EveryChangeBetweenSavesReadsBack) {
   s.round->deadline += 5;
   check("the round's deadline moved");
   // A witness more for step 3, with what it holds.
-  s.collecting[3].witnessed.insert(c);
-  s.collecting[3].holders[bytes('x')].insert(c);
+  s.collecting[3].witnessed[c] = std::string(1, '\x01');
   check("a witness answered");
-  s.collecting[3].witnessed.insert(b);  // one that held nothing
+  s.collecting[3].witnessed[b] = std::string(1, '\0');  // one that held nothing
   check("a witness that held nothing");
   // The round closes: its commits become a collecting step, the next round opens.
   CollectingStep four;
@@ -218,8 +216,7 @@ TEST_F(CoordinatorStoreTest, EveryChangeBetweenSavesReadsBack) {
   s.round->commits.clear();
   s.round->commits[a] = {a, 5, bytes('u'), bytes('v', 64)};
   check("the round closed and the next opened");
-  s.collecting[4].witnessed.insert(a);
-  s.collecting[4].holders[four.commits[0].payload_hash].insert(a);
+  s.collecting[4].witnessed[a] = std::string(1, '\x01');
   check("a witness of the new step");
   // Step 3 finalizes and leaves the collecting steps.
   s.finalized.push_back(s.collecting[3].commits);
@@ -271,7 +268,7 @@ TEST_F(CoordinatorStoreTest, AFileWrittenBeforeTheSplitLoads) {
   ASSERT_TRUE(store.load().has_value());
   EXPECT_TRUE(*store.load() == s);
   RunState next = s;
-  next.collecting[3].witnessed.insert(bytes('\xfe'));
+  next.collecting[3].witnessed[bytes('\xfe')] = std::string(1, '\0');
   store.save(next);
   EXPECT_TRUE(*Store::open(db()).load() == next);
 }

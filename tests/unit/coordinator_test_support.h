@@ -101,14 +101,14 @@ inline std::vector<wire::Envelope> sent(const Actions& actions, const net::Publi
                                         Body body) {
   std::vector<wire::Envelope> out;
   for (const Outgoing& o : actions.send) {
-    if (o.to == to && o.message.body_case() == body) out.push_back(o.message);
+    if (o.to == to && o.body_case() == body) out.push_back(o.merged());
   }
   return out;
 }
 
 inline size_t count_kind(const Actions& actions, Body body) {
   return std::count_if(actions.send.begin(), actions.send.end(),
-                       [&](const Outgoing& o) { return o.message.body_case() == body; });
+                       [&](const Outgoing& o) { return o.body_case() == body; });
 }
 
 inline bool logged(const Actions& actions, const std::string& part) {

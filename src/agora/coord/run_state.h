@@ -133,11 +133,12 @@ struct CollectingStep {
   // The data each committed author trained: consumed if its payload becomes final, requeued if
   // not.
   std::map<PublicKey, std::vector<SequenceRange>> ranges;
-  std::set<PublicKey> expected;   // witnesses: the kActive members when the commit phase closed
-  std::set<PublicKey> witnessed;  // expected members whose Witness arrived
-  // payload hash -> expected members that said they hold it (the author holds its own
-  // implicitly and is not listed unless it witnessed it).
-  std::map<std::string, std::set<PublicKey>> holders;
+  std::set<PublicKey> expected;  // witnesses: the kActive members when the commit phase closed
+  // The expected members whose Witness arrived, each with the commits it said it holds: one bit
+  // per commit, in `commits` order (core/list_bits.h). The author holds its own implicitly; its
+  // own bit counts for nothing. Bits, not a set of keys per payload hash: at 10,000 members the
+  // sets took gigabytes, the bits 12.5 MB.
+  std::map<PublicKey, std::string> witnessed;
   double deadline = 0.0;  // absolute; the step finalizes here at the latest
   bool operator==(const CollectingStep&) const = default;
 };

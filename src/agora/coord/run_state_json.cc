@@ -2,6 +2,7 @@
 
 #include "agora/core/error.h"
 #include "agora/core/hex.h"
+#include "agora/core/list_bits.h"
 
 namespace agora::coord {
 
@@ -195,11 +196,18 @@ json volatile_json(const RunState& s) {
   json collecting = json::array();
   for (const auto& [step, c] : s.collecting) {
     json one = collecting_header_json(c);
-    json holders = json::array();
-    for (const auto& [hash, keys] : c.holders) {
-      holders.push_back({hex_encode(hash), keys_json(keys)});
+    // As those files hold it: the witnesses' keys, and payload hash -> the witnesses holding it.
+    std::set<PublicKey> witnesses;
+    std::map<std::string, std::set<PublicKey>> holding;
+    for (const auto& [key, bits] : c.witnessed) {
+      witnesses.insert(key);
+      for (size_t i = 0; i < c.commits.size(); ++i) {
+        if (list_bit(bits, i)) holding[c.commits[i].payload_hash].insert(key);
+      }
     }
-    one["witnessed"] = keys_json(c.witnessed);
+    json holders = json::array();
+    for (const auto& [hash, keys] : holding) holders.push_back({hex_encode(hash), keys_json(keys)});
+    one["witnessed"] = keys_json(witnesses);
     one["holders"] = holders;
     collecting.push_back(one);
   }
@@ -220,9 +228,18 @@ void volatile_from(const json& j, RunState& s) {
   }
   for (const json& c : j.at("collecting")) {
     CollectingStep step = collecting_header_from(c);
-    step.witnessed = keys_from(c.at("witnessed"));
+    for (const PublicKey& key : keys_from(c.at("witnessed"))) {
+      step.witnessed[key] = list_bits(step.commits.size());
+    }
     for (const json& h : c.at("holders")) {
-      step.holders[bytes_from(h.at(0))] = keys_from(h.at(1));
+      const std::string hash = bytes_from(h.at(0));
+      for (size_t i = 0; i < step.commits.size(); ++i) {
+        if (step.commits[i].payload_hash != hash) continue;
+        for (const PublicKey& key : keys_from(h.at(1))) {
+          auto witness = step.witnessed.find(key);
+          if (witness != step.witnessed.end()) set_list_bit(witness->second, i);
+        }
+      }
     }
     const uint64_t t = step.step;
     s.collecting[t] = std::move(step);

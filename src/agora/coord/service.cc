@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "agora/coord/admit_batch.h"
@@ -22,6 +24,7 @@
 #include "agora/core/file.h"
 #include "agora/net/allowlist.h"
 #include "agora/net/curve_socket.h"
+#include "agora/net/envelope.h"
 #include "agora/obs/log.h"
 #include "agora/obs/progress.h"
 #include "agora/serve/members.h"
@@ -106,6 +109,9 @@ class Service {
   std::map<std::string, net::PublicKey> key_of_curve_;
   std::map<net::PublicKey, std::string> route_of_;
   std::map<net::PublicKey, std::deque<wire::Envelope>> undelivered_;
+  // Bytes of shared messages handed to ZeroMQ and not yet written.
+  std::shared_ptr<std::atomic<int64_t>> shared_in_flight_ =
+      std::make_shared<std::atomic<int64_t>>(0);
   std::map<uint64_t, StepCommits> commits_;
   // Members' budgets by curve key; every key that has not joined shares one.
   serve::RateGate gate_{{kThrottleRate, kThrottleBurst}, {kThrottleRate, kThrottleBurst}};
@@ -203,19 +209,32 @@ void Service::deliver(Actions actions) {
     }
   }
   coalesce_admits(actions.send);
+  // A shared message is encoded once for all its recipients (state_machine.h, Outgoing).
+  std::map<const wire::Envelope*, std::shared_ptr<const std::string>> encoded;
   bool sent = false;
   for (Outgoing& out : actions.send) {
     if (sent) crash_point("service.mid_send");
     sent = true;
     const auto route = route_of_.find(out.to);
-    if (route != route_of_.end()) {
-      server_->send(route->second, out.message);
-    } else {
+    if (route == route_of_.end()) {
       // Not connected since this process started (a resumed run): it goes out with the member's
       // first message. Only the newest few are kept; the protocol re-asks for anything older.
       auto& queue = undelivered_[out.to];
-      queue.push_back(std::move(out.message));
+      queue.push_back(out.merged());
       if (queue.size() > 16) queue.pop_front();
+      continue;
+    }
+    if (!out.shared) {
+      server_->send(route->second, out.message);
+      continue;
+    }
+    auto& bytes = encoded[out.shared.get()];
+    if (!bytes) bytes = std::make_shared<const std::string>(net::encode_envelope(*out.shared));
+    if (out.message.ByteSizeLong() == 0) {
+      // A full queue or a closed connection loses it as send() would: the member re-asks.
+      server_->send_shared(route->second, bytes, shared_in_flight_);
+    } else {
+      server_->send_encoded(route->second, *bytes + net::encode_envelope(out.message));
     }
   }
   publish(false);

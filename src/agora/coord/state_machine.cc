@@ -7,10 +7,12 @@
 #include <cmath>
 #include <limits>
 #include <string_view>
+#include <unordered_map>
 
 #include "agora/coord/assignment.h"
 #include "agora/coord/state_machine_detail.h"
 #include "agora/core/error.h"
+#include "agora/core/list_bits.h"
 
 namespace agora::coord {
 using namespace detail;
@@ -174,16 +176,18 @@ Actions StateMachine::resume(double now) {
     if (state_.round) {
       OpenRound& round = *state_.round;
       round.deadline = std::max(round.deadline, now + options_.network.min_deadline_seconds);
+      const auto common = round_start_common();
       for (const auto& [key, ranges] : round.assignments) {
-        if (is_current(key) && !round.commits.contains(key)) send(key, round_start_for(key, now));
+        if (is_current(key) && !round.commits.contains(key)) send_round_start(key, now, common);
       }
     }
     for (auto& [step, collecting] : state_.collecting) {
       if (collecting.commits.empty()) continue;
       collecting.deadline = std::max(collecting.deadline, now + options_.network.witness_seconds);
+      const auto collect = std::make_shared<const wire::Envelope>(collect_for(collecting));
       for (const PublicKey& key : collecting.expected) {
         if (is_current(key) && !collecting.witnessed.contains(key)) {
-          send(key, collect_for(collecting));
+          send(key, collect);
         }
       }
     }
@@ -208,7 +212,7 @@ void StateMachine::on_heartbeat(MemberRecord& member, const wire::Heartbeat& hea
     if (healed > round->opened_at && now - healed < wait) return;
     wait = 2 * (healed > round->opened_at ? wait : kRoundStartHealSeconds);  // the next one's
     healed = now;
-    send(member.key, round_start_for(member.key, now));
+    send_round_start(member.key, now, round_start_common());
   }
 }
 
@@ -311,17 +315,35 @@ void StateMachine::on_witness(MemberRecord& member, const wire::Witness& witness
     ++state_.counters.witnesses_repeated;
     return;
   }
-  std::set<std::string> committed;
-  std::set<PublicKey> authors;
-  for (const CommitRecord& c : step.commits) {
-    committed.insert(c.payload_hash);
-    authors.insert(c.author);
-  }
-  for (const std::string& hash : witness.held()) {
-    if (committed.contains(hash)) step.holders[hash].insert(member.key);
+  std::string held;
+  if (witness.has_of_collect()) {
+    if (!list_bits_valid(witness.of_collect(), step.commits.size()) || witness.held_size() > 0) {
+      log(EventKind::kIgnored,
+          fmt::format("ignored a witness from {} for step {}: its of_collect must be {} bytes "
+                      "(one bit per commit of the Collect, padding bits 0) and come without "
+                      "`held`; it was {} bytes with {} hashes",
+                      who, witness.step(), (step.commits.size() + 7) / 8,
+                      witness.of_collect().size(), witness.held_size()),
+          &member.key, {{"reason", "malformed_witness"}});
+      return;
+    }
+    held = witness.of_collect();
+  } else {
+    held = list_bits(step.commits.size());
+    if (witness.held_size() > 0) {
+      std::unordered_map<std::string_view, size_t> index;
+      for (size_t i = 0; i < step.commits.size(); ++i) index[step.commits[i].payload_hash] = i;
+      for (const std::string& hash : witness.held()) {
+        if (auto it = index.find(hash); it != index.end()) set_list_bit(held, it->second);
+      }
+    }
   }
   // A rejection counts once per committed author other than the witness itself; at most
   // kMaxRejectionEvents of them become events (the rest are counted).
+  std::set<PublicKey> authors;
+  if (witness.rejected_size() > 0) {
+    for (const CommitRecord& c : step.commits) authors.insert(c.author);
+  }
   std::set<PublicKey> rejected;
   size_t suppressed = 0;
   for (const wire::Rejection& rejection : witness.rejected()) {
@@ -344,7 +366,7 @@ void StateMachine::on_witness(MemberRecord& member, const wire::Witness& witness
         fmt::format("{} rejected {} more payloads for step {}", who, suppressed, step.step),
         &member.key, {{"for_step", step.step}, {"more", suppressed}});
   }
-  step.witnessed.insert(member.key);
+  step.witnessed[member.key] = std::move(held);
   ++state_.counters.witnesses;
 }
 
@@ -421,8 +443,19 @@ Actions StateMachine::set_relayed(const PublicKey& key, bool relayed, const std:
   });
 }
 
+wire::Envelope Outgoing::merged() const {
+  if (!shared) return message;
+  wire::Envelope whole = *shared;
+  whole.MergeFrom(message);
+  return whole;
+}
+
 void StateMachine::send(const PublicKey& to, wire::Envelope message) {
   out_->send.push_back(Outgoing{to, std::move(message)});
+}
+
+void StateMachine::send(const PublicKey& to, std::shared_ptr<const wire::Envelope> shared) {
+  out_->send.push_back(Outgoing{to, {}, std::move(shared)});
 }
 
 void StateMachine::refuse(const PublicKey& to, const std::string& reason, bool may_rejoin,

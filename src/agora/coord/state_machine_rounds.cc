@@ -10,6 +10,7 @@
 #include "agora/coord/state_machine.h"
 #include "agora/coord/state_machine_detail.h"
 #include "agora/core/error.h"
+#include "agora/core/list_bits.h"
 
 namespace agora::coord {
 using namespace detail;
@@ -150,7 +151,8 @@ void StateMachine::open_round(double now) {
   round.deadline = now + seconds;
   state_.round = std::move(round);
   ++state_.counters.rounds_opened;
-  for (const MemberRecord* m : members) send(m->key, round_start_for(m->key, now));
+  const auto common = round_start_common();
+  for (const MemberRecord* m : members) send_round_start(m->key, now, common);
   log(EventKind::kRound,
       fmt::format("round {} opened: {} sequences to {} members ({}), deadline {:.1f} s", t,
                   options_.batch_size, members.size(), split, seconds),
@@ -197,7 +199,7 @@ void StateMachine::close_round(double now) {
     step.deadline = now;  // nothing to witness: final as soon as the steps before it are
   } else {
     step.deadline = now + options_.network.witness_seconds;
-    const wire::Envelope collect = collect_for(step);
+    const auto collect = std::make_shared<const wire::Envelope>(collect_for(step));
     for (const PublicKey& key : step.expected) send(key, collect);
   }
   draw_spot_checks(round, step, now);
@@ -232,18 +234,25 @@ void StateMachine::finalize(CollectingStep& step) {
   const size_t expected = step.expected.size();
   const double quorum = options_.network.quorum;
   std::vector<CommitRecord> final_set;
-  for (const CommitRecord& c : step.commits) {
+  // Per commit, the witnesses that said they hold it: one pass over each witness's bits, so a
+  // step costs members^2 bit tests rather than members^2 set lookups.
+  std::vector<size_t> holding(step.commits.size(), 0);
+  size_t witnesses = 0;  // expected members that answered
+  for (const auto& [key, bits] : step.witnessed) {
+    if (!step.expected.contains(key)) continue;
+    ++witnesses;
+    for (size_t i = 0; i < step.commits.size(); ++i) holding[i] += list_bit(bits, i);
+  }
+  for (size_t i = 0; i < step.commits.size(); ++i) {
+    const CommitRecord& c = step.commits[i];
     // The author's own claim never counts as evidence: only the other witnesses'. Of those,
     // `others` were expected, `answered` sent their Witness, `held` listed the payload.
-    const std::set<PublicKey>& listed = step.holders[c.payload_hash];
-    size_t others = 0, answered = 0, held = 0;
-    for (const PublicKey& key : step.expected) {
-      if (key == c.author) continue;
-      ++others;
-      if (!step.witnessed.contains(key)) continue;
-      ++answered;
-      if (listed.contains(key)) ++held;
-    }
+    const bool author_expected = step.expected.contains(c.author);
+    const auto own = step.witnessed.find(c.author);
+    const bool author_answered = author_expected && own != step.witnessed.end();
+    const size_t others = expected - (author_expected ? 1 : 0);
+    const size_t answered = witnesses - (author_answered ? 1 : 0);
+    const size_t held = holding[i] - (author_answered && list_bit(own->second, i) ? 1 : 0);
     const size_t missing = answered - held;
     // Final when (a) more than quorum x the witnesses that answered hold it, so a payload the
     // answering majority could not get is never applied however many liars vouch for it, and
@@ -290,18 +299,17 @@ void StateMachine::finalize(CollectingStep& step) {
   }
   // Witnesses hold the step's Collect: they hear which of its commits are final, one bit each.
   // The others (a member that joined or caught up since) hear the whole set.
-  wire::Envelope whole;
-  wire::Finalized* f = whole.mutable_finalized();
+  auto whole = std::make_shared<wire::Envelope>();
+  wire::Finalized* f = whole->mutable_finalized();
   f->set_step(step.step);
   for (const CommitRecord& c : final_set) to_wire(c, f->add_set());
-  wire::Envelope bits;
-  bits.mutable_finalized()->set_step(step.step);
-  std::string* of_collect = bits.mutable_finalized()->mutable_of_collect();
-  of_collect->assign((step.commits.size() + 7) / 8, '\0');
+  auto bits = std::make_shared<wire::Envelope>();
+  bits->mutable_finalized()->set_step(step.step);
+  std::string* of_collect = bits->mutable_finalized()->mutable_of_collect();
+  *of_collect = list_bits(step.commits.size());
   for (size_t i = 0, j = 0; i < step.commits.size() && j < final_set.size(); ++i) {
     if (!(step.commits[i] == final_set[j])) continue;
-    (*of_collect)[i / 8] =
-        static_cast<char>(static_cast<uint8_t>((*of_collect)[i / 8]) | (1u << (i % 8)));
+    set_list_bit(*of_collect, i);
     ++j;
   }
   state_.finalized.push_back(std::move(final_set));
@@ -501,18 +509,12 @@ void StateMachine::mark_caught_up(MemberRecord& member) {
   }
 }
 
-wire::Envelope StateMachine::round_start_for(const PublicKey& key, double now) const {
+std::shared_ptr<const wire::Envelope> StateMachine::round_start_common() const {
   const OpenRound& round = *state_.round;
-  wire::Envelope message;
-  wire::RoundStart* start = message.mutable_round_start();
+  auto message = std::make_shared<wire::Envelope>();
+  wire::RoundStart* start = message->mutable_round_start();
   start->set_step(round.step);
   start->set_apply_through(round.apply_through);
-  for (const SequenceRange& r : round.assignments.at(key)) {
-    wire::SequenceRange* out = start->add_assignment();
-    out->set_first(r.first);
-    out->set_count(r.count);
-  }
-  start->set_deadline_seconds(std::max(0.0, round.deadline - now));
   start->set_report_state(round.report_state);
   std::vector<PublicKey> members;
   for (const auto& [k, ranges] : round.assignments) members.push_back(k);
@@ -523,8 +525,26 @@ wire::Envelope StateMachine::round_start_for(const PublicKey& key, double now) c
     if (m->state == MemberState::kSyncing) joining.push_back(m->key);
   }
   add_members(start->mutable_joining(), joining);
+  return message;
+}
+
+wire::Envelope StateMachine::round_start_own(const PublicKey& key, double now) const {
+  const OpenRound& round = *state_.round;
+  wire::Envelope message;
+  wire::RoundStart* start = message.mutable_round_start();
+  for (const SequenceRange& r : round.assignments.at(key)) {
+    wire::SequenceRange* out = start->add_assignment();
+    out->set_first(r.first);
+    out->set_count(r.count);
+  }
+  start->set_deadline_seconds(std::max(0.0, round.deadline - now));
   start->set_checkpointer(state_.members.at(key).checkpointer);
   return message;
+}
+
+void StateMachine::send_round_start(const PublicKey& key, double now,
+                                    const std::shared_ptr<const wire::Envelope>& common) {
+  out_->send.push_back(Outgoing{key, round_start_own(key, now), common});
 }
 
 wire::Envelope StateMachine::collect_for(const CollectingStep& step) const {

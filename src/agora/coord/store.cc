@@ -11,6 +11,7 @@
 #include "agora/core/crash_point.h"
 #include "agora/core/error.h"
 #include "agora/core/hex.h"
+#include "agora/core/list_bits.h"
 #include "agora/serve/sqlite.h"
 
 namespace agora::coord {
@@ -302,20 +303,13 @@ void Store::load_in_flight(RunState& s) const {
   while (rows.step()) {
     auto step = s.collecting.find(rows.uint64(0));
     const std::string held = rows.blob(2);
-    if (step == s.collecting.end() || held.size() != (step->second.commits.size() + 7) / 8) {
+    if (step == s.collecting.end() || !list_bits_valid(held, step->second.commits.size())) {
       fail(
           "coordinator database {}: a witness's holdings for step {} do not match that step's "
           "commits",
           path_.string(), rows.uint64(0));
     }
-    CollectingStep& c = step->second;
-    const PublicKey witness = rows.blob(1);
-    c.witnessed.insert(witness);
-    for (size_t i = 0; i < c.commits.size(); ++i) {
-      if ((static_cast<uint8_t>(held[i / 8]) >> (i % 8)) & 1u) {
-        c.holders[c.commits[i].payload_hash].insert(witness);
-      }
-    }
+    step->second.witnessed[rows.blob(1)] = held;
   }
 }
 

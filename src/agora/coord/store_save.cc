@@ -27,29 +27,17 @@ bool same_header(const CollectingStep& a, const CollectingStep& b) {
          a.expected == b.expected && a.deadline == b.deadline;
 }
 
-// The step without its holders, which are rows written once per witness and never change: the
-// copy a save keeps stays O(members) per step, not O(members^2).
+// The step with its witnesses' keys but not their holdings, which are rows written once per
+// witness and never change: the copy a save keeps stays O(members) per step, not O(members^2).
 CollectingStep without_holders(const CollectingStep& c) {
   CollectingStep out;
   out.step = c.step;
   out.commits = c.commits;
   out.ranges = c.ranges;
   out.expected = c.expected;
-  out.witnessed = c.witnessed;
+  for (const auto& [key, bits] : c.witnessed) out.witnessed[key];
   out.deadline = c.deadline;
   return out;
-}
-
-// One bit per committed payload, in the step's commit order: set when `witness` listed it.
-std::string holdings_of(const CollectingStep& c, const PublicKey& witness) {
-  std::string bits((c.commits.size() + 7) / 8, '\0');
-  for (size_t i = 0; i < c.commits.size(); ++i) {
-    auto holders = c.holders.find(c.commits[i].payload_hash);
-    if (holders != c.holders.end() && holders->second.contains(witness)) {
-      bits[i / 8] = static_cast<char>(static_cast<uint8_t>(bits[i / 8]) | (1u << (i % 8)));
-    }
-  }
-  return bits;
 }
 
 }  // namespace
@@ -156,9 +144,9 @@ void Store::save_in_flight(const RunState& s) {
       auto it = saved_->collecting.find(t);
       if (it != saved_->collecting.end() && same_header(it->second, c)) before = &it->second;
     }
-    for (const PublicKey& witness : c.witnessed) {
+    for (const auto& [witness, held] : c.witnessed) {
       if (before != nullptr && before->witnessed.contains(witness)) continue;
-      put_held.bind(1, t).bind_blob(2, witness).bind_blob(3, holdings_of(c, witness)).run();
+      put_held.bind(1, t).bind_blob(2, witness).bind_blob(3, held).run();
     }
   }
 }

@@ -145,7 +145,10 @@ std::optional<Incoming> Server::recv() {
 }
 
 void Server::send(const std::string& route, const wire::Envelope& message) {
-  const std::string bytes = encode_envelope(message);
+  send_encoded(route, encode_envelope(message));
+}
+
+void Server::send_encoded(const std::string& route, const std::string& bytes) {
   count_sent(bytes.size());
   std::vector<zmq::const_buffer> parts = {zmq::buffer(route), zmq::buffer(bytes)};
   try {

@@ -118,6 +118,8 @@ class Server : public SocketCounters {
   // skipped (last_drop_reason() holds the latest reason).
   std::optional<Incoming> recv();
   void send(const std::string& route, const wire::Envelope& message);
+  // `bytes` already encoded (an Envelope, or several whose concatenation parses as their merge).
+  void send_encoded(const std::string& route, const std::string& bytes);
 
   // Why send_shared() did not queue a reply.
   enum class SendResult { kQueued, kQueueFull, kGone };

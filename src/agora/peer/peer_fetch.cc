@@ -6,6 +6,7 @@
 
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
+#include "agora/core/list_bits.h"
 #include "agora/peer/peer_network.h"
 #include "agora/peer/peer_network_detail.h"
 
@@ -421,18 +422,23 @@ void PeerNetwork::finish_jobs(double now) {
       for (const Want& want : job.wants) all = all && want.done;
       if (job.witness && !job.witnessed && (all || now >= job.witness_at)) {
         // What is held now, and what was refused; a payload still being fetched is neither.
+        // One bit per commit of the Collect (proto Witness.of_collect): the job's wants are its
+        // commits, in its order.
         wire::Envelope e;
         auto* w = e.mutable_witness();
         w->set_step(job.step);
-        for (const Want& want : job.wants) {
+        std::string held = list_bits(job.wants.size());
+        for (size_t i = 0; i < job.wants.size(); ++i) {
+          const Want& want = job.wants[i];
           if (want.ok) {
-            w->add_held(want.key);
+            set_list_bit(held, i);
           } else if (want.done) {
             auto* r = w->add_rejected();
             r->set_author(want.record.author());
             r->set_reason(want.reason);
           }
         }
+        w->set_of_collect(std::move(held));
         if (!all) ++counters_.witnesses_early;
         witnesses.push_back(std::move(e));
         job.witnessed = true;

@@ -7,6 +7,7 @@
 
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
+#include "agora/core/list_bits.h"
 #include "agora/net/envelope.h"
 #include "agora/obs/log.h"
 #include "agora/peer/session.h"
@@ -52,12 +53,10 @@ std::optional<std::vector<wire::CommitRecord>> Round::final_of_collect(
   if (collect == collected_.end()) return std::nullopt;
   const std::vector<wire::CommitRecord>& commits = collect->second;
   const std::string& bits = f.of_collect();
-  if (bits.size() != (commits.size() + 7) / 8) return std::nullopt;
+  if (!list_bits_valid(bits, commits.size())) return std::nullopt;
   std::vector<wire::CommitRecord> set;
-  for (size_t i = 0; i < bits.size() * 8; ++i) {
-    if (!((static_cast<uint8_t>(bits[i / 8]) >> (i % 8)) & 1u)) continue;
-    if (i >= commits.size()) return std::nullopt;  // a padding bit set
-    set.push_back(commits[i]);
+  for (size_t i = 0; i < commits.size(); ++i) {
+    if (list_bit(bits, i)) set.push_back(commits[i]);
   }
   return set;
 }
