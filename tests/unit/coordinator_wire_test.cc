@@ -3,6 +3,7 @@
 // and witnesses as bits over the Collect, which decide exactly what lists of hashes decide.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <tuple>
@@ -61,6 +62,33 @@ TEST_F(CoordinatorTest, SharedMessagesParseAsTheWholeAndAreBuiltOnce) {
   }
   EXPECT_EQ(collects.size(), 1u);
   EXPECT_FALSE(collects.contains(nullptr));
+}
+
+// A healed copy shares the round's common part until what it lists changes: a joiner since
+// the round opened is in the next copy's `joining`.
+TEST_F(CoordinatorTest, AHealedRoundStartListsWhoJoinedSince) {
+  options_.network.min_deadline_seconds = 100;
+  start(2);  // round 0 opens at +2
+  const Actions last = full_round(0, {0, 1}, kT0 + 3);  // final: round 1 opens at +3
+  ASSERT_EQ(state().round->step, 1u);
+  const auto opened = std::find_if(last.send.begin(), last.send.end(), [&](const Outgoing& o) {
+    return o.body_case() == Body::kRoundStart;
+  });
+  ASSERT_NE(opened, last.send.end());
+  auto heal = [&](double t) {
+    Actions a = handle(0, heartbeat_msg(1, 1), kT0 + t);
+    return std::find_if(a.send.begin(), a.send.end(), [](const Outgoing& o) {
+      return o.body_case() == Body::kRoundStart;
+    })->shared;
+  };
+  const auto first = heal(8.5);  // 5 s into round 1
+  EXPECT_EQ(first.get(), opened->shared.get()) << "nothing changed: the same common part";
+  EXPECT_EQ(first->round_start().joining_size(), 0);
+  handle(2, join_msg(ids_[2]), kT0 + 9);  // steps are final: it joins syncing
+  const auto second = heal(19);
+  EXPECT_NE(second.get(), first.get());
+  ASSERT_EQ(second->round_start().joining_size(), 1);
+  EXPECT_EQ(second->round_start().joining(0).key(), key(2));
 }
 
 // The same round decided from hashes and from bits: the same final set, strikes and counters.

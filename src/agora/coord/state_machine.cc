@@ -224,6 +224,7 @@ void StateMachine::record_applied(MemberRecord& member, uint64_t applied_steps) 
 
 void StateMachine::on_leave(MemberRecord& member) {
   member.state = MemberState::kLeft;
+  members_changed();
   ++state_.counters.leaves;
   log(EventKind::kLeave, fmt::format("{} left; {} active", short_hex(member.key), active_count()),
       &member.key);
@@ -401,7 +402,12 @@ std::vector<const MemberRecord*> StateMachine::active_members(bool syncing_too) 
 }
 
 size_t StateMachine::active_count() const {
-  return active_members().size();
+  if (!active_count_) {
+    active_count_ = static_cast<size_t>(
+        std::count_if(state_.members.begin(), state_.members.end(),
+                      [](const auto& item) { return item.second.state == MemberState::kActive; }));
+  }
+  return *active_count_;
 }
 
 void StateMachine::add_members(google::protobuf::RepeatedPtrField<wire::Member>* out,
@@ -418,7 +424,9 @@ void StateMachine::add_members(google::protobuf::RepeatedPtrField<wire::Member>*
 Actions StateMachine::set_relayed(const PublicKey& key, bool relayed, const std::string& why,
                                   double now) {
   return collect_actions(now, [&] {
-    std::erase_if(relayed_, [&](const PublicKey& k) { return !is_current(k); });
+    if (std::erase_if(relayed_, [&](const PublicKey& k) { return !is_current(k); }) > 0) {
+      members_changed();
+    }
     std::erase_if(strike_free_below_, [&](const auto& item) { return !is_current(item.first); });
     strike_free_below_.erase(key);
     if (!is_current(key)) return;
@@ -428,6 +436,7 @@ Actions StateMachine::set_relayed(const PublicKey& key, bool relayed, const std:
       strike_free_below_[key] = state_.round ? state_.round->step + 1 : state_.next_step;
     }
     if (relayed_.contains(key) == relayed) return;
+    members_changed();
     if (relayed) {
       relayed_.insert(key);
     } else {

@@ -222,7 +222,7 @@ class StateMachine {
                    const std::vector<PublicKey>& keys) const;
   // A RoundStart in two parts: what every member of the round reads alike (its step, members
   // and joiners), and what is `key`'s own (its assignment, the time left, its role).
-  std::shared_ptr<const wire::Envelope> round_start_common() const;
+  std::shared_ptr<const wire::Envelope> round_start_common();
   wire::Envelope round_start_own(const PublicKey& key, double now) const;
   void send_round_start(const PublicKey& key, double now,
                         const std::shared_ptr<const wire::Envelope>& common);
@@ -270,6 +270,20 @@ class StateMachine {
   // coordinator whose sends queue up would answer every heartbeat with another copy and bury
   // itself (docs/scaling.md).
   std::map<PublicKey, std::pair<double, double>> round_start_healed_;
+  // What follows from the members' states alone, kept until one changes (members_changed(),
+  // called wherever a member joins, leaves, is dropped, catches up or becomes relayed; runtime
+  // only). Recomputed per message, they were most of the state machine's time at 3000 members
+  // (docs/scaling.md): the open round's RoundStart as every member reads it alike (rebuilt
+  // per healed copy), the count of active members and the checkpointer roles (a scan of every
+  // member per commit and witness).
+  std::shared_ptr<const wire::Envelope> round_start_common_;
+  mutable std::optional<size_t> active_count_;
+  bool checkpointers_kept_ = false;
+  void members_changed() {
+    round_start_common_.reset();
+    active_count_.reset();
+    checkpointers_kept_ = false;
+  }
   // Members whose missing payloads cost no strike in steps below the value: while the probe has
   // not answered (all steps), and once relayed, until the first round whose RoundStart told
   // them to upload.

@@ -101,6 +101,7 @@ void StateMachine::on_join(const net::PublicKey& from, const wire::Join& join, d
   // hundreds of members feeds a storm of retries (docs/scaling.md).
   const bool was_current = rejoin && current(existing->second);
   MemberRecord& m = state_.members[from];
+  members_changed();
   m.key = from;
   m.endpoint = join.endpoint();
   m.agent = printable(join.agent());

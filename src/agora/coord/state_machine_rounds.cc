@@ -113,6 +113,7 @@ void StateMachine::update_throughput(MemberRecord& member, const OpenRound& roun
 void StateMachine::open_round(double now) {
   const uint64_t t = state_.next_step;
   round_start_healed_.clear();
+  members_changed();
   const std::vector<const MemberRecord*> members = active_members();
   std::vector<double> measured;
   std::vector<uint64_t> checking;  // what each is still recomputing for spot checks
@@ -414,6 +415,8 @@ void StateMachine::maybe_release(double now) {
 }
 
 void StateMachine::keep_checkpointers() {
+  if (checkpointers_kept_) return;  // no member changed since the last look
+  checkpointers_kept_ = true;
   const int64_t wanted = options_.network.checkpointers;
   int64_t held = 0;
   for (auto& [key, m] : state_.members) {
@@ -457,6 +460,7 @@ void StateMachine::strike(MemberRecord& member, const std::string& why) {
 
 void StateMachine::drop(MemberRecord& member, DropReason reason, const std::string& why) {
   member.state = MemberState::kDropped;
+  members_changed();
   member.drop_reason = reason;
   ++state_.counters.drops;
   log(EventKind::kDrop,
@@ -502,6 +506,7 @@ void StateMachine::mark_caught_up(MemberRecord& member) {
   if (member.applied_steps + static_cast<uint64_t>(options_.network.overlap) >=
       state_.finalized_steps()) {
     member.state = MemberState::kActive;
+    members_changed();
     log(EventKind::kCaughtUp,
         fmt::format("{} caught up ({} steps applied); {} active", short_hex(member.key),
                     member.applied_steps, active_count()),
@@ -509,8 +514,11 @@ void StateMachine::mark_caught_up(MemberRecord& member) {
   }
 }
 
-std::shared_ptr<const wire::Envelope> StateMachine::round_start_common() const {
+std::shared_ptr<const wire::Envelope> StateMachine::round_start_common() {
   const OpenRound& round = *state_.round;
+  if (round_start_common_ && round_start_common_->round_start().step() == round.step) {
+    return round_start_common_;
+  }
   auto message = std::make_shared<wire::Envelope>();
   wire::RoundStart* start = message->mutable_round_start();
   start->set_step(round.step);
@@ -525,6 +533,7 @@ std::shared_ptr<const wire::Envelope> StateMachine::round_start_common() const {
     if (m->state == MemberState::kSyncing) joining.push_back(m->key);
   }
   add_members(start->mutable_joining(), joining);
+  round_start_common_ = message;
   return message;
 }
 
