@@ -33,6 +33,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <queue>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,7 @@
 #include "agora/coord/state_machine.h"
 #include "agora/core/hash.h"
 #include "agora/core/list_bits.h"
+#include "agora/net/envelope.h"
 #include "agora/net/identity.h"
 #include "agora/net/link_profile.h"
 
@@ -169,9 +171,13 @@ class Simulation {
             {"join_seconds", first_round_},
             {"round_seconds", round_s},
             {"coordinator_busy_share", span > 0 ? round_busy_ / span : 0.0},
+            // From the first RoundStart to the last Finalized, over the steps: with overlap, a
+            // step's fetches run beside the next step's training, so this is the run's pace.
+            {"seconds_per_step", finalized_ > 0 ? span / static_cast<double>(finalized_) : -1.0},
             {"machine_cpu_seconds_per_round", round_cpu_ / per_round},
             {"messages_per_round", static_cast<double>(round_messages_) / per_round},
             {"coordinator_bytes_per_round", round_bytes_ / per_round},
+            {"coordinator_bytes_per_round_by_kind", by_kind(per_round)},
             {"member_download_per_round",
              settings_.payload_bytes * static_cast<double>(members_.size() - 1)}};
   }
@@ -231,6 +237,7 @@ class Simulation {
       if (in_rounds) {
         ++round_messages_;
         round_bytes_ += bytes;
+        kind_bytes_[kind_of(o)] += bytes;
       }
       auto it = index_.find(o.to);
       if (it == index_.end()) continue;
@@ -336,6 +343,22 @@ class Simulation {
   double now_ = 0, busy_until_ = 0, uplink_free_at_ = 0;
   double first_round_ = 0, last_final_ = 0, round_cpu_ = 0, round_busy_ = 0, round_bytes_ = 0;
   uint64_t round_messages_ = 0, finalized_ = 0;
+  // Bytes sent in the rounds by kind; a RoundStart to a member that had one for that step
+  // already is a heal ("round_start_again").
+  std::map<std::string, double> kind_bytes_;
+  std::set<std::pair<uint64_t, PublicKey>> round_start_sent_;
+
+  std::string kind_of(const Outgoing& o) {
+    const wire::Envelope& body = o.shared ? *o.shared : o.message;
+    if (!body.has_round_start()) return agora::net::kind_name(body);
+    const bool again = !round_start_sent_.emplace(body.round_start().step(), o.to).second;
+    return again ? "round_start_again" : "round_start";
+  }
+  nlohmann::json by_kind(double per_round) const {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [kind, bytes] : kind_bytes_) out[kind] = bytes / per_round;
+    return out;
+  }
   bool finished_ = false;
   std::map<uint64_t, StepTimes> steps_;
 };
@@ -362,24 +385,30 @@ int main(int argc, char** argv) {
     s.coordinator_link = agora::net::parse_link_profile(coordinator_link);
     s.member_link = agora::net::parse_link_profile(member_link);
     nlohmann::json results = nlohmann::json::array();
+    std::string by_kind_lines;  // printed after the table
     fmt::print(
-        "| N | steps | join s | round s | coordinator busy | machine CPU s/round | "
+        "| N | steps | join s | round s | s/step | coordinator busy | machine CPU s/round | "
         "msgs/round | coordinator MB/round | member MB/round |\n");
-    fmt::print("|---|---|---|---|---|---|---|---|---|\n");
+    fmt::print("|---|---|---|---|---|---|---|---|---|---|\n");
     for (const std::string& part : CLI::detail::split(members, ',')) {
       const size_t n = std::stoul(part);
       Simulation sim(n, s);
       const nlohmann::json r = sim.run();
       results.push_back(r);
-      fmt::print("| {} | {} | {:.1f} | {:.2f} | {:.2f} | {:.3f} | {:.0f} | {:.1f} | {:.2f} |\n", n,
+      fmt::print("| {} | {} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.0f} | {:.1f} | {:.2f} |\n", n,
                  r["steps"].get<uint64_t>(), r["join_seconds"].get<double>(),
-                 r["round_seconds"].get<double>(), r["coordinator_busy_share"].get<double>(),
+                 r["round_seconds"].get<double>(), r["seconds_per_step"].get<double>(),
+                 r["coordinator_busy_share"].get<double>(),
                  r["machine_cpu_seconds_per_round"].get<double>(),
                  r["messages_per_round"].get<double>(),
                  r["coordinator_bytes_per_round"].get<double>() / 1e6,
                  r["member_download_per_round"].get<double>() / 1e6);
+      for (const auto& [kind, bytes] : r["coordinator_bytes_per_round_by_kind"].items()) {
+        by_kind_lines += fmt::format("{}N={} {}: {:.1f} MB/round", by_kind_lines.empty() ? "" : "\n", n, kind, bytes.get<double>() / 1e6);
+      }
       std::fflush(stdout);
     }
+    fmt::print("\nWhat the coordinator sends, by kind:\n{}\n", by_kind_lines);
     if (!json_out.empty()) {
       std::FILE* f = std::fopen(json_out.c_str(), "w");
       if (f == nullptr) throw std::runtime_error("cannot write " + json_out);

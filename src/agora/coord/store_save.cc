@@ -212,10 +212,20 @@ void Store::save_members(const RunState& s) {
     for (const auto& [key, m] : s.members) write(key, m);
     return;
   }
+  // A row is written when anything but last_seen changed. A heartbeat (one per member per
+  // second) moves last_seen alone, and rewriting the row for each was most of the SQLite writes
+  // at 1000 members (docs/scaling.md). Nothing is lost: resume() sees every current member
+  // "now", and a departed member's row keeps the time of its departure.
   const auto& before = saved_->members;
   for (const auto& [key, m] : s.members) {
     auto it = before.find(key);
-    if (it == before.end() || !(it->second == m)) write(key, m);
+    if (it == before.end()) {
+      write(key, m);
+      continue;
+    }
+    MemberRecord seen_then = m;
+    seen_then.last_seen = it->second.last_seen;
+    if (!(seen_then == it->second)) write(key, m);
   }
   Statement erase(db_, path_, "DELETE FROM members WHERE key = ?");
   for (const auto& [key, m] : before) {
