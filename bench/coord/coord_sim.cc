@@ -9,14 +9,17 @@
 // of the simulation advances by the measured time of each handle() and tick() call.
 //
 // What is modelled:
-//   - the coordinator's sending: each message costs --send-ns-per-byte of CPU (the CURVE
-//     encryption, copies and syscalls the service pays; calibrated against the load test,
+//   - the service around the state machine: each message it receives or sends costs
+//     --us-per-message of CPU (decryption, routing, its share of the batch's SQLite save), and
+//     each byte it sends --send-ns-per-byte (the CURVE encryption, copies and syscalls;
+//     both calibrated against the load test,
 //     docs/scaling.md) and leaves over the coordinator's uplink (--coordinator-link), one
 //     message after another;
 //   - every member's link (--member-link): its messages take the one-way delay, and a member's
 //     witness fetch takes (commits - 1) x --payload-bytes over its bandwidth plus a round trip;
 //   - training: a share of S sequences takes S / --speed seconds;
-//   - SQLite is not modelled (measured apart by the load test: about 22 MB a round at 1000).
+//   - SQLite's bytes are not modelled (measured apart by the load test: about 10 MB a round at
+//     1000), only its CPU, within --us-per-message.
 //
 // Per N, one JSON line and a table row: join seconds, round seconds (first RoundStart out to
 // the last Finalized in, median over rounds after the first), the coordinator's busy share,
@@ -58,7 +61,8 @@ struct Settings {
   int rounds = 8;
   double speed = 8.0;
   double payload_bytes = 2338;
-  double send_ns_per_byte = 30;
+  double send_ns_per_byte = 2.5;
+  double us_per_message = 50;
   agora::net::LinkProfile coordinator_link;
   agora::net::LinkProfile member_link;
 };
@@ -175,6 +179,8 @@ class Simulation {
             // step's fetches run beside the next step's training, so this is the run's pace.
             {"seconds_per_step", finalized_ > 0 ? span / static_cast<double>(finalized_) : -1.0},
             {"machine_cpu_seconds_per_round", round_cpu_ / per_round},
+            // The state machine's and the modelled service's: the load test's "coordinator CPU".
+            {"coordinator_cpu_seconds_per_round", (round_cpu_ + round_service_cpu_) / per_round},
             {"messages_per_round", static_cast<double>(round_messages_) / per_round},
             {"coordinator_bytes_per_round", round_bytes_ / per_round},
             {"coordinator_bytes_per_round_by_kind", by_kind(per_round)},
@@ -209,18 +215,21 @@ class Simulation {
       Actions a = machine_->handle(key, *e.message, start);
       for (auto& o : a.send) all.send.push_back(std::move(o));
     }
+    const double received = static_cast<double>(batch_.size());
     batch_.clear();
-    finish_call(start, started, std::move(all));
+    finish_call(start, started, std::move(all), received);
   }
 
   // Charges the measured CPU and the sends, and puts every message on its way.
-  void finish_call(double at, double cpu_started, Actions a) {
+  void finish_call(double at, double cpu_started, Actions a, double received = 0) {
     agora::coord::coalesce_admits(a.send);
-    const double cpu = cpu_now() - cpu_started;
-    double done = at + cpu;
+    // The state machine's measured time, and the service's per message it received.
+    const double machine = cpu_now() - cpu_started;
+    const double receiving = received * settings_.us_per_message * 1e-6;
+    double done = at + machine + receiving;
     const bool in_rounds = first_round_ > 0;
-    if (in_rounds) round_cpu_ += cpu;
-    double busy = cpu;
+    if (in_rounds) round_cpu_ += machine;
+    double busy = machine + receiving;
     std::map<const wire::Envelope*, double> shared_bytes;  // sized once, as the service encodes
     for (Outgoing& o : a.send) {
       double bytes = static_cast<double>(o.message.ByteSizeLong());
@@ -229,7 +238,8 @@ class Simulation {
         if (fresh) it->second = static_cast<double>(o.shared->ByteSizeLong());
         bytes += it->second;
       }
-      const double send_cpu = bytes * settings_.send_ns_per_byte * 1e-9;
+      const double send_cpu =
+          settings_.us_per_message * 1e-6 + bytes * settings_.send_ns_per_byte * 1e-9;
       done += send_cpu;
       busy += send_cpu;
       uplink_free_at_ =
@@ -250,6 +260,7 @@ class Simulation {
       push(arrives, Event::kToMember, it->second, std::move(o.message), std::move(o.shared));
     }
     if (in_rounds) round_busy_ += busy;
+    if (in_rounds) round_service_cpu_ += busy - machine;
     busy_until_ = done;
   }
 
@@ -342,6 +353,7 @@ class Simulation {
   uint64_t seq_ = 0;
   double now_ = 0, busy_until_ = 0, uplink_free_at_ = 0;
   double first_round_ = 0, last_final_ = 0, round_cpu_ = 0, round_busy_ = 0, round_bytes_ = 0;
+  double round_service_cpu_ = 0;  // modelled: per message and per byte
   uint64_t round_messages_ = 0, finalized_ = 0;
   // Bytes sent in the rounds by kind; a RoundStart to a member that had one for that step
   // already is a heal ("round_start_again").
@@ -375,6 +387,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", s.rounds, "steps of the run")->check(CLI::Range(2, 1000));
   app.add_option("--speed", s.speed, "sequences per second each member trains");
   app.add_option("--payload-bytes", s.payload_bytes, "one payload's size");
+  app.add_option("--us-per-message", s.us_per_message,
+                 "the coordinator's CPU per message it receives or sends, beside the state "
+                 "machine's (decryption, routing, the batch's SQLite save)");
   app.add_option("--send-ns-per-byte", s.send_ns_per_byte,
                  "the coordinator's CPU per byte it sends (CURVE, copies, syscalls)");
   app.add_option("--coordinator-link", coordinator_link, "the coordinator's link (agora link)");
@@ -388,18 +403,20 @@ int main(int argc, char** argv) {
     std::string by_kind_lines;  // printed after the table
     fmt::print(
         "| N | steps | join s | round s | s/step | coordinator busy | machine CPU s/round | "
-        "msgs/round | coordinator MB/round | member MB/round |\n");
-    fmt::print("|---|---|---|---|---|---|---|---|---|---|\n");
+        "coordinator CPU s/round | msgs sent/round | coordinator MB/round | member MB/round "
+        "|\n");
+    fmt::print("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const std::string& part : CLI::detail::split(members, ',')) {
       const size_t n = std::stoul(part);
       Simulation sim(n, s);
       const nlohmann::json r = sim.run();
       results.push_back(r);
-      fmt::print("| {} | {} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.0f} | {:.1f} | {:.2f} |\n", n,
+      fmt::print("| {} | {} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {:.0f} | {:.1f} | {:.2f} |\n", n,
                  r["steps"].get<uint64_t>(), r["join_seconds"].get<double>(),
                  r["round_seconds"].get<double>(), r["seconds_per_step"].get<double>(),
                  r["coordinator_busy_share"].get<double>(),
                  r["machine_cpu_seconds_per_round"].get<double>(),
+                 r["coordinator_cpu_seconds_per_round"].get<double>(),
                  r["messages_per_round"].get<double>(),
                  r["coordinator_bytes_per_round"].get<double>() / 1e6,
                  r["member_download_per_round"].get<double>() / 1e6);

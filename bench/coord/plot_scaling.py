@@ -4,7 +4,7 @@ JSON (bench_coordinator_load.py --out, agora_coord_sim --json).
 
     plot_scaling.py --load out/coord-load/bench_coordinator_load.json
                     --sim out/coord-load/coord_sim.json [--sim-wan out/coord-load/coord_sim_wan.json]
-                    --out docs/img/coord_scaling.png
+                    [--sim-wan-before OLD.json] --out docs/img/coord_scaling.png
 
 Two panels against members (log scales): what the coordinator sends per round (MB), and round
 seconds, each for the load test (processes on this machine) and the simulations.
@@ -31,6 +31,7 @@ def main():
     ap.add_argument("--load", required=True)
     ap.add_argument("--sim", required=True)
     ap.add_argument("--sim-wan")
+    ap.add_argument("--sim-wan-before", help="the same simulation at an earlier commit")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     series = [("load test (processes, loopback)",
@@ -39,7 +40,10 @@ def main():
               ("simulation, loopback-like links",
                rows(args.sim, "members", "coordinator_bytes_per_round", "round_seconds")),
               ("simulation, 1 Gbit/s coordinator, 100 Mbit/s members",
-               rows(args.sim_wan, "members", "coordinator_bytes_per_round", "round_seconds"))]
+               rows(args.sim_wan, "members", "coordinator_bytes_per_round", "round_seconds")),
+              ("the same, before shared broadcasts and witness bits",
+               rows(args.sim_wan_before, "members", "coordinator_bytes_per_round",
+                    "round_seconds"))]
     series = [(name, pts) for name, pts in series if pts]
     tmp = tempfile.mkdtemp(prefix="agora-plot-")
     files = []
