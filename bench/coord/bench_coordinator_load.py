@@ -251,6 +251,28 @@ def summarise(args, n, work, samples, reports, started, timed_out, db):
                 s["finals"] += t["finals"]
     latencies = [s["final_last"] - s["round_first"] for k, s in sorted(steps.items())
                  if k > 0 and s["round_first"] and s["final_last"]]
+    # Where a round's time goes (medians over steps after the first): the spread of each
+    # broadcast's arrival over the members, and the phases between them.
+    marks = {}
+    for rep in light:
+        for step, t in rep["steps"].items():
+            if int(step) == 0:
+                continue
+            m = marks.setdefault(int(step), {})
+            for key in ("round", "collect", "final"):
+                first, last = t.get(key + "_first") or 0, t.get(key + "_last") or 0
+                if first > 0:
+                    m[key + "_first"] = min(m.get(key + "_first", first), first)
+                    m[key + "_last"] = max(m.get(key + "_last", last), last)
+    phase_spans = {"round_start_spread": ("round_first", "round_last"),
+                   "to_first_collect": ("round_first", "collect_first"),
+                   "collect_spread": ("collect_first", "collect_last"),
+                   "to_first_finalized": ("collect_last", "final_first"),
+                   "finalized_spread": ("final_first", "final_last")}
+    phases = {}
+    for name, (a, b) in phase_spans.items():
+        spans = [m[b] - m[a] for m in marks.values() if a in m and b in m]
+        phases[name] = statistics.median(spans) if spans else None
     finalized = sum(1 for e in events if e.get("event") == "step")
     strikes = sum(1 for e in events if e.get("kind") == "strike" or e.get("event") == "strike")
     first_round = min((s["round_first"] for s in steps.values() if s["round_first"]), default=None)
@@ -306,6 +328,7 @@ def summarise(args, n, work, samples, reports, started, timed_out, db):
         "round_seconds_median": statistics.median(latencies) if latencies else None,
         "round_seconds_max": max(latencies) if latencies else None,
         "round_seconds": latencies,
+        "round_phases_median_seconds": phases,
         "light_sequences_per_second": args.speed,
         "strikes": strikes,
         "coordinator_cpu_share": cpu_share,

@@ -14,7 +14,9 @@
 //     each byte it sends --send-ns-per-byte (the CURVE encryption, copies and syscalls;
 //     both calibrated against the load test,
 //     docs/scaling.md) and leaves over the coordinator's uplink (--coordinator-link), one
-//     message after another;
+//     message after another; a RoundStart sent again while the last one to that member has
+//     not left the uplink yet is held back, as the service holds it while it waits in
+//     ZeroMQ's queue (--send-queued-round-starts: as before the service did);
 //   - every member's link (--member-link): its messages take the one-way delay, and a member's
 //     witness fetch takes (commits - 1) x --payload-bytes over its bandwidth plus a round trip;
 //   - training: a share of S sequences takes S / --speed seconds;
@@ -63,6 +65,7 @@ struct Settings {
   double payload_bytes = 2338;
   double send_ns_per_byte = 2.5;
   double us_per_message = 50;
+  bool hold_queued_round_starts = true;  // as the service does (coord/service.cc, Outbound)
   agora::net::LinkProfile coordinator_link;
   agora::net::LinkProfile member_link;
 };
@@ -93,6 +96,10 @@ struct SimMember {
   bool welcomed = false;
   uint64_t applied = 0, next_round = 0, trained = UINT64_MAX, witnessed = UINT64_MAX;
   double link_free_at = 0;  // its downlink: messages and payloads arrive one after another
+  // When the last message to it leaves the coordinator's uplink, and the step of the last
+  // RoundStart sent to it: the service holds back another while that one is still queued.
+  double queued_until = 0;
+  uint64_t round_start_step = UINT64_MAX;
 };
 
 class Simulation {
@@ -182,6 +189,7 @@ class Simulation {
             // The state machine's and the modelled service's: the load test's "coordinator CPU".
             {"coordinator_cpu_seconds_per_round", (round_cpu_ + round_service_cpu_) / per_round},
             {"messages_per_round", static_cast<double>(round_messages_) / per_round},
+            {"round_starts_held_per_round", static_cast<double>(round_starts_held_) / per_round},
             {"coordinator_bytes_per_round", round_bytes_ / per_round},
             {"coordinator_bytes_per_round_by_kind", by_kind(per_round)},
             {"member_download_per_round",
@@ -232,6 +240,17 @@ class Simulation {
     double busy = machine + receiving;
     std::map<const wire::Envelope*, double> shared_bytes;  // sized once, as the service encodes
     for (Outgoing& o : a.send) {
+      auto it = index_.find(o.to);
+      SimMember* m = it == index_.end() ? nullptr : &members_[it->second];
+      if (m != nullptr && o.body_case() == wire::Envelope::kRoundStart) {
+        const uint64_t step = (o.shared ? *o.shared : o.message).round_start().step();
+        if (settings_.hold_queued_round_starts && m->round_start_step == step &&
+            m->queued_until > done) {
+          if (in_rounds) ++round_starts_held_;
+          continue;
+        }
+        m->round_start_step = step;
+      }
       double bytes = static_cast<double>(o.message.ByteSizeLong());
       if (o.shared) {
         auto [it, fresh] = shared_bytes.emplace(o.shared.get(), 0.0);
@@ -249,14 +268,13 @@ class Simulation {
         round_bytes_ += bytes;
         kind_bytes_[kind_of(o)] += bytes;
       }
-      auto it = index_.find(o.to);
-      if (it == index_.end()) continue;
-      SimMember& m = members_[it->second];
+      if (m == nullptr) continue;
+      m->queued_until = uplink_free_at_;
       const double arrives = std::max(uplink_free_at_ + settings_.coordinator_link.delay_seconds +
                                           settings_.member_link.delay_seconds,
-                                      m.link_free_at) +
+                                      m->link_free_at) +
                              transfer_seconds(bytes, settings_.member_link);
-      m.link_free_at = arrives;
+      m->link_free_at = arrives;
       push(arrives, Event::kToMember, it->second, std::move(o.message), std::move(o.shared));
     }
     if (in_rounds) round_busy_ += busy;
@@ -354,7 +372,7 @@ class Simulation {
   double now_ = 0, busy_until_ = 0, uplink_free_at_ = 0;
   double first_round_ = 0, last_final_ = 0, round_cpu_ = 0, round_busy_ = 0, round_bytes_ = 0;
   double round_service_cpu_ = 0;  // modelled: per message and per byte
-  uint64_t round_messages_ = 0, finalized_ = 0;
+  uint64_t round_messages_ = 0, finalized_ = 0, round_starts_held_ = 0;
   // Bytes sent in the rounds by kind; a RoundStart to a member that had one for that step
   // already is a heal ("round_start_again").
   std::map<std::string, double> kind_bytes_;
@@ -387,6 +405,10 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", s.rounds, "steps of the run")->check(CLI::Range(2, 1000));
   app.add_option("--speed", s.speed, "sequences per second each member trains");
   app.add_option("--payload-bytes", s.payload_bytes, "one payload's size");
+  bool send_queued = false;
+  app.add_flag("--send-queued-round-starts", send_queued,
+               "send every RoundStart the state machine heals, even while the last one to that "
+               "member is still queued (the service before it held them back)");
   app.add_option("--us-per-message", s.us_per_message,
                  "the coordinator's CPU per message it receives or sends, beside the state "
                  "machine's (decryption, routing, the batch's SQLite save)");
@@ -396,6 +418,7 @@ int main(int argc, char** argv) {
   app.add_option("--member-link", member_link, "every member's link (agora link)");
   app.add_option("--json", json_out, "write the results here (JSON)");
   CLI11_PARSE(app, argc, argv);
+  s.hold_queued_round_starts = !send_queued;
   try {
     s.coordinator_link = agora::net::parse_link_profile(coordinator_link);
     s.member_link = agora::net::parse_link_profile(member_link);

@@ -129,6 +129,7 @@ std::string Monitor::run_json() const {
                    {"witness_disagreements", c.witness_disagreements},
                    {"events_suppressed", c.events_suppressed},
                    {"messages_throttled", v->messages_throttled},
+                   {"round_starts_held", v->round_starts_held},
                    {"resyncs", c.resyncs_sent},
                    {"restarts", c.restarts}};
   j["started_at"] = info_.started_at;
@@ -261,6 +262,7 @@ void Monitor::collect(obs::Registry& r) {
   total(m::kRunResyncs, c.resyncs_sent);
   total(m::kRunRestarts, c.restarts);
   total(m::kRunMessagesThrottled, v->messages_throttled);
+  total(m::kRunRoundStartsHeld, v->round_starts_held);
   total(m::kRunReportsRefused, c.state_reports_refused, {{"kind", "state"}});
   total(m::kRunReportsRefused, c.checkpoints_refused, {{"kind", "checkpoint"}});
   total(m::kRunWitnessesRepeated, c.witnesses_repeated);

@@ -75,6 +75,8 @@ struct RunView {
   uint64_t bytes_sent = 0, bytes_received = 0;
   std::map<std::string, uint64_t> drops_by_reason;
   uint64_t messages_throttled = 0;  // dropped by the service's per-member rate limit
+  // RoundStarts not sent again: the last one to that member still waited in the send queue.
+  uint64_t round_starts_held = 0;
 };
 
 class Monitor {

@@ -109,9 +109,17 @@ class Service {
   std::map<std::string, net::PublicKey> key_of_curve_;
   std::map<net::PublicKey, std::string> route_of_;
   std::map<net::PublicKey, std::deque<wire::Envelope>> undelivered_;
-  // Bytes of shared messages handed to ZeroMQ and not yet written.
-  std::shared_ptr<std::atomic<int64_t>> shared_in_flight_ =
-      std::make_shared<std::atomic<int64_t>>(0);
+  // What waits in ZeroMQ's queue for each member: bytes handed over and not yet taken to be
+  // written, and the step of the last RoundStart among them. A RoundStart the state machine
+  // sends again while the last one for that step still waits there is held back: at 10,000
+  // simulated members, members waiting behind gigabytes of queue asked again and again, and
+  // those copies were half of what the coordinator sent (docs/scaling.md).
+  struct Outbound {
+    std::shared_ptr<std::atomic<int64_t>> in_flight = std::make_shared<std::atomic<int64_t>>(0);
+    uint64_t round_start_step = UINT64_MAX;
+  };
+  std::map<net::PublicKey, Outbound> outbound_;
+  uint64_t round_starts_held_ = 0;
   std::map<uint64_t, StepCommits> commits_;
   // Members' budgets by curve key; every key that has not joined shares one.
   serve::RateGate gate_{{kThrottleRate, kThrottleBurst}, {kThrottleRate, kThrottleBurst}};
@@ -224,18 +232,28 @@ void Service::deliver(Actions actions) {
       if (queue.size() > 16) queue.pop_front();
       continue;
     }
+    Outbound& queue = outbound_[out.to];
+    if (out.body_case() == wire::Envelope::kRoundStart) {
+      const uint64_t step = (out.shared ? *out.shared : out.message).round_start().step();
+      if (queue.round_start_step == step && queue.in_flight->load() > 0) {
+        ++round_starts_held_;
+        continue;
+      }
+      queue.round_start_step = step;
+    }
+    std::shared_ptr<const std::string> bytes;
     if (!out.shared) {
-      server_->send(route->second, out.message);
-      continue;
-    }
-    auto& bytes = encoded[out.shared.get()];
-    if (!bytes) bytes = std::make_shared<const std::string>(net::encode_envelope(*out.shared));
-    if (out.message.ByteSizeLong() == 0) {
-      // A full queue or a closed connection loses it as send() would: the member re-asks.
-      server_->send_shared(route->second, bytes, shared_in_flight_);
+      bytes = std::make_shared<const std::string>(net::encode_envelope(out.message));
     } else {
-      server_->send_encoded(route->second, *bytes + net::encode_envelope(out.message));
+      auto& common = encoded[out.shared.get()];
+      if (!common) common = std::make_shared<const std::string>(net::encode_envelope(*out.shared));
+      bytes = out.message.ByteSizeLong() == 0
+                  ? common
+                  : std::make_shared<const std::string>(*common +
+                                                        net::encode_envelope(out.message));
     }
+    // A full queue or a closed connection loses it as send() would: the member re-asks.
+    server_->send_shared(route->second, std::move(bytes), queue.in_flight);
   }
   publish(false);
 }
@@ -283,6 +301,7 @@ void Service::sweep(double now) {
   std::erase_if(key_of_curve_, [&](const auto& item) { return !members.contains(item.second); });
   std::erase_if(route_of_, [&](const auto& item) { return !members.contains(item.first); });
   std::erase_if(undelivered_, [&](const auto& item) { return !members.contains(item.first); });
+  std::erase_if(outbound_, [&](const auto& item) { return !members.contains(item.first); });
   std::erase_if(totals_, [&](const auto& item) { return !members.contains(item.first); });
   relay_->sweep(machine_->state());
   for (const serve::RateGate::Dropped& d : gate_.report(now)) {
@@ -333,6 +352,7 @@ void Service::publish(bool force) {
   view->bytes_received = server_->bytes_received();
   view->drops_by_reason = server_->drops_by_reason();
   view->messages_throttled = gate_.dropped_total();
+  view->round_starts_held = round_starts_held_;
   monitor_->publish(std::move(view));
   published_at_ = now;
   published_phase_ = state.phase;

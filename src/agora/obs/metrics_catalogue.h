@@ -129,6 +129,7 @@ inline constexpr MetricDef kRunPayloadBytes{"agora_run_payload_bytes_total", "By
 inline constexpr MetricDef kRunAllreduceBytes{"agora_run_allreduce_equivalent_bytes_total", "Bytes an fp32 gradient all-reduce would have sent for the same steps, all peers together (4 x parameters per peer per step)."};
 inline constexpr MetricDef kRunCheckpoints{"agora_run_checkpoints_total", "Checkpoint reports received."};
 inline constexpr MetricDef kRunResyncs{"agora_run_resyncs_total", "Resync messages sent."};
+inline constexpr MetricDef kRunRoundStartsHeld{"agora_run_round_starts_held_total", "RoundStarts the coordinator did not send again because the last one to that member still waited in its send queue."};
 inline constexpr MetricDef kRunMessagesThrottled{"agora_run_messages_throttled_total", "Messages dropped because their sender exceeded its rate (100 a second, bursts of 1000)."};
 inline constexpr MetricDef kRunReportsRefused{"agora_run_reports_refused_total", "State or checkpoint reports refused: ahead of the ledger, off schedule, malformed, inconsistent, or contradicting the state a quorum reported."};
 inline constexpr MetricDef kRunWitnessesRepeated{"agora_run_witnesses_repeated_total", "Second and later Witness messages of one member for one step, ignored."};
