@@ -39,6 +39,7 @@ COORDINATOR_METRICS = [
     "agora_run_payload_rejections_reported_total", "agora_run_payload_bytes_total",
     "agora_run_allreduce_equivalent_bytes_total", "agora_run_checkpoints_total",
     "agora_run_resyncs_total", "agora_run_restarts_total", "agora_run_messages_throttled_total",
+    "agora_run_round_starts_held_total",
     "agora_run_reports_refused_total", "agora_run_witnesses_repeated_total",
     "agora_run_witness_disagreements_total", "agora_run_events_suppressed_total",
     "agora_network_bytes_total",
