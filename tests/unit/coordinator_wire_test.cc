@@ -128,6 +128,17 @@ TEST_F(CoordinatorTest, WitnessBitsDecideWhatHashesDecide) {
   EXPECT_EQ(std::get<1>(from_bits), (std::vector<int64_t>{0, 0, 0, 1}));
 }
 
+// Two authors may commit the same bytes; a witness that lists that hash holds both commits.
+TEST_F(CoordinatorTest, AHashListedHoldsEveryCommitThatNamesIt) {
+  start(3);
+  const double t = kT0 + 3;
+  commit(0, 0, hash_of(0), t);
+  commit(1, 0, hash_of(0), t);  // the same payload as member 0's
+  commit(2, 0, hash_of(2), t);
+  handle(2, witness_msg(0, {hash_of(0)}), t + 1);
+  EXPECT_EQ(state().collecting.at(0).witnessed.at(key(2)), std::string(1, '\x03'));
+}
+
 TEST_F(CoordinatorTest, MalformedWitnessBitsAreIgnoredAndNamed) {
   start(3);
   const double t = kT0 + 3;

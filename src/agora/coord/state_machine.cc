@@ -332,10 +332,12 @@ void StateMachine::on_witness(MemberRecord& member, const wire::Witness& witness
   } else {
     held = list_bits(step.commits.size());
     if (witness.held_size() > 0) {
-      std::unordered_map<std::string_view, size_t> index;
-      for (size_t i = 0; i < step.commits.size(); ++i) index[step.commits[i].payload_hash] = i;
+      // Two authors may commit the same bytes: a hash holds every commit that names it.
+      std::unordered_multimap<std::string_view, size_t> index;
+      for (size_t i = 0; i < step.commits.size(); ++i) index.emplace(step.commits[i].payload_hash, i);
       for (const std::string& hash : witness.held()) {
-        if (auto it = index.find(hash); it != index.end()) set_list_bit(held, it->second);
+        const auto [first, last] = index.equal_range(hash);
+        for (auto it = first; it != last; ++it) set_list_bit(held, it->second);
       }
     }
   }
