@@ -88,7 +88,7 @@ struct Options {
 // this member's own (a RoundStart's assignment and deadline), or nothing. On the wire the
 // member receives shared's encoding followed by message's; protobuf parses a concatenation of
 // two encodings as their merge, so it reads one Envelope. At 1000 members a round's Collect
-// was 1000 copies of a 140 KB message (docs/scaling.md); shared, it is one.
+// was 1000 copies of a 197 KB message (docs/scaling.md); shared, it is one.
 struct Outgoing {
   net::PublicKey to;
   wire::Envelope message;

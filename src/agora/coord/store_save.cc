@@ -213,7 +213,7 @@ void Store::save_members(const RunState& s) {
     return;
   }
   // A row is written when anything but last_seen changed. A heartbeat (one per member per
-  // second) moves last_seen alone, and rewriting the row for each was most of the SQLite writes
+  // second) moves last_seen alone, and rewriting the row for each was 18% of the SQLite bytes
   // at 1000 members (docs/scaling.md). Nothing is lost: resume() sees every current member
   // "now", and a departed member's row keeps the time of its departure.
   const auto& before = saved_->members;
