@@ -7,13 +7,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <deque>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "agora/coord/admit_batch.h"
 #include "agora/coord/monitor.h"
+#include "agora/coord/outbox.h"
 #include "agora/coord/relay.h"
 #include "agora/coord/run_data.h"
 #include "agora/coord/state_machine.h"
@@ -24,7 +24,6 @@
 #include "agora/core/file.h"
 #include "agora/net/allowlist.h"
 #include "agora/net/curve_socket.h"
-#include "agora/net/envelope.h"
 #include "agora/obs/log.h"
 #include "agora/obs/progress.h"
 #include "agora/serve/members.h"
@@ -107,19 +106,7 @@ class Service {
   std::unique_ptr<net::Context> context_;
   std::unique_ptr<net::Server> server_;
   std::map<std::string, net::PublicKey> key_of_curve_;
-  std::map<net::PublicKey, std::string> route_of_;
-  std::map<net::PublicKey, std::deque<wire::Envelope>> undelivered_;
-  // What waits in ZeroMQ's queue for each member: bytes handed over and not yet taken to be
-  // written, and the step of the last RoundStart among them. A RoundStart the state machine
-  // sends again while the last one for that step still waits there is held back: at 10,000
-  // simulated members, members waiting behind gigabytes of queue asked again and again, and
-  // those copies were half of what the coordinator sent (docs/scaling.md).
-  struct Outbound {
-    std::shared_ptr<std::atomic<int64_t>> in_flight = std::make_shared<std::atomic<int64_t>>(0);
-    uint64_t round_start_step = UINT64_MAX;
-  };
-  std::map<net::PublicKey, Outbound> outbound_;
-  uint64_t round_starts_held_ = 0;
+  std::unique_ptr<Outbox> outbox_;  // what goes to each member, and how (outbox.h)
   std::map<uint64_t, StepCommits> commits_;
   // Members' budgets by curve key; every key that has not joined shares one.
   serve::RateGate gate_{{kThrottleRate, kThrottleBurst}, {kThrottleRate, kThrottleBurst}};
@@ -217,44 +204,7 @@ void Service::deliver(Actions actions) {
     }
   }
   coalesce_admits(actions.send);
-  // A shared message is encoded once for all its recipients (state_machine.h, Outgoing).
-  std::map<const wire::Envelope*, std::shared_ptr<const std::string>> encoded;
-  bool sent = false;
-  for (Outgoing& out : actions.send) {
-    if (sent) crash_point("service.mid_send");
-    sent = true;
-    const auto route = route_of_.find(out.to);
-    if (route == route_of_.end()) {
-      // Not connected since this process started (a resumed run): it goes out with the member's
-      // first message. Only the newest few are kept; the protocol re-asks for anything older.
-      auto& queue = undelivered_[out.to];
-      queue.push_back(out.merged());
-      if (queue.size() > 16) queue.pop_front();
-      continue;
-    }
-    Outbound& queue = outbound_[out.to];
-    if (out.body_case() == wire::Envelope::kRoundStart) {
-      const uint64_t step = (out.shared ? *out.shared : out.message).round_start().step();
-      if (queue.round_start_step == step && queue.in_flight->load() > 0) {
-        ++round_starts_held_;
-        continue;
-      }
-      queue.round_start_step = step;
-    }
-    std::shared_ptr<const std::string> bytes;
-    if (!out.shared) {
-      bytes = std::make_shared<const std::string>(net::encode_envelope(out.message));
-    } else {
-      auto& common = encoded[out.shared.get()];
-      if (!common) common = std::make_shared<const std::string>(net::encode_envelope(*out.shared));
-      bytes = out.message.ByteSizeLong() == 0
-                  ? common
-                  : std::make_shared<const std::string>(*common +
-                                                        net::encode_envelope(out.message));
-    }
-    // A full queue or a closed connection loses it as send() would: the member re-asks.
-    server_->send_shared(route->second, std::move(bytes), queue.in_flight);
-  }
+  outbox_->send(actions.send, [] { crash_point("service.mid_send"); });
   publish(false);
 }
 
@@ -286,8 +236,8 @@ void Service::send_relayed(const std::vector<RelayOutgoing>& messages) {
   for (const RelayOutgoing& o : messages) {
     if (!o.route.empty()) {
       server_->send(o.route, o.message);
-    } else if (const auto route = route_of_.find(o.member); route != route_of_.end()) {
-      server_->send(route->second, o.message);
+    } else if (const std::string* route = outbox_->route(o.member)) {
+      server_->send(*route, o.message);
     }
   }
 }
@@ -299,9 +249,7 @@ void Service::sweep(double now) {
   // members it forgot, leave the service's maps too: a stream of fresh keys cannot grow them.
   const auto& members = machine_->state().members;
   std::erase_if(key_of_curve_, [&](const auto& item) { return !members.contains(item.second); });
-  std::erase_if(route_of_, [&](const auto& item) { return !members.contains(item.first); });
-  std::erase_if(undelivered_, [&](const auto& item) { return !members.contains(item.first); });
-  std::erase_if(outbound_, [&](const auto& item) { return !members.contains(item.first); });
+  outbox_->forget_others(members);
   std::erase_if(totals_, [&](const auto& item) { return !members.contains(item.first); });
   relay_->sweep(machine_->state());
   for (const serve::RateGate::Dropped& d : gate_.report(now)) {
@@ -352,7 +300,7 @@ void Service::publish(bool force) {
   view->bytes_received = server_->bytes_received();
   view->drops_by_reason = server_->drops_by_reason();
   view->messages_throttled = gate_.dropped_total();
-  view->round_starts_held = round_starts_held_;
+  view->round_starts_held = outbox_->round_starts_held();
   monitor_->publish(std::move(view));
   published_at_ = now;
   published_phase_ = state.phase;
@@ -517,6 +465,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
   context_ = std::make_unique<net::Context>(admission);
   const net::DecodeLimits control{net::kMaxControlBytes, net::kMaxControlBytes};
   server_ = std::make_unique<net::Server>(*context_, identity_, n.listen, control);
+  outbox_ = std::make_unique<Outbox>(*server_);
   // Uploads are kept as long as peers keep payloads (Round::settle).
   relay_ = std::make_unique<Relay>(*context_, identity_,
                                    4 * static_cast<uint64_t>(n.hash_interval) + 16);
@@ -566,12 +515,7 @@ uint64_t Service::run(const std::atomic<bool>& stop) {
         send_relayed(*answers);
         return;
       }
-      route_of_[key->second] = in.route;
-      if (auto pending = undelivered_.find(key->second); pending != undelivered_.end()) {
-        // Saved by an earlier batch already: safe to send now.
-        for (const auto& message : pending->second) server_->send(in.route, message);
-        undelivered_.erase(pending);
-      }
+      outbox_->connected(key->second, in.route);
       handle(key->second, m, batch);
       ++handled;
     });
