@@ -65,7 +65,7 @@ struct Settings {
   double payload_bytes = 2338;
   double send_ns_per_byte = 2.5;
   double us_per_message = 50;
-  bool hold_queued_round_starts = true;  // as the service does (coord/service.cc, Outbound)
+  bool hold_queued_round_starts = true;  // as the service does (coord/outbox.h)
   agora::net::LinkProfile coordinator_link;
   agora::net::LinkProfile member_link;
 };
