@@ -40,6 +40,7 @@ ${AGORA_DATA_DIR}/tokens/sp8k SCENARIO. By hand, from the repository root:
 import math
 import os
 import subprocess
+import statistics
 import sys
 import time
 
@@ -61,7 +62,8 @@ FIELDS = {
     "unresolved": ("round", "author", "reason"),
 }
 PEER_VERDICT_FIELDS = ("round", "author", "outcome", "overlap", "worst_overlap", "sign_agreement",
-                       "state_error", "seconds", "background")
+                       "state_error", "seconds", "background", "state_bytes", "whole_state_bytes",
+                       "tensors_checked", "tensors_in_state")
 # The peer's test hooks (src/agora/peer/verification.h), set only where a scenario says.
 HOOKS = ("AGORA_TEST_CHEAT", "AGORA_TEST_FALSE_VERDICTS")
 # The longest a scenario's run may take before it counts as stuck (CTest allows 300 s).
@@ -635,9 +637,11 @@ def scenario_honest_threads(agora, data):
     threads = [1, 2, 1, 2]
     peers = len(threads)
     window = 8
+    fraction = 0.25
     run = VerifyRun(agora, data, "verify-threads", peers=peers, steps=20,
                     sets=[f"network.min_peers={peers}", "verify.rate=1.0", "verify.seconds=15",
-                          "verify.max_failures=2", f"verify.window={window}"])
+                          "verify.max_failures=2", f"verify.window={window}",
+                          f"verify.state_fraction={fraction}"])
     cfg = run.verify_config()
     run.start_coordinator()
     for i, t in enumerate(threads):
@@ -690,6 +694,16 @@ def scenario_honest_threads(agora, data):
     # verify.rate = 1 doubles the work, and the split makes room for it: the training threads,
     # waiting for their next round, recompute the checks (the worker only takes one left
     # waiting two rounds).
+    # Each check compared the sample of the momentum verify.state_fraction names, not all of
+    # it: at least that share of the bytes, and not every tensor.
+    for e in events:
+        if e["state_bytes"] < fraction * e["whole_state_bytes"] or e["tensors_checked"] < 1:
+            run.fail(f"a check fetched {e['state_bytes']} of {e['whole_state_bytes']} state bytes "
+                     f"({e['tensors_checked']} tensors), under verify.state_fraction = "
+                     f"{fraction}: {e}")
+    if not any(e["tensors_checked"] < e["tensors_in_state"] for e in events):
+        run.fail(f"every check compared every tensor of the momentum at verify.state_fraction = "
+                 f"{fraction}: {events[:2]}")
     on_training = [e for e in events if not e["background"]]
     if not on_training:
         run.fail(f"none of {len(events)} checks was recomputed on a training thread while it "
@@ -701,7 +715,9 @@ def scenario_honest_threads(agora, data):
           f"{len(events)} recomputed on a training thread; by (author, verifier) "
           f"threads {dict(sorted(pairs.items()))}; {len(unresolved)} checks unresolved "
           f"(rounds {sorted(c.round for c in unresolved)})")
-    print(f"verifiers measured: {fmt_figures(figures(events))}")
+    print(f"verifiers measured: {fmt_figures(figures(events))}; state fetched per check "
+          f"{statistics.median(e['state_bytes'] for e in events) / 1e6:.2f} MB median of "
+          f"{events[0]['whole_state_bytes'] / 1e6:.2f} MB whole")
     print(f"honest_threads passed in {run.elapsed():.0f} s")
     run.cleanup()
 

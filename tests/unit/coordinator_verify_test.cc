@@ -3,6 +3,9 @@
 // dropping a member that failed).
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include "agora/coord/spot_checks.h"
 #include "coordinator_test_support.h"
 
@@ -120,8 +123,11 @@ TEST(SpotChecksTest, EveryContributionGoesToAnotherCommitterAndTheWorkIsSpread) 
   const auto out = round.close();
   ASSERT_EQ(out.send.size(), 4u);
   std::map<PublicKey, int> load;
+  std::set<std::string> samples;
   for (const auto& [to, m] : out.send) {
     const wire::SpotCheck& c = m.spot_check();
+    EXPECT_EQ(c.sample().size(), 32u);
+    samples.insert(c.sample());
     EXPECT_NE(to, c.author().key());
     EXPECT_EQ(c.step(), 5u);
     EXPECT_EQ(c.apply_through(), 4u);
@@ -133,6 +139,7 @@ TEST(SpotChecksTest, EveryContributionGoesToAnotherCommitterAndTheWorkIsSpread) 
     ++load[to];
   }
   for (const auto& [verifier, n] : load) EXPECT_EQ(n, 1) << "fewest open checks first";
+  EXPECT_EQ(samples.size(), 4u) << "each check samples its own tensors";
   EXPECT_EQ(out.events.front().kind, "drawn");
   EXPECT_EQ(out.events.front().checks, 4u);
   EXPECT_EQ(checks.open_checks(), 4u);
@@ -191,8 +198,13 @@ TEST(SpotChecksTest, AnAgreeingVerdictPasses) {
 TEST(SpotChecksTest, TwoDisagreeingVerdictsFailTheAuthorAndEnoughFailuresDropIt) {
   SpotChecks checks(config(1.0, /*max_failures=*/1), counting_seeds());
   Round round(checks, 3);
-  const auto a = assignments(round.close());
+  const auto closed = round.close();
+  const auto a = assignments(closed);
   const PublicKey first = a.at(key_of(0));
+  std::string first_sample;
+  for (const auto& [to, m] : closed.send) {
+    if (m.spot_check().author().key() == key_of(0)) first_sample = m.spot_check().sample();
+  }
   const auto second_ask = round.verdict(first, key_of(0), wire::Verdict::DISAGREES);
   EXPECT_EQ(kinds(second_ask), (std::vector<std::string>{"verdict", "assigned"}));
   ASSERT_EQ(second_ask.send.size(), 1u);
@@ -200,6 +212,9 @@ TEST(SpotChecksTest, TwoDisagreeingVerdictsFailTheAuthorAndEnoughFailuresDropIt)
   EXPECT_NE(second, first);
   EXPECT_NE(second, key_of(0));
   EXPECT_EQ(second_ask.send[0].second.spot_check().attempt(), 2u);
+  // A second opinion compares the same tensors as the first (else two honest verifiers could
+  // split over a member that bent one tensor).
+  EXPECT_EQ(second_ask.send[0].second.spot_check().sample(), first_sample);
   const auto out = round.verdict(second, key_of(0), wire::Verdict::DISAGREES);
   EXPECT_EQ(kinds(out), (std::vector<std::string>{"verdict", "author_failed"}));
   EXPECT_EQ(out.drop, std::vector<PublicKey>{key_of(0)});

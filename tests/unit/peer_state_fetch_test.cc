@@ -4,12 +4,14 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
+#include "agora/peer/state_sample.h"
 #include "peer_network_fixture.h"
 
 namespace agora::peer {
@@ -77,7 +79,8 @@ TEST(PeerStateFetchTest, AStrategyStateOfManyTensorsArrivesFromItsAuthor) {
   introduce(coordinator, {&verifier, &author});
   const auto snapshot = many_tensors();
   const std::string hash(32, 's');
-  author.net->publish_strategy_state(hash, snapshot, 4);
+  author.net->publish_strategy_state(
+      std::make_shared<StrategyState>(StrategyState{hash, "", snapshot}), 4);
   std::vector<std::string> names;
   for (const auto& [name, t] : *snapshot) names.push_back(name);
   const Snapshot got =
@@ -88,6 +91,88 @@ TEST(PeerStateFetchTest, AStrategyStateOfManyTensorsArrivesFromItsAuthor) {
   EXPECT_THROW(
       verifier.net->fetch_strategy_state(std::string(32, 'x'), names, author.member(), 20, nullptr),
       StateNotServed);
+}
+
+// A verifier fetches a state's manifest under the state's hash (a blob: checked by its hash),
+// then only the tensors it samples.
+TEST(PeerStateFetchTest, AStrategyStatesManifestArrivesUnderTheStatesHash) {
+  FakeCoordinator coordinator;
+  Node verifier(coordinator), author(coordinator);
+  introduce(coordinator, {&verifier, &author});
+  const auto snapshot = many_tensors();
+  auto state = std::make_shared<StrategyState>();
+  for (const auto& [name, t] : *snapshot) state->manifest += blake2b256_bytes(t.data);
+  state->hash = blake2b256_bytes(state->manifest);
+  state->tensors = snapshot;
+  author.net->publish_strategy_state(state, 4);
+  EXPECT_EQ(verifier.net->fetch_strategy_manifest(state->hash, author.member(), 20, nullptr),
+            state->manifest);
+  const Snapshot got =
+      verifier.net->fetch_strategy_state(state->hash, {"t007"}, author.member(), 20, nullptr);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got.at("t007").data, snapshot->at("t007").data);
+  EXPECT_THROW(
+      verifier.net->fetch_strategy_manifest(std::string(32, 'x'), author.member(), 20, nullptr),
+      StateNotServed);
+
+  // An author whose manifest does not hash to its commitment is not believed: the bytes are
+  // refused like a payload's, and the fetch fails (not StateNotServed: it served something).
+  auto liar = std::make_shared<StrategyState>(*state);
+  liar->hash = std::string(32, 'L');
+  author.net->publish_strategy_state(liar, 4);
+  EXPECT_THROW(
+      {
+        try {
+          verifier.net->fetch_strategy_manifest(liar->hash, author.member(), 3, nullptr);
+        } catch (const StateNotServed&) {
+          ADD_FAILURE() << "a manifest that does not hash to the state is not a refusal";
+          throw Error("refusal");
+        }
+      },
+      Error);
+}
+
+// Which tensors a check compares (state_sample.h): a share of the bytes, the same for every
+// verifier of a check, different from check to check.
+TEST(StateSampleTest, TakesTheShareOfBytesTheSampleRanksFirst) {
+  std::vector<StateTensor> equal;
+  for (int i = 0; i < 150; ++i) equal.push_back({fmt::format("delta.t{:03}", i), 400});
+  EXPECT_EQ(sample_state("", equal, 0.1).size(), 150u);  // an old coordinator's check
+  EXPECT_EQ(sample_state(std::string(32, 's'), equal, 1).size(), 150u);
+  const std::string a = blake2b256_bytes("a"), b = blake2b256_bytes("b");
+  const std::vector<size_t> first = sample_state(a, equal, 0.1);
+  EXPECT_EQ(first.size(), 15u);  // 10% of equal tensors' bytes
+  EXPECT_EQ(sample_state(a, equal, 0.1), first);
+  EXPECT_NE(sample_state(b, equal, 0.1), first);
+  EXPECT_TRUE(std::is_sorted(first.begin(), first.end()));
+  EXPECT_EQ(sample_state(a, equal, 1e-9).size(), 1u);  // never nothing
+
+  // Over many checks each tensor is compared about as often as the fraction says: nobody can
+  // count on one tensor being left out.
+  std::vector<int> times(equal.size());
+  for (int check = 0; check < 400; ++check) {
+    for (size_t i : sample_state(blake2b256_bytes(fmt::format("{}", check)), equal, 0.1)) {
+      ++times[i];
+    }
+  }
+  for (size_t i = 0; i < times.size(); ++i) EXPECT_TRUE(times[i] > 15 && times[i] < 70) << i;
+
+  // Unequal sizes: the bytes taken reach the share, and overshoot it by less than one tensor
+  // (the draw stops at the first tensor that reaches it).
+  std::vector<StateTensor> unequal;
+  uint64_t total = 0;
+  for (int i = 0; i < 40; ++i) {
+    unequal.push_back({fmt::format("delta.u{:02}", i), static_cast<uint64_t>(100 + 97 * i)});
+    total += unequal.back().bytes;
+  }
+  for (int check = 0; check < 50; ++check) {
+    const std::vector<size_t> got =
+        sample_state(blake2b256_bytes(fmt::format("u{}", check)), unequal, 0.25);
+    uint64_t taken = 0;
+    for (size_t i : got) taken += unequal[i].bytes;
+    EXPECT_GE(taken, 0.25 * static_cast<double>(total));
+    EXPECT_LT(taken, 0.25 * static_cast<double>(total) + unequal.back().bytes);
+  }
 }
 
 }  // namespace

@@ -249,6 +249,8 @@ void read_sections(TomlConfig& toml, RunConfig& config) {
   verify.seconds = toml.get_double("verify.seconds", verify.seconds, DoubleRange::greater_than(0));
   verify.max_failures = toml.get_int("verify.max_failures", verify.max_failures, {1, 1000});
   verify.window = toml.get_int("verify.window", verify.window, {2, 1024});
+  verify.state_fraction = toml.get_double("verify.state_fraction", verify.state_fraction,
+                                          DoubleRange::between(0, 1, /*min_open=*/true));
 
   PipelineConfig& pipe = config.pipeline;
   pipe.stages = toml.get_int("pipeline.stages", pipe.stages, {1, 1024});
@@ -514,6 +516,7 @@ std::string RunConfig::to_toml() const {
   out += fmt::format("seconds = {}\n", toml_float(verify.seconds));
   out += fmt::format("max_failures = {}\n", verify.max_failures);
   out += fmt::format("window = {}\n", verify.window);
+  out += fmt::format("state_fraction = {}\n", toml_float(verify.state_fraction));
 
   out += "\n[pipeline]\n";
   out += fmt::format("stages = {}\n", pipeline.stages);

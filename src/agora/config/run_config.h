@@ -209,6 +209,13 @@ struct VerifyConfig {
   int64_t max_failures = 2;
   // Rounds an author keeps its strategy states, and a member the parameters of, for verifiers.
   int64_t window = 8;
+  // In (0, 1]: the share of the author's momentum (by bytes) a check fetches and compares, the
+  // tensors drawn per check (peer/state_sample.h). A check moves the author's state before and
+  // after the step, 8 bytes per parameter in all: on a slow link the whole of it delayed the
+  // run's payloads (docs/results.md). Work skipped on any tensor still shows in every check
+  // (the gradient, and so every tensor's momentum, is wrong); a member that corrupts only some
+  // tensors is caught with about this probability per check.
+  double state_fraction = 0.125;
 
   bool operator==(const VerifyConfig&) const = default;
 };

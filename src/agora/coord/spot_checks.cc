@@ -119,6 +119,9 @@ SpotChecks::Output SpotChecks::close(uint64_t step,
     r.set_strategy_before(c.before);
     r.set_strategy_after(c.after);
     r.set_apply_through(c.trained_from);
+    // Which tensors its verifiers compare: from the seed, so the author could not know them
+    // when it committed, and every verifier of the check (a second opinion too) takes the same.
+    r.set_sample(blake2b256_bytes(seed + step_bytes(step) + author + "state sample"));
     for (const SequenceRange& range : contribution.ranges) {
       auto* w = r.add_ranges();
       w->set_first(range.first);

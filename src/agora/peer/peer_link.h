@@ -36,6 +36,15 @@ struct TensorBytes {
 };
 using Snapshot = std::map<std::string, TensorBytes>;
 
+// A strategy state an author committed to (docs/verification.md): its tensors, and its manifest,
+// the tensors' BLAKE2b-256 in name order (32 bytes each). The commitment `hash` is the manifest's
+// BLAKE2b-256, so a verifier that holds the manifest can check any one tensor on its own.
+struct StrategyState {
+  std::string hash;
+  std::string manifest;
+  std::shared_ptr<const Snapshot> tensors;
+};
+
 // Checks a fetched payload's content against the run's model and the step its commitment names:
 // nothing when it is valid, else the reason it is not (which names what was wrong). The step
 // matters because a payload's bytes carry their step: an old payload replayed under a new
@@ -55,6 +64,9 @@ struct LinkSettings {
   // (net::DecodeLimits' defaults apply).
   uint64_t max_payload_bytes = 0;
   uint64_t max_tensor_bytes = 0;
+  // Each parameter's bytes as served, by name: a state fetch spreads bytes, not tensors, over
+  // the holders. Empty = unknown (every tensor then counts the same).
+  std::map<std::string, uint64_t> tensor_bytes;
 };
 
 // The author answered that it does not hold a strategy state it committed to (not: it did not
@@ -103,17 +115,24 @@ class PeerLink {
                                const std::vector<wire::Member>& holders,
                                double timeout_seconds) = 0;
 
-  // Verification (docs/verification.md). Keeps `state` (this peer's strategy state, hashing to
-  // `hash`) for verifiers to fetch, with the newest `keep` published. Thread-safe.
-  virtual void publish_strategy_state(const std::string& hash,
-                                      std::shared_ptr<const Snapshot> state, size_t keep) {
-    (void)hash, (void)state, (void)keep;
+  // Verification (docs/verification.md). Keeps `state` (this peer's strategy state) for
+  // verifiers to fetch, its manifest as the blob of its hash, with the newest `keep` published.
+  // Thread-safe.
+  virtual void publish_strategy_state(std::shared_ptr<const StrategyState> state, size_t keep) {
+    (void)state, (void)keep;
+  }
+  // Fetches the manifest of the strategy state `hash` from `author`: bytes that hash to `hash`
+  // (checked here). Throws as fetch_strategy_state does.
+  virtual std::string fetch_strategy_manifest(const std::string& hash, const wire::Member& author,
+                                              double timeout_seconds,
+                                              const std::atomic<bool>* cancel) {
+    (void)hash, (void)author, (void)timeout_seconds, (void)cancel;
+    throw std::runtime_error("this link cannot fetch strategy states");
   }
   // Fetches the tensors `names` of the strategy state `hash` from `author`, unchecked (the
-  // caller hashes the whole state against the author's commitment). Throws StateNotServed when
-  // the author answered that it does not hold a tensor of it, Error when a tensor cannot be had
-  // within the timeout or *cancel became true. Thread-safe: a verifier thread
-  // calls it.
+  // caller checks each against the state's manifest). Throws StateNotServed when the author
+  // answered that it does not hold a tensor of it, Error when a tensor cannot be had within the
+  // timeout or *cancel became true. Thread-safe: a verifier thread calls it.
   virtual Snapshot fetch_strategy_state(const std::string& hash,
                                         const std::vector<std::string>& names,
                                         const wire::Member& author, double timeout_seconds,

@@ -24,6 +24,13 @@ PeerNetwork::PeerNetwork(const net::Identity& identity, PeerNetworkOptions optio
   server_ = std::make_unique<PeerServer>(
       context_, identity_, options_.listen, options_.server,
       [this](const wire::GetTensor& get) { return find_snapshot(get); },
+      [this](const std::string& hash) -> std::shared_ptr<const std::string> {
+        MutexLock lock(mutex_);
+        const auto it = strategy_states_.find(hash);
+        if (it == strategy_states_.end()) return nullptr;
+        // Aliases the state: the manifest lives as long as the reply needs it.
+        return {it->second, &it->second->manifest};
+      },
       [this](Traffic kind, bool sent, uint64_t bytes) { count(kind, sent, bytes); });
   endpoint_ = options_.advertise.empty() ? server_->bound_endpoint() : options_.advertise;
   if (endpoint_.find("0.0.0.0") != std::string::npos) {
@@ -121,9 +128,9 @@ void PeerNetwork::publish_snapshot(uint64_t applied_steps,
   }
 }
 
-void PeerNetwork::publish_strategy_state(const std::string& hash,
-                                         std::shared_ptr<const Snapshot> state, size_t keep) {
+void PeerNetwork::publish_strategy_state(std::shared_ptr<const StrategyState> state, size_t keep) {
   MutexLock lock(mutex_);
+  const std::string hash = state->hash;
   if (strategy_states_.emplace(hash, std::move(state)).second) strategy_order_.push_back(hash);
   while (strategy_order_.size() > keep) {
     strategy_states_.erase(strategy_order_.front());
@@ -271,7 +278,7 @@ std::shared_ptr<const Snapshot> PeerNetwork::find_snapshot(const wire::GetTensor
   MutexLock lock(mutex_);
   if (!get.strategy_hash().empty()) {
     const auto it = strategy_states_.find(get.strategy_hash());
-    return it == strategy_states_.end() ? nullptr : it->second;
+    return it == strategy_states_.end() ? nullptr : it->second->tensors;
   }
   const auto it = snapshots_.find(get.applied_steps());
   if (it == snapshots_.end()) return nullptr;

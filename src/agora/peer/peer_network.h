@@ -107,8 +107,10 @@ class PeerNetwork final : public PeerLink {
   void publish_snapshot(uint64_t applied_steps, std::shared_ptr<const Snapshot> snapshot) override;
   Snapshot fetch_state(const wire::StateRecord& state, const std::vector<wire::Member>& holders,
                        double timeout_seconds) override;
-  void publish_strategy_state(const std::string& hash, std::shared_ptr<const Snapshot> state,
-                              size_t keep) override;
+  void publish_strategy_state(std::shared_ptr<const StrategyState> state, size_t keep) override;
+  std::string fetch_strategy_manifest(const std::string& hash, const wire::Member& author,
+                                      double timeout_seconds,
+                                      const std::atomic<bool>* cancel) override;
   Snapshot fetch_strategy_state(const std::string& hash, const std::vector<std::string>& names,
                                 const wire::Member& author, double timeout_seconds,
                                 const std::atomic<bool>* cancel) override;
@@ -137,6 +139,7 @@ class PeerNetwork final : public PeerLink {
     bool done = false, ok = false;
     std::string reason;
     wire::CommitRecord record;  // payloads
+    bool manifest = false;      // a strategy state's manifest: a blob checked by its hash alone
     std::string expected_hash;  // tensors
     TensorBytes tensor;         // tensors, once fetched
     uint64_t total_bytes = 0;   // a relayed chunk's: the whole tensor's size, as its holder says
@@ -247,7 +250,7 @@ class PeerNetwork final : public PeerLink {
   std::map<uint64_t, std::shared_ptr<const Snapshot>> snapshots_ GUARDED_BY(mutex_);
   std::map<uint64_t, double> snapshot_used_ GUARDED_BY(mutex_);  // when each was last asked for
   // This peer's strategy states for verifiers, by hash; the newest last in strategy_order_.
-  std::map<std::string, std::shared_ptr<const Snapshot>> strategy_states_ GUARDED_BY(mutex_);
+  std::map<std::string, std::shared_ptr<const StrategyState>> strategy_states_ GUARDED_BY(mutex_);
   std::deque<std::string> strategy_order_ GUARDED_BY(mutex_);
   LinkSettings settings_ GUARDED_BY(mutex_);
   net::DecodeLimits reply_limits_ GUARDED_BY(mutex_);

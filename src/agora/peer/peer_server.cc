@@ -19,9 +19,10 @@ net::DecodeLimits request_limits(const PeerServerLimits& limits) {
 
 PeerServer::PeerServer(net::Context& context, const net::Identity& identity,
                        const std::string& listen, PeerServerLimits limits, SnapshotLookup snapshots,
-                       Count count)
+                       ManifestLookup manifests, Count count)
     : limits_(limits),
       snapshots_(std::move(snapshots)),
+      manifests_(std::move(manifests)),
       count_(std::move(count)),
       server_(context, identity, listen, request_limits(limits), limits.replies_per_connection),
       member_rates_({limits.member_requests_per_second, limits.member_burst}, {}),
@@ -194,9 +195,14 @@ void PeerServer::answer(const net::Incoming& in, const net::BlobStore& blobs, do
   if (m.has_get_blob() && m.get_blob().hash().size() == 32) {
     wire::Envelope e;
     const std::string& hash = m.get_blob().hash();
+    Traffic traffic = Traffic::kPayload;
     if (auto bytes = blobs.get(hash)) {
       e.mutable_blob()->set_hash(hash);
       e.mutable_blob()->set_data(std::move(*bytes));
+    } else if (auto manifest = manifests_(hash)) {
+      e.mutable_blob()->set_hash(hash);
+      e.mutable_blob()->set_data(*manifest);
+      traffic = Traffic::kState;
     } else if (auto chunk = data_chunk(hash, now)) {
       e.mutable_blob()->set_hash(hash);
       e.mutable_blob()->set_data(std::move(*chunk));
@@ -205,7 +211,7 @@ void PeerServer::answer(const net::Incoming& in, const net::BlobStore& blobs, do
                                                  : hash);
     }
     reply(in.route, std::make_shared<const std::string>(net::encode_envelope(e)),
-          e.has_blob() ? Traffic::kPayload : Traffic::kControl);
+          e.has_blob() ? traffic : Traffic::kControl);
   } else if (m.has_get_tensor() && m.get_tensor().name().size() <= limits_.max_tensor_name) {
     if (auto bytes = tensor_reply(m.get_tensor())) {
       reply(in.route, std::move(bytes), Traffic::kState);

@@ -81,11 +81,14 @@ class PeerServer {
   using SnapshotLookup = std::function<std::shared_ptr<const Snapshot>(const wire::GetTensor&)>;
   // Traffic, sent?, bytes: for the peer's byte counters.
   using Count = std::function<void(Traffic, bool, uint64_t)>;
+  // The manifest of a strategy state this peer published, by the state's hash (peer_link.h).
+  using ManifestLookup = std::function<std::shared_ptr<const std::string>(const std::string&)>;
   // The bytes of a chunk of the run's data by its hash, when this peer holds it. Thread-safe.
   using DataLookup = std::function<std::optional<std::string>(const std::string& hash)>;
 
   PeerServer(net::Context& context, const net::Identity& identity, const std::string& listen,
-             PeerServerLimits limits, SnapshotLookup snapshots, Count count);
+             PeerServerLimits limits, SnapshotLookup snapshots, ManifestLookup manifests,
+             Count count);
 
   std::string bound_endpoint() const { return server_.bound_endpoint(); }
   net::Server& socket_owner() { return server_; }
@@ -124,6 +127,7 @@ class PeerServer {
 
   PeerServerLimits limits_;
   SnapshotLookup snapshots_;
+  ManifestLookup manifests_;
   Count count_;
   net::Server server_;
   std::map<std::string, Admission> members_;  // by curve key; bounded by the coordinator's lists

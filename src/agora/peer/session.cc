@@ -168,8 +168,9 @@ void build(PeerContext& peer, const wire::Welcome& welcome) {
   settings.max_payload_bytes = encoded_size(layout);
   for (const auto& item : peer.learner.model->named_parameters()) {
     // Snapshots serve parameters as F32 (model_state.cc).
-    settings.max_tensor_bytes = std::max<uint64_t>(
-        settings.max_tensor_bytes, static_cast<uint64_t>(item.value().numel()) * sizeof(float));
+    const auto bytes = static_cast<uint64_t>(item.value().numel()) * sizeof(float);
+    settings.max_tensor_bytes = std::max(settings.max_tensor_bytes, bytes);
+    settings.tensor_bytes[item.key()] = bytes;
   }
   peer.link.configure(std::move(settings));
 }

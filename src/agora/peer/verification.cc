@@ -14,6 +14,7 @@
 #include "agora/peer/test_hooks.h"
 #include "agora/train/parameter_hash.h"
 #include "agora/train/recompute.h"
+#include "agora/train/strategy_factory.h"
 
 namespace agora::peer {
 
@@ -26,34 +27,24 @@ const int kNice = [] {
 }();
 // The states a verifier fetches: DeMo's momentum, one tensor per parameter.
 constexpr std::string_view kMomentumPrefix = "delta.";
-constexpr double kFetchSeconds = 20;
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-std::map<std::string, torch::Tensor> tensors_of(const Snapshot& snapshot,
-                                                const std::map<std::string, torch::Tensor>& like) {
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& [name, model] : like) {
-    const auto it = snapshot.find(name);
-    if (it == snapshot.end()) fail("the served state has no tensor {}", name);
-    const TensorBytes& t = it->second;
-    if (t.data.size() != static_cast<size_t>(model.numel()) * sizeof(float)) {
-      fail("the served tensor {} has {} bytes; this model's has {}", name, t.data.size(),
-           static_cast<size_t>(model.numel()) * sizeof(float));
-    }
-    out[name] =
-        torch::from_blob(const_cast<char*>(t.data.data()), model.sizes(), torch::kFloat32).clone();
-  }
-  return out;
-}
-
-// BLAKE2b over the tensors' hashes in name order, as a state record's hash is formed.
-std::string hash_of(const Snapshot& snapshot) {
+// The tensors' hashes in name order, as a state record's hash is formed (its BLAKE2b is the
+// commitment).
+std::string manifest_of(const Snapshot& snapshot) {
   std::string hashes;
   for (const auto& [name, t] : snapshot) hashes += blake2b256_bytes(t.data);
-  return blake2b256_bytes(hashes);
+  return hashes;
+}
+
+// The payload's tensors at `indices` only.
+Payload only(Payload payload, const std::vector<size_t>& indices) {
+  std::vector<TensorPayload> kept;
+  for (size_t i : indices) {
+    if (i >= payload.tensors.size()) fail("the payload has no tensor {}", i);
+    kept.push_back(std::move(payload.tensors[i]));
+  }
+  payload.tensors = std::move(kept);
+  return payload;
 }
 
 }  // namespace
@@ -73,7 +64,7 @@ bool Verification::enabled() const {
   return c.verify.rate > 0 && c.optimizer.name == "demo" && !c.demo.lookahead;
 }
 
-Verification::State Verification::snapshot_strategy() const {
+std::shared_ptr<const StrategyState> Verification::snapshot_strategy() const {
   auto tensors = std::make_shared<Snapshot>();
   for (const auto& [name, t] : peer_.learner.strategy->state()) {
     if (!name.starts_with(kMomentumPrefix)) continue;
@@ -82,7 +73,11 @@ Verification::State Verification::snapshot_strategy() const {
     out.shape.assign(t.sizes().begin(), t.sizes().end());
     out.data = parameter_bytes(t);
   }
-  return {hash_of(*tensors), std::move(tensors)};
+  auto state = std::make_shared<StrategyState>();
+  state->manifest = manifest_of(*tensors);
+  state->hash = blake2b256_bytes(state->manifest);
+  state->tensors = std::move(tensors);
+  return state;
 }
 
 void Verification::keep_parameters() {
@@ -165,11 +160,11 @@ void Verification::before_step() {
   // The momentum changes only in the step's contribution: unless the strategy was replaced (a
   // resync) or touched since, the state before this step is the one after the last, already
   // hashed. Hashing the momentum is the bookkeeping's main cost.
-  if (after_.tensors != nullptr && identity_of_state() == after_identity_) {
+  if (after_ != nullptr && identity_of_state() == after_identity_) {
     before_ = after_;
   } else {
     before_ = snapshot_strategy();
-    peer_.link.publish_strategy_state(before_.hash, before_.tensors, 2 * window + 2);
+    peer_.link.publish_strategy_state(before_, 2 * window + 2);
   }
   bookkeeping_seconds_ = seconds_since(started);
 }
@@ -198,14 +193,14 @@ double Verification::after_step(wire::Commit& commit) {
   const auto started = std::chrono::steady_clock::now();
   after_ = snapshot_strategy();
   after_identity_ = identity_of_state();
-  peer_.link.publish_strategy_state(after_.hash, after_.tensors,
+  peer_.link.publish_strategy_state(after_,
                                     2 * static_cast<size_t>(peer_.config.verify.window) + 2);
   const wire::CommitRecord& r = commit.record();
   commit.set_trained_from(trained_from_);
-  commit.set_strategy_before(before_.hash);
-  commit.set_strategy_after(after_.hash);
+  commit.set_strategy_before(before_->hash);
+  commit.set_strategy_after(after_->hash);
   commit.set_strategy_signature(peer_.identity.sign(net::strategy_signing_bytes(
-      peer_.run_id, r.step(), r.payload_hash(), trained_from_, before_.hash, after_.hash)));
+      peer_.run_id, r.step(), r.payload_hash(), trained_from_, before_->hash, after_->hash)));
   return bookkeeping_seconds_ + seconds_since(started);
 }
 
@@ -220,6 +215,12 @@ void Verification::make_scratch() {
   // recompute() on another thread.
   for (const auto& [name, t] : scratch_->strategy->state()) {
     if (name.starts_with(kMomentumPrefix)) momentum_like_[name] = torch::empty_like(t);
+  }
+  // DeMo's payload lists the parameters in the model's order (strategy_factory.h).
+  for (const NamedParameter& p : named_parameters(scratch_->model)) {
+    const std::string name = std::string(kMomentumPrefix) + p.name;
+    if (!momentum_like_.contains(name)) fail("the strategy keeps no momentum for {}", p.name);
+    momentum_names_.push_back(name);
   }
 }
 
@@ -402,72 +403,6 @@ void Verification::work() {
   }
 }
 
-std::optional<wire::Verdict> Verification::gather(Queued queued, Gathered& out) {
-  out.queued = std::move(queued);
-  const wire::SpotCheck& c = out.queued.check;
-  wire::Verdict v;
-  const auto abstain = [&](std::string why) {
-    v.set_outcome(wire::Verdict::ABSTAINS);
-    v.set_reason(std::move(why));
-    return v;
-  };
-  const auto disagree = [&](std::string why) {
-    v.set_outcome(wire::Verdict::DISAGREES);
-    v.set_reason(std::move(why));
-    return v;
-  };
-  // The check comes with the step's Collect: the payload may still be on its way here.
-  std::optional<std::string> payload = peer_.link.blobs().get(c.payload_hash());
-  const auto wait_until = std::chrono::steady_clock::now() +
-                          std::chrono::duration<double>(peer_.config.network.witness_seconds);
-  while (!payload && !stopping_ && std::chrono::steady_clock::now() < wait_until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    payload = peer_.link.blobs().get(c.payload_hash());
-  }
-  if (!payload) return abstain("this verifier does not hold the payload");
-  if (c.author().relayed()) return abstain("nobody can dial the author to fetch its state");
-  out.payload = std::move(*payload);
-  const std::map<std::string, torch::Tensor>& like = momentum_like_;
-  std::vector<std::string> names;
-  for (const auto& [name, t] : like) names.push_back(name);
-  const std::string* hashes[2] = {&c.strategy_before(), &c.strategy_after()};
-  std::map<std::string, torch::Tensor>* states[2] = {&out.before, &out.after};
-  for (int i = 0; i < 2; ++i) {
-    Snapshot served;
-    try {
-      // Within what is left of verify.seconds: an author that left must not hold up the queue.
-      const double left = peer_.config.verify.seconds - seconds_since(out.queued.received);
-      served = peer_.link.fetch_strategy_state(*hashes[i], names, c.author(),
-                                               std::clamp(left, 1.0, kFetchSeconds), &stopping_);
-    } catch (const StateNotServed& e) {
-      // It answered, and does not hold what it committed to (an honest author keeps its states
-      // longer than the coordinator keeps a check open).
-      return disagree(
-          fmt::format("the author did not serve the strategy state {} it committed "
-                      "to: {}",
-                      short_hex(*hashes[i]), e.what()));
-    } catch (const std::exception& e) {
-      if (stopping_) throw;  // this peer is leaving: no verdict
-      // No answer in time may be the network's doing, or this verifier's backlog: no evidence.
-      return abstain(fmt::format("the author's strategy state {} did not arrive: {}",
-                                 short_hex(*hashes[i]), e.what()));
-    }
-    if (hash_of(served) != *hashes[i]) {
-      return disagree(
-          fmt::format("the strategy state the author served does not hash to its "
-                      "commitment {}",
-                      short_hex(*hashes[i])));
-    }
-    try {
-      *states[i] = tensors_of(served, like);
-    } catch (const std::exception& e) {
-      return disagree(e.what());
-    }
-  }
-  out.ready_at = std::chrono::steady_clock::now();
-  return std::nullopt;
-}
-
 wire::Verdict Verification::judge(const Gathered& gathered, const std::atomic<bool>* stop) {
   try {
     return recompute_and_compare(gathered, stop);
@@ -502,21 +437,24 @@ wire::Verdict Verification::recompute_and_compare(const Gathered& gathered,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   PayloadAgreement agreement;
   try {
-    agreement = compare_payloads(decode_payload(gathered.payload),
-                                 decode_payload(redo.result.contribution.bytes));
+    agreement =
+        compare_payloads(only(decode_payload(gathered.payload), gathered.sampled),
+                         only(decode_payload(redo.result.contribution.bytes), gathered.sampled));
   } catch (const std::exception& e) {
     return disagree(
         fmt::format("the payload does not compare with the recomputation: {}", e.what()));
   }
   std::map<std::string, torch::Tensor> recomputed_after;
   for (const auto& [name, t] : redo.state_after) {
-    if (name.starts_with(kMomentumPrefix)) recomputed_after[name] = t;
+    if (gathered.after.contains(name)) recomputed_after[name] = t;
   }
   const double state_error = relative_state_error(gathered.after, recomputed_after);
   v.set_overlap(agreement.overlap());
   v.set_worst_overlap(agreement.worst_overlap);
   v.set_sign_agreement(agreement.sign_agreement());
   v.set_state_error(state_error);
+  v.set_state_bytes(gathered.state_bytes);
+  v.set_tensors_checked(static_cast<uint32_t>(gathered.sampled.size()));
   const AgreementTolerance tolerance;
   if (!agrees(agreement, tolerance)) return disagree("payload: " + describe(agreement));
   if (!momentum_agrees(state_error, tolerance)) {
@@ -551,6 +489,10 @@ void Verification::answer(const wire::SpotCheck& c, wire::Verdict verdict, bool 
           {"sign_agreement", verdict.sign_agreement()},
           {"state_error", verdict.state_error()},
           {"seconds", verdict.recompute_seconds()},
+          {"state_bytes", verdict.state_bytes()},
+          {"whole_state_bytes", whole_state_bytes()},
+          {"tensors_checked", uint64_t{verdict.tensors_checked()}},
+          {"tensors_in_state", uint64_t{momentum_names_.size()}},
           {"background", background}}},
         fmt::format("step {}: {}'s contribution: {}{}{}", c.step(),
                     net::short_key(c.author().key()), outcome, verdict.reason().empty() ? "" : " (",

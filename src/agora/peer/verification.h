@@ -6,7 +6,9 @@
 //   of those rounds trained from: when it is asked to verify, it holds what the author held.
 //
 //   As a verifier. A SpotCheck goes to a queue; one worker thread per peer takes it, fetches
-//   the author's two states (each checked against the author's commitment). The training
+//   the manifests of the author's two states (each hashes to the author's commitment) and the
+//   tensors of the check's sample of them (peer/state_sample.h), each checked against its
+//   manifest. The training
 //   thread, when it next waits for the coordinator, recomputes the author's step on a scratch
 //   model of its own (train/recompute.h) from the parameters kept for that round, compares the
 //   result with the author's payload and state (optim/payload_agreement.h) and sends a
@@ -85,13 +87,12 @@ class Verification {
   void forget_parameters();
 
  private:
-  struct State {
-    std::string hash;  // BLAKE2b over the tensors' hashes in name order
-    std::shared_ptr<const Snapshot> tensors;
-  };
+  static double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  }
   void make_scratch();
   void cancel_stale_check();
-  State snapshot_strategy() const;
+  std::shared_ptr<const StrategyState> snapshot_strategy() const;
   // Which tensors hold the strategy state and how often each was written (torch's version
   // counter): equal identities mean an unchanged state.
   std::vector<std::pair<const void*, int64_t>> identity_of_state() const;
@@ -106,7 +107,11 @@ class Verification {
   struct Gathered {
     Queued queued;
     std::string payload;
-    std::map<std::string, torch::Tensor> before, after;  // the author's momentum
+    // The author's momentum: `after` holds the sampled tensors, `before` every tensor (zeros
+    // outside the sample: a recomputation needs them all, and they are not compared).
+    std::map<std::string, torch::Tensor> before, after;
+    std::vector<size_t> sampled;  // indices into momentum_names_
+    uint64_t state_bytes = 0;     // fetched
     std::chrono::steady_clock::time_point ready_at;
   };
   void enqueue(Queued queued);  // mutex_ held
@@ -117,19 +122,23 @@ class Verification {
   void settle(const Queued& queued, wire::Verdict verdict, bool background);
   // How long a ready check waits for the training thread before it runs beside training.
   double idle_seconds() const;
-  // Waits for the payload, fetches the author's states and checks them against its
-  // commitments: a verdict when that already decides (or cannot), else `out` is ready.
+  // Waits for the payload, fetches the author's states' manifests and the sample's tensors and
+  // checks them against its commitments: a verdict when that already decides (or cannot), else
+  // `out` is ready (verification_gather.cc).
   std::optional<wire::Verdict> gather(Queued queued, Gathered& out);
   // Recomputes and compares; compute_mutex_ held. Throws Cancelled when `stop` is set; any other
   // failure (out of memory, a device error) is ABSTAINS.
   wire::Verdict judge(const Gathered& gathered, const std::atomic<bool>* stop);
   wire::Verdict recompute_and_compare(const Gathered& gathered, const std::atomic<bool>* stop);
+  // What a check of the whole states would fetch: both states and their manifests.
+  uint64_t whole_state_bytes() const;
   // `background`: the worker recomputed it, beside training, not the training thread.
   void answer(const wire::SpotCheck& check, wire::Verdict verdict, bool background = false);
 
   PeerContext& peer_;
-  State before_;  // of the step being trained
-  State after_;   // of the last step trained, while its identity holds
+  std::shared_ptr<const StrategyState> before_;  // of the step being trained
+  std::shared_ptr<const StrategyState> after_;   // of the last step trained, while its identity
+                                                 // holds
   std::vector<std::pair<const void*, int64_t>> after_identity_;
   double bookkeeping_seconds_ = 0;
   uint64_t trained_from_ = 0;
@@ -162,8 +171,10 @@ class Verification {
   // Made by prepare() (before the worker starts); used under compute_mutex_.
   std::unique_ptr<Learner> scratch_;
   std::unique_ptr<TrainStep> step_;
-  // The scratch's momentum tensors' names and shapes, set with it.
+  // The scratch's momentum tensors' names and shapes, set with it; and the names in the order
+  // of the payload's tensors (the model's parameters).
   std::map<std::string, torch::Tensor> momentum_like_;
+  std::vector<std::string> momentum_names_;
 };
 
 }  // namespace agora::peer
