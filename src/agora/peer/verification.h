@@ -8,11 +8,10 @@
 //   As a verifier. A SpotCheck goes to a queue; one worker thread per peer takes it, fetches
 //   the manifests of the author's two states (each hashes to the author's commitment) and the
 //   tensors of the check's sample of them (peer/state_sample.h), each checked against its
-//   manifest. The training
-//   thread, when it next waits for the coordinator, recomputes the author's step on a scratch
-//   model of its own (train/recompute.h) from the parameters kept for that round, compares the
-//   result with the author's payload and state (optim/payload_agreement.h) and sends a
-//   Verdict. Outcomes:
+//   manifest. The training thread, when it next waits for the coordinator, recomputes the
+//   author's step on a scratch model of its own (train/recompute.h) from the parameters kept
+//   for that round, compares the result with the author's payload and state on the sample
+//   (optim/payload_agreement.h) and sends a Verdict. Outcomes:
 //     AGREES     payload and state within AgreementTolerance;
 //     DISAGREES  outside it, or the author did not serve a state it committed to in time, or
 //                served one that does not hash to the commitment;
@@ -137,8 +136,8 @@ class Verification {
 
   PeerContext& peer_;
   std::shared_ptr<const StrategyState> before_;  // of the step being trained
-  std::shared_ptr<const StrategyState> after_;   // of the last step trained, while its identity
-                                                 // holds
+  // Of the last step trained, while its identity holds.
+  std::shared_ptr<const StrategyState> after_;
   std::vector<std::pair<const void*, int64_t>> after_identity_;
   double bookkeeping_seconds_ = 0;
   uint64_t trained_from_ = 0;
