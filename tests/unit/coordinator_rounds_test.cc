@@ -170,6 +170,45 @@ TEST_F(CoordinatorTest, AThroughputClaimCountsNoFasterThanTheCommitArrives) {
   EXPECT_EQ(count_of(sent(opened, key(1), Body::kRoundStart).at(0).round_start()), 5u);
 }
 
+TEST_F(CoordinatorTest, ALateCommitMeasuresAMemberTooSlowForTheDeadline) {
+  start(2);  // round 0 opened at kT0 + 2: 6 sequences each, deadline 10 s (speeds unknown)
+  handle(0, commit_msg(ids_[0], options_.run_id, 0, hash_of(0)), kT0 + 5);  // 2 per second
+  const Actions closed = sm_->tick(kT0 + 12.5);
+  ASSERT_EQ(state().next_step, 1u);
+  EXPECT_EQ(member(1).strikes, 1);
+  // The close says what held the round: who committed last, and when.
+  EXPECT_EQ(logged_field(closed, EventKind::kRound, "last_committer"),
+            obs::LogValue(net::short_key(key(0))));
+  EXPECT_EQ(logged_field(closed, EventKind::kRound, "last_commit_seconds"), obs::LogValue(3.0));
+  EXPECT_EQ(logged_field(closed, EventKind::kRound, "seconds"), obs::LogValue(10.5));
+  // Signed for another run: no sample.
+  Actions late = handle(1, commit_msg(ids_[1], "another run", 0, hash_of(1)), kT0 + 20);
+  EXPECT_FALSE(logged_field(late, EventKind::kIgnored, "sequences_per_second"));
+  EXPECT_EQ(member(1).sequences_per_second, 0.0);
+  // Member 1's commit arrives 18 s after the opening: 6 / 18 per second, its first measure.
+  late = handle(1, commit_msg(ids_[1], options_.run_id, 0, hash_of(1)), kT0 + 20);
+  EXPECT_EQ(logged_field(late, EventKind::kIgnored, "sequences_per_second"),
+            obs::LogValue(6.0 / 18.0));
+  EXPECT_DOUBLE_EQ(member(1).sequences_per_second, 6.0 / 18.0);
+  // A missed round measures once; a round the member did not miss, never.
+  late = handle(1, commit_msg(ids_[1], options_.run_id, 0, hash_of(1)), kT0 + 21);
+  EXPECT_FALSE(logged_field(late, EventKind::kIgnored, "sequences_per_second"));
+  late = handle(0, commit_msg(ids_[0], options_.run_id, 0, hash_of(0)), kT0 + 21);
+  EXPECT_FALSE(logged_field(late, EventKind::kIgnored, "sequences_per_second"));
+  EXPECT_DOUBLE_EQ(member(1).sequences_per_second, 6.0 / 18.0);
+  EXPECT_DOUBLE_EQ(member(0).sequences_per_second, 2.0);
+  EXPECT_EQ(state().counters.commits_late, 4u);
+  // The next round fits it: weights 2 and 1/3 over 12 give 11 (5.5 s) and 1 (3 s); a split by
+  // largest remainders would give 10 and 2 (6 s). The deadline covers the slower finish.
+  handle(0, witness_msg(0, {hash_of(0)}), kT0 + 21);
+  const Actions opened = handle(1, witness_msg(0, {hash_of(0)}), kT0 + 21);
+  ASSERT_EQ(state().round->step, 1u);
+  const wire::RoundStart start1 = sent(opened, key(1), Body::kRoundStart).at(0).round_start();
+  EXPECT_EQ(count_of(sent(opened, key(0), Body::kRoundStart).at(0).round_start()), 11u);
+  EXPECT_EQ(count_of(start1), 1u);
+  EXPECT_DOUBLE_EQ(start1.deadline_seconds(), 3.0 * 5.5);
+}
+
 TEST_F(CoordinatorTest, AnEvenSplitIgnoresMeasuredThroughput) {
   options_.network.split = "even";
   start(2);

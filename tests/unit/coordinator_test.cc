@@ -1,6 +1,9 @@
 // The coordinator's state machine, transition by transition: joins, phases, the batch split,
 // silence, leaving, pausing and finishing (commits, finalization, hashes and recovery are in
 // coordinator_rounds_test.cc). Time is the `now` each call passes; nothing sleeps or reads a clock.
+#include <algorithm>
+#include <limits>
+
 #include "coordinator_test_support.h"
 
 namespace agora::coord {
@@ -161,19 +164,53 @@ TEST_F(CoordinatorTest, DeadlineStretchesWithTheSlowestMember) {
   EXPECT_DOUBLE_EQ(state().round->deadline, kT0 + 2 + 75.0);
 }
 
-TEST(CoordinatorAssignmentTest, SharesSumToTheTotalWithLargestRemainders) {
-  EXPECT_EQ(proportional_shares(10, {1, 1, 1}), (std::vector<uint64_t>{4, 3, 3}));
-  EXPECT_EQ(proportional_shares(7, {3, 3, 1}), (std::vector<uint64_t>{3, 3, 1}));
-  EXPECT_EQ(proportional_shares(2, {1, 1, 1, 1}), (std::vector<uint64_t>{1, 1, 0, 0}));
-  EXPECT_EQ(proportional_shares(0, {1, 2}), (std::vector<uint64_t>{0, 0}));
+TEST(CoordinatorAssignmentTest, SharesSumToTheTotal) {
+  EXPECT_EQ(fastest_shares(10, {1, 1, 1}), (std::vector<uint64_t>{4, 3, 3}));
+  EXPECT_EQ(fastest_shares(7, {3, 3, 1}), (std::vector<uint64_t>{3, 3, 1}));
+  EXPECT_EQ(fastest_shares(2, {1, 1, 1, 1}), (std::vector<uint64_t>{1, 1, 0, 0}));
+  EXPECT_EQ(fastest_shares(0, {1, 2}), (std::vector<uint64_t>{0, 0}));
   for (uint64_t total : {1u, 13u, 97u, 1000u}) {
-    auto s = proportional_shares(total, {0.3, 7.1, 2.2, 1e-3});
+    auto s = fastest_shares(total, {0.3, 7.1, 2.2, 1e-3});
     uint64_t sum = 0;
     for (uint64_t v : s) sum += v;
     EXPECT_EQ(sum, total);
   }
-  EXPECT_THROW(proportional_shares(3, {}), Error);
-  EXPECT_THROW(proportional_shares(3, {1.0, 0.0}), Error);
+  EXPECT_THROW(fastest_shares(3, {}), Error);
+  EXPECT_THROW(fastest_shares(3, {1.0, 0.0}), Error);
+}
+
+TEST(CoordinatorAssignmentTest, TheSlowMemberIsNotRoundedUpPastTheRoundsLength) {
+  // Quotas 5.9 and 3 x 40.7: largest remainders would give the slow member 6 (6 / 5.9 = 1.017 s)
+  // and two others 41; the shortest round gives the three fast ones 41 (1.007 s) and it 5.
+  EXPECT_EQ(fastest_shares(128, {5.9, 40.7, 40.7, 40.7}), (std::vector<uint64_t>{5, 41, 41, 41}));
+  // Against every split of small totals: none ends sooner than the one chosen.
+  const std::vector<std::vector<double>> cases = {{1, 10}, {0.4, 2.9, 2.9}, {3, 1, 1}, {7, 2, 5}};
+  for (const auto& w : cases) {
+    for (uint64_t total = 0; total <= 12; ++total) {
+      const auto length = [&](const std::vector<uint64_t>& s) {
+        double t = 0.0;
+        for (size_t i = 0; i < s.size(); ++i) t = std::max(t, static_cast<double>(s[i]) / w[i]);
+        return t;
+      };
+      const std::vector<uint64_t> chosen = fastest_shares(total, w);
+      double best = std::numeric_limits<double>::infinity();
+      std::vector<uint64_t> s(w.size(), 0);
+      // Every split of `total` into w.size() parts, by counting in base total + 1.
+      while (true) {
+        uint64_t sum = 0;
+        for (size_t i = 0; i + 1 < s.size(); ++i) sum += s[i];
+        if (sum <= total) {
+          s.back() = total - sum;
+          best = std::min(best, length(s));
+        }
+        size_t i = 0;
+        while (i + 1 < s.size() && s[i] == total) s[i++] = 0;
+        if (i + 1 == s.size()) break;
+        ++s[i];
+      }
+      EXPECT_DOUBLE_EQ(length(chosen), best) << "total " << total;
+    }
+  }
 }
 
 TEST(CoordinatorAssignmentTest, UnknownThroughputCountsAsTheMedian) {
@@ -186,14 +223,14 @@ TEST(CoordinatorAssignmentTest, SpotCheckWorkComesOutOfTheVerifiersShare) {
   // 12 sequences and a check of 4 on member 1: 16 sequences of work at 2 + 2 per second is 4 s,
   // of which member 1 spends 2 s on its check, so it trains at 1 per second.
   EXPECT_EQ(weights_after_checks({2, 2}, 12, {0, 4}), (std::vector<double>{2, 1}));
-  EXPECT_EQ(proportional_shares(12, weights_after_checks({2, 2}, 12, {0, 4})),
+  EXPECT_EQ(fastest_shares(12, weights_after_checks({2, 2}, 12, {0, 4})),
             (std::vector<uint64_t>{8, 4}));
   // No checks: the weights as they were.
   EXPECT_EQ(weights_after_checks({3, 1}, 12, {0, 0}), (std::vector<double>{3, 1}));
   // Checks that fill the round leave a token weight, never zero or less.
   const auto w = weights_after_checks({1, 1}, 2, {0, 100});
   EXPECT_GT(w[1], 0.0);
-  EXPECT_EQ(proportional_shares(2, w), (std::vector<uint64_t>{2, 0}));
+  EXPECT_EQ(fastest_shares(2, w), (std::vector<uint64_t>{2, 0}));
   EXPECT_THROW(weights_after_checks({1, 1}, 2, {0}), Error);
   // Weights whose sum overflows are left as they are, not turned into NaN.
   EXPECT_EQ(weights_after_checks({1e308, 1e308}, 2, {0, 1}), (std::vector<double>{1e308, 1e308}));

@@ -462,7 +462,7 @@ TEST_F(VerifyingCoordinatorTest, AVerifiersNextShareShrinksByTheWorkOfItsCheck) 
     shares.push_back(testing_support::count_of(
         testing_support::sent(next, key(i), Body::kRoundStart).at(0).round_start()));
   }
-  EXPECT_EQ(shares, proportional_shares(70, weights_after_checks(speeds, 70, checking)));
+  EXPECT_EQ(shares, fastest_shares(70, weights_after_checks(speeds, 70, checking)));
   // Whoever checks the slow member's 10 trains more than whoever checks a fast one's 30.
   EXPECT_NE(shares, (std::vector<uint64_t>{30, 30, 10}));
 }

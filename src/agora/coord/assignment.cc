@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <queue>
+#include <utility>
 
 #include "agora/core/error.h"
 
@@ -130,7 +132,10 @@ std::vector<double> weights_after_checks(const std::vector<double>& weights, uin
   return out;
 }
 
-std::vector<uint64_t> proportional_shares(uint64_t total, const std::vector<double>& weights) {
+namespace {
+
+// The sum of `weights`, after checking that there is one and each is positive and finite.
+double checked_weight_sum(uint64_t total, const std::vector<double>& weights) {
   if (weights.empty()) fail("cannot split {} sequences among no members", total);
   double sum = 0.0;
   for (size_t i = 0; i < weights.size(); ++i) {
@@ -139,24 +144,43 @@ std::vector<uint64_t> proportional_shares(uint64_t total, const std::vector<doub
     }
     sum += weights[i];
   }
+  return sum;
+}
+
+// floor(total * w_i / sum) each, never more than total in all; `assigned` gets their sum.
+std::vector<uint64_t> floor_quotas(uint64_t total, const std::vector<double>& weights, double sum,
+                                   uint64_t& assigned) {
   std::vector<uint64_t> shares(weights.size());
-  std::vector<double> remainders(weights.size());
-  uint64_t assigned = 0;
+  assigned = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
     const double quota = static_cast<double>(total) * (weights[i] / sum);
     // Rounding can push a quota a hair past what is left; never hand out more than total.
     shares[i] = std::min(static_cast<uint64_t>(std::floor(quota)), total - assigned);
-    remainders[i] = quota - static_cast<double>(shares[i]);
     assigned += shares[i];
   }
-  std::vector<size_t> order(weights.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return remainders[a] > remainders[b]; });
-  // total - assigned < weights.size() up to rounding; cycle in case rounding left more.
-  for (size_t k = 0; assigned < total; k = (k + 1) % order.size()) {
-    ++shares[order[k]];
-    ++assigned;
+  return shares;
+}
+
+}  // namespace
+
+std::vector<uint64_t> fastest_shares(uint64_t total, const std::vector<double>& weights) {
+  const double sum = checked_weight_sum(total, weights);
+  uint64_t assigned = 0;
+  std::vector<uint64_t> shares = floor_quotas(total, weights, sum, assigned);
+  // Every floor quota ends by total / sum seconds, which no split can beat, so an optimal split
+  // holds at least these; the rest go one at a time to whoever would finish its next sequence
+  // first. That is the greedy rule for identical jobs on machines of unequal speed, and it is
+  // optimal for the round's length (the last member's finish).
+  using Next = std::pair<double, size_t>;  // (finish time with one more sequence, member)
+  std::priority_queue<Next, std::vector<Next>, std::greater<>> next;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    next.emplace(static_cast<double>(shares[i] + 1) / weights[i], i);
+  }
+  for (; assigned < total; ++assigned) {
+    const size_t i = next.top().second;
+    next.pop();
+    ++shares[i];
+    next.emplace(static_cast<double>(shares[i] + 1) / weights[i], i);
   }
   return shares;
 }

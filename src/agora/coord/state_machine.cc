@@ -247,10 +247,14 @@ void StateMachine::on_commit(MemberRecord& member, const wire::Commit& commit, d
   const uint64_t open_step = state_.round ? state_.round->step : state_.next_step;
   if (record.step() < open_step) {
     ++state_.counters.commits_late;
+    const std::optional<double> measured = learn_from_late_commit(member, commit, now);
+    std::vector<obs::LogField> fields{{"round", record.step()}};
+    if (measured) fields.push_back({"sequences_per_second", *measured});
     log(EventKind::kIgnored,
-        fmt::format("ignored a late commit from {} for step {}: its round already closed", who,
-                    record.step()),
-        &member.key);
+        fmt::format("ignored a late commit from {} for step {}: its round already closed{}", who,
+                    record.step(),
+                    measured ? fmt::format(" (it measures {:.3g} sequences/s)", *measured) : ""),
+        &member.key, std::move(fields));
     return;
   }
   if (!state_.round || record.step() != state_.round->step) {

@@ -52,10 +52,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agora/config/run_config.h"
@@ -163,9 +165,18 @@ class StateMachine {
   void restart_from_checkpoint();
   void on_leave(MemberRecord& member);
   void on_commit(MemberRecord& member, const wire::Commit& commit, double now);
-  // The throughput EMA after an accepted commit (state_machine_rounds.cc).
+  // Throughput (state_machine_throughput.cc): the EMA after an accepted commit; the rounds a
+  // member missed, remembered at the close so that its late commit still measures it; and the
+  // arrival times of the open round's commits, for the close's log line.
   void update_throughput(MemberRecord& member, const OpenRound& round, const wire::Commit& commit,
                          double now);
+  void remember_missed(const MemberRecord& member, const OpenRound& round);
+  // A commit for a round that already closed: a throughput sample when it is signed and for a
+  // round the member missed (each missed round measures once). Returns the new EMA, or nullopt
+  // when the commit measured nothing.
+  std::optional<double> learn_from_late_commit(MemberRecord& member, const wire::Commit& commit,
+                                               double now);
+  std::vector<obs::LogField> commit_timing(const OpenRound& round, double now) const;
   void on_witness(MemberRecord& member, const wire::Witness& witness);
   void on_state_report(MemberRecord& member, const wire::StateReport& report);
   void on_checkpoint_report(MemberRecord& member, const wire::CheckpointReport& report, double now);
@@ -289,6 +300,20 @@ class StateMachine {
   // them to upload.
   std::map<PublicKey, uint64_t> strike_free_below_;
   SpotChecks spot_checks_;  // runtime only, like relayed_
+  // The rounds each current member missed, newest last, at most kMissedRoundsKept (runtime only:
+  // a restarted coordinator measures from the next commits). Without them a member slower than
+  // the deadline on the share it was first given would never be measured: its commits all
+  // arrive late, and it would be struck until dropped.
+  struct MissedRound {
+    uint64_t step = 0;
+    double opened_at = 0.0;
+    uint64_t sequences = 0;
+  };
+  static constexpr size_t kMissedRoundsKept = 4;
+  std::map<PublicKey, std::vector<MissedRound>> missed_;
+  // Seconds from the open round's opening to each accepted commit, with its author, in arrival
+  // order (runtime only; cleared when a round opens).
+  std::vector<std::pair<double, PublicKey>> commit_times_;
   Actions* out_ = nullptr;  // the Actions of the call in progress
   double now_ = 0.0;        // the `now` of the call in progress (for event times)
 };

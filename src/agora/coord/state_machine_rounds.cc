@@ -90,26 +90,6 @@ void StateMachine::set_phase(Phase phase, double now) {
                                      to_string(phase), active_count(), options_.network.min_peers));
 }
 
-// A member's throughput decides its share of the next rounds, so it is what the coordinator
-// saw it deliver, not what it says: the sequences over the seconds from the round's opening to
-// its commit, on the coordinator's clock. Its own compute_seconds can only make the sample
-// slower (a member that waited before training still says how long training took). Claiming
-// more speed than it has therefore buys nothing: a member is as fast as its commits arrive, and
-// a commit that arrives fast because the work was not done is what spot checks catch.
-void StateMachine::update_throughput(MemberRecord& member, const OpenRound& round,
-                                     const wire::Commit& commit, double now) {
-  const double claimed = commit.compute_seconds();
-  const double seen = now - round.opened_at;
-  const double seconds = std::isfinite(claimed) && claimed > seen ? claimed : std::max(seen, 1e-3);
-  if (!std::isfinite(seconds)) return;
-  // The sequences it was handed, not the count it says it trained.
-  const double sample =
-      static_cast<double>(total_count(round.assignments.at(member.key))) / seconds;
-  if (!std::isfinite(sample) || sample <= 0.0) return;
-  double& sps = member.sequences_per_second;
-  sps = sps == 0.0 ? sample : 0.5 * sps + 0.5 * sample;
-}
-
 void StateMachine::open_round(double now) {
   const uint64_t t = state_.next_step;
   round_start_healed_.clear();
@@ -126,7 +106,7 @@ void StateMachine::open_round(double now) {
   const std::vector<double> weights = options_.network.split == "even"
                                           ? std::vector<double>(members.size(), 1.0)
                                           : throughput_weights(measured);
-  const std::vector<uint64_t> shares = proportional_shares(
+  const std::vector<uint64_t> shares = fastest_shares(
       options_.batch_size, weights_after_checks(weights, options_.batch_size, checking));
   const std::vector<SequenceRange> ids = take_sequences(state_.queue, options_.batch_size);
   const std::vector<std::vector<SequenceRange>> pieces = cut_ranges(ids, shares);
@@ -137,6 +117,7 @@ void StateMachine::open_round(double now) {
   round.apply_through = t >= overlap ? t - overlap : 0;
   round.report_state = t % static_cast<uint64_t>(options_.network.hash_interval) == 0;
   round.opened_at = now;
+  commit_times_.clear();
   // The slowest expected compute time; members of unknown speed do not stretch it (they are
   // given a median share and the minimum covers them).
   double slowest = 0.0;
@@ -188,14 +169,20 @@ void StateMachine::close_round(double now) {
     // A member that left or restarted (rejoined, now syncing) walked out; no strike.
     if (m.state == MemberState::kActive) {
       strike(m, fmt::format("missed the deadline of round {}", round.step));
+      if (current(m)) remember_missed(m, round);
     }
   }
+  std::erase_if(missed_, [&](const auto& entry) { return !is_current(entry.first); });
   for (const MemberRecord* m : active_members()) step.expected.insert(m->key);
   log(EventKind::kRound,
       fmt::format("round {} closed: {} of {} committed{}{}", round.step, step.commits.size(),
                   round.assignments.size(), missed.empty() ? "" : "; no commit from ",
                   fmt::join(missed, ", ")),
-      nullptr, {{"round", round.step}});
+      nullptr, [&] {
+        std::vector<obs::LogField> fields{{"round", round.step}};
+        for (obs::LogField& f : commit_timing(round, now)) fields.push_back(std::move(f));
+        return fields;
+      }());
   if (step.commits.empty()) {
     step.deadline = now;  // nothing to witness: final as soon as the steps before it are
   } else {
