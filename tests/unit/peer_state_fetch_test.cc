@@ -11,11 +11,61 @@
 
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
+#include "agora/peer/holder_spread.h"
 #include "agora/peer/state_sample.h"
 #include "peer_network_fixture.h"
 
 namespace agora::peer {
 namespace {
+
+// ---- which holder is asked first (holder_spread.h) ------------------------------------------
+
+TEST(HolderSpreadTest, EachTensorGoesToTheHolderWithTheFewestBytesSoFar) {
+  // Loads after each: (100, 0) (100, 60) (100, 110) (140, 110) (140, 120) (140, 130).
+  EXPECT_EQ(spread_over_holders({100, 60, 50, 40, 10, 10}, 2, 8),
+            (std::vector<size_t>{0, 1, 1, 0, 1, 1}));
+  // By count, the holder handed both embeddings would carry 2/3 of the bytes; by bytes each
+  // carries one embedding and the small tensors even out.
+  std::vector<uint64_t> model = {4'000'000, 4'000'000};
+  for (int i = 0; i < 60; ++i) model.push_back(50'000);
+  for (size_t holders : {2u, 3u, 4u}) {
+    const std::vector<size_t> first = spread_over_holders(model, holders, 32);
+    std::vector<uint64_t> load(holders);
+    uint64_t total = 0;
+    for (size_t i = 0; i < model.size(); ++i) {
+      ASSERT_LT(first[i], holders);
+      load[first[i]] += model[i];
+      total += model[i];
+    }
+    EXPECT_NE(first[0], first[1]);
+    // List scheduling in decreasing size ends within one tensor of the mean: no holder carries
+    // more than total / holders plus the largest tensor.
+    EXPECT_LE(*std::max_element(load.begin(), load.end()), total / holders + model[0])
+        << holders << " holders";
+  }
+}
+
+TEST(HolderSpreadTest, NoHolderIsFirstForMoreThanItsShareOfABatch) {
+  // 100 equal tensors over 2 holders, 32 each at a time: each batch of 64 asks 32 of each, and
+  // the last 36 ask 18 of each.
+  std::vector<uint64_t> equal(100, 10);
+  const std::vector<size_t> first = spread_over_holders(equal, 2, 32);
+  for (size_t start = 0; start < first.size(); start += 64) {
+    const size_t end = std::min(first.size(), start + 64);
+    std::vector<size_t> asked(2);
+    for (size_t i = start; i < end; ++i) ++asked[first[i]];
+    EXPECT_LE(asked[0], 32u);
+    EXPECT_LE(asked[1], 32u);
+    EXPECT_EQ(asked[0], asked[1]) << "batch from " << start;
+  }
+  // One huge tensor first: the other holder still gets no more than 32 of the next 63.
+  std::vector<uint64_t> skewed = {1'000'000};
+  for (int i = 0; i < 63; ++i) skewed.push_back(1);
+  const std::vector<size_t> second = spread_over_holders(skewed, 2, 32);
+  EXPECT_EQ(std::count(second.begin(), second.end(), 1u), 32);
+  EXPECT_THROW(spread_over_holders({1}, 0, 32), Error);
+  EXPECT_THROW(spread_over_holders({1}, 2, 0), Error);
+}
 
 TEST(PeerStateFetchTest, FetchesAStateTensorByTensorAndChecksEachHash) {
   FakeCoordinator coordinator;

@@ -7,6 +7,7 @@
 #include "agora/core/error.h"
 #include "agora/core/hash.h"
 #include "agora/core/list_bits.h"
+#include "agora/peer/holder_spread.h"
 #include "agora/peer/peer_network.h"
 #include "agora/peer/peer_network_detail.h"
 
@@ -223,11 +224,7 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
                                          : std::clamp(static_cast<double>(largest) / 1e6, 10.0,
                                                       options_.tensor_timeout_seconds);
   // Largest tensors first, each asked first of the holder with the fewest bytes asked of it so
-  // far (longest processing time first), so that every holder's link carries about the same
-  // bytes: spread by count, the holder handed both embeddings (43% of the small preset's bytes)
-  // set the fetch's length. The other holders follow as fallbacks, in turn. A batch of
-  // fetch_batched asks no holder for more than kRequestsPerSource (a server keeps 64 replies
-  // waiting per connection and drops the rest).
+  // far (holder_spread.h); the other holders follow as fallbacks, in turn.
   std::vector<int> order;  // tensor indices, as the wants are
   for (int i = 0; i < state.tensor_names_size(); ++i) order.push_back(i);
   const auto size_of = [&](int i) {
@@ -236,19 +233,15 @@ Snapshot PeerNetwork::fetch_state(const wire::StateRecord& state,
   };
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return size_of(a) > size_of(b); });
+  std::vector<uint64_t> ordered_bytes;
+  for (int i : order) ordered_bytes.push_back(size_of(i));
+  const std::vector<size_t> firsts =
+      spread_over_holders(ordered_bytes, others.size(), kRequestsPerSource);
   const size_t batch = kRequestsPerSource * others.size();
-  std::vector<uint64_t> load(others.size());
-  std::vector<size_t> in_batch(others.size());
   std::vector<Want> wants;
-  for (int i : order) {
-    if (wants.size() % batch == 0) std::fill(in_batch.begin(), in_batch.end(), 0);
-    size_t first = 0;
-    for (size_t h = 1; h < others.size(); ++h) {
-      const bool room = in_batch[h] < kRequestsPerSource;
-      if (room && (in_batch[first] >= kRequestsPerSource || load[h] < load[first])) first = h;
-    }
-    load[first] += size_of(i);
-    ++in_batch[first];
+  for (size_t w = 0; w < order.size(); ++w) {
+    const int i = order[w];
+    const size_t first = firsts[w];
     Want want;
     want.key = state.tensor_names(i);
     want.expected_hash = state.tensor_hashes(i);
