@@ -344,6 +344,52 @@ def scenario_hog(agora, adversary, data):
     run.cleanup()
 
 
+def scenario_slow(agora, adversary, data):
+    """A volunteer slower than the deadline (docs/protocol.md section 6, "Throughput"): an
+    adversary that commits a copy share / 1 s after each round opens, as a machine of 1 sequence
+    a second would, beside 3 honest peers. Its first share (the median, 6 of 24: its speed is
+    unknown) takes it 6 s against a 4 s deadline, so it misses its first rounds. Its late
+    commits measure it, each takes back its round's strike, and network.max_strikes (2) never
+    drops it: its shares shrink to what it can do. Before late commits counted, it was never
+    measured and was dropped for strikes in its second round. The honest peers finish identical
+    and unharmed."""
+    run = AdversaryRun(agora, adversary, data, "adv-slow", honest=3, adversaries=1,
+                       steps=steps(14, 40))
+    run.start_coordinator()
+    run.start_honest()
+    run.start_adversary(3, "copy", "--claim-throughput", 1)
+    run.finish()
+    key = run.short(3)
+    commits = run.check_attacked(3)
+    deadline = float(run.cfg("network.min_deadline_seconds"))
+    first = min(commits, key=lambda c: c["round"])
+    if first["sequences"] <= deadline:
+        run.fail(f"its first share was {first['sequences']} sequences, {first['sequences']} s at "
+                 f"1 a second: within the {deadline} s deadline, so this proves nothing")
+    measured = [r for r in run.log_rows("ignored", key) if "sequences_per_second" in r]
+    if not measured:
+        run.fail(f"none of its late commits measured it: {run.log_rows('ignored', key)[:3]}")
+    # (When the run has finished it stops heartbeating and is dropped for silence: not a strike.)
+    struck_out = [r for r in run.log_rows("drop", key) if r.get("reason") == "strikes"]
+    if struck_out:
+        run.fail(f"the slow member was dropped for strikes: {struck_out}")
+    strikes = run.log_rows("strike", key)
+    if len(strikes) > len(measured) + 1:
+        run.fail(f"{len(strikes)} strikes but only {len(measured)} of them taken back by late "
+                 f"commits that measured it")
+    later = [c["sequences"] for c in commits if c["round"] > measured[0]["round"] + 1]
+    if later and max(later) >= first["sequences"]:
+        run.fail(f"its shares after it was measured ({later}) are not below its first "
+                 f"({first['sequences']})")
+    run.check_all_steps_final()
+    run.check_honest_unharmed()
+    run.check_identical(run.honest, throughout=run.honest)
+    print(f"the slow member ({key}) missed {len(strikes)} deadline(s), was measured at "
+          f"{[round(r['sequences_per_second'], 2) for r in measured]} sequences/s by its late "
+          f"commits, kept its membership, and was handed {later} afterwards")
+    run.cleanup()
+
+
 SCENARIOS = {
     "steps": scenario_steps,
     "values": scenario_values,
@@ -352,6 +398,7 @@ SCENARIOS = {
     "witnesses": scenario_witnesses,
     "verifiers": scenario_verifiers,
     "hog": scenario_hog,
+    "slow": scenario_slow,
 }
 
 if __name__ == "__main__":

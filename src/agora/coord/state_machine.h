@@ -172,8 +172,8 @@ class StateMachine {
                          double now);
   void remember_missed(const MemberRecord& member, const OpenRound& round);
   // A commit for a round that already closed: a throughput sample when it is signed and for a
-  // round the member missed (each missed round measures once). Returns the new EMA, or nullopt
-  // when the commit measured nothing.
+  // round the member missed (each missed round measures once), which also takes back that
+  // round's strike. Returns the new EMA, or nullopt when the commit measured nothing.
   std::optional<double> learn_from_late_commit(MemberRecord& member, const wire::Commit& commit,
                                                double now);
   std::vector<obs::LogField> commit_timing(const OpenRound& round, double now) const;

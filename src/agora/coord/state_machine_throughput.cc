@@ -50,10 +50,12 @@ void StateMachine::remember_missed(const MemberRecord& member, const OpenRound& 
   missed.push_back({round.step, round.opened_at, total_count(round.assignments.at(member.key))});
 }
 
-// A late commit is a lower bound on the time the share took (it arrived after the close), so
-// it can only make the member slower than it was measured; a member gains nothing by sending
-// one, and each missed round counts once, so repeats do nothing. The signature must verify:
-// a sample is taken from a commit the member stands behind, as an on-time one.
+// A late commit arrived after a deadline that allowed deadline_factor times the share's expected
+// time, so its sample is below the speed the member was measured at: it can only make the
+// member look slower, which hands it fewer sequences (and no longer deadline: the split keeps
+// every member's expected time within the round's). A member gains nothing by sending one; each
+// missed round counts once, so repeats do nothing. The signature must verify, so a sample is
+// taken only from a commit the member stands behind, as with an on-time one.
 std::optional<double> StateMachine::learn_from_late_commit(MemberRecord& member,
                                                            const wire::Commit& commit, double now) {
   auto it = missed_.find(member.key);
@@ -76,12 +78,19 @@ std::optional<double> StateMachine::learn_from_late_commit(MemberRecord& member,
   if (!measure(member, m.sequences, now - m.opened_at, commit.compute_seconds())) {
     return std::nullopt;
   }
+  // It was working, only slower than it had been measured: the strike its round gave is taken
+  // back, or a volunteer slower than the minimum deadline would be dropped before the rounds
+  // that use its measurement come. A member late on purpose gains nothing from it: each late
+  // sample cuts its measured speed, and so its share, to less than (1 + 1 / deadline_factor) / 2
+  // of what it was, so the data it holds up shrinks every round.
+  if (member.strikes > 0) --member.strikes;
   return member.sequences_per_second;
 }
 
 // What the close of `round` logs about its commits' timing: the round's length, the median and
 // the last commit's arrival (seconds from the opening) and who sent the last one, so a long round
-// names what held it. Nothing when no commit arrived (or the coordinator restarted mid-round).
+// names what held it. Only the length when no commit was timed (none arrived, or the
+// coordinator restarted while the round was open).
 std::vector<obs::LogField> StateMachine::commit_timing(const OpenRound& round, double now) const {
   std::vector<obs::LogField> fields{{"seconds", now - round.opened_at}};
   if (commit_times_.empty()) return fields;
