@@ -3,7 +3,7 @@
 
     bench_network.py --agora build/apps/agora/agora [--data data/tokens/sp8k] [--json FILE]
                      [--steps N] [--scenario NAME[,NAME...]|all] [--verify-modes 0,1,default]
-                     [--verify-rate R] [--keep]
+                     [--verify-rate R] [--keep] [--peer-logs]
 
 Every process is real (a coordinator, peers, CURVE over ZeroMQ); every connection goes through
 `agora link`, the user-space link shaper (this kernel has no netem), so each link has the
@@ -78,6 +78,7 @@ CONFIG = os.path.join(HERE, "network.toml")
 PROFILE = "rate=20mbit,delay=50ms,jitter=5ms,loss=1%"
 HARSH_PROFILE = "rate=10mbit,delay=100ms,jitter=10ms,loss=2%"
 SEQ_LEN = 256  # network.toml's data.seq_len: tokens per sequence
+PEER_LOGS = False  # --peer-logs
 SKIP = 3       # finalized steps left out of a tokens/s figure (joins, warm-up)
 # The harsh row's goal: issue 5's overlap-1 goal (>= 95% utilisation) held on the harsh links.
 HARSH_GOAL = 0.95
@@ -160,7 +161,8 @@ class Cluster:
                 os.path.join(self.dir, name + ".key"),
                 *(["--data", self.data] if self.data else []),
                 "--listen", f"tcp://127.0.0.1:{own}", "--advertise",
-                f"tcp://127.0.0.1:{public}", "--threads", "1", "--quiet", *extra]
+                f"tcp://127.0.0.1:{public}", "--threads", "1",
+                *([] if PEER_LOGS else ["--quiet"]), *extra]
         self.started[name] = time.time()
         p = subprocess.Popen(args, stdout=open(os.path.join(self.dir, name + ".out"), "w"),
                              stderr=open(os.path.join(self.dir, name + ".log"), "w"))
@@ -598,7 +600,12 @@ def main():
     ap.add_argument("--verify-rate", type=float, default=0.02,
                     help="verify.rate of the verify scenario's runs other than 0 (default 0.02)")
     ap.add_argument("--keep", action="store_true", help="keep the runs' folders (logs)")
+    ap.add_argument("--peer-logs", action="store_true",
+                    help="peers log every round (JSON lines in NAME.log; with --keep, to read "
+                         "where a round's time went); by default they run --quiet")
     args = ap.parse_args()
+    global PEER_LOGS
+    PEER_LOGS = args.peer_logs
     names = [s.strip() for s in args.scenario.split(",") if s.strip()]
     if "all" in names:
         names = list(SCENARIOS)
