@@ -162,7 +162,7 @@ class Cluster:
                 *(["--data", self.data] if self.data else []),
                 "--listen", f"tcp://127.0.0.1:{own}", "--advertise",
                 f"tcp://127.0.0.1:{public}", "--threads", "1",
-                *([] if PEER_LOGS else ["--quiet"]), *extra]
+                *(["--log-format", "json"] if PEER_LOGS else ["--quiet"]), *extra]
         self.started[name] = time.time()
         p = subprocess.Popen(args, stdout=open(os.path.join(self.dir, name + ".out"), "w"),
                              stderr=open(os.path.join(self.dir, name + ".log"), "w"))
@@ -601,8 +601,9 @@ def main():
                     help="verify.rate of the verify scenario's runs other than 0 (default 0.02)")
     ap.add_argument("--keep", action="store_true", help="keep the runs' folders (logs)")
     ap.add_argument("--peer-logs", action="store_true",
-                    help="peers log every round (JSON lines in NAME.log; with --keep, to read "
-                         "where a round's time went); by default they run --quiet")
+                    help="peers log every round as JSON lines in NAME.log (with --keep, to "
+                         "read where a round's time went: `trained` events carry seconds and "
+                         "verify_seconds); by default they run --quiet")
     args = ap.parse_args()
     global PEER_LOGS
     PEER_LOGS = args.peer_logs
